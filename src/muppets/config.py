@@ -1,0 +1,172 @@
+"""Typed dataclass configs: load from YAML/JSON, dotted ``key=value`` overrides, type checks.
+
+Every model and recipe has a ``@dataclass`` config whose fields carry a comment. This module
+turns plain dicts into those dataclasses and back, and checks every value against the field's
+annotation, so ``train.lr=abc`` fails with a message that names the key, the value and the type.
+
+Example: ``apply_overrides(cfg, ["train.lr=3e-4", "model.preset=bert-mini"])``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import tempfile
+import types
+import typing
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+
+from muppets.errors import ConfigError
+
+T = TypeVar("T")
+
+
+def _field_types(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def _check_value(value: Any, annotation: Any, key: str) -> Any:
+    """Return ``value`` converted to ``annotation`` or raise :class:`ConfigError` naming ``key``."""
+    origin = typing.get_origin(annotation)
+    args = typing.get_args(annotation)
+    if annotation is Any:
+        return value
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for arg in args:
+            if arg is type(None):
+                continue
+            try:
+                return _check_value(value, arg, key)
+            except ConfigError as err:
+                errors.append(str(err))
+        raise ConfigError(f"{key}: {value!r} matches none of {annotation}")
+    if origin is typing.Literal:
+        if value not in args:
+            raise ConfigError(f"{key}: {value!r} is not one of {list(args)}")
+        return value
+    if origin in (list, tuple):
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(f"{key}: expected a list, got {value!r}")
+        inner = args[0] if args else Any
+        return [_check_value(v, inner, f"{key}[{i}]") for i, v in enumerate(value)]
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(f"{key}: expected a mapping, got {value!r}")
+        return dict(value)
+    if dataclasses.is_dataclass(annotation):
+        if isinstance(value, annotation):
+            return value
+        if not isinstance(value, dict):
+            raise ConfigError(f"{key}: expected a mapping for {annotation.__name__}, got {value!r}")
+        return from_dict(annotation, value, prefix=f"{key}.")
+    if annotation is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(f"{key}: expected a number, got {value!r}")
+        return float(value)
+    if annotation is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            if isinstance(value, float) and value.is_integer():
+                return int(value)
+            raise ConfigError(f"{key}: expected an integer, got {value!r}")
+        return value
+    if annotation is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(f"{key}: expected true/false, got {value!r}")
+        return value
+    if annotation is str:
+        if not isinstance(value, (str, int, float)) or isinstance(value, bool):
+            raise ConfigError(f"{key}: expected a string, got {value!r}")
+        return str(value)
+    if isinstance(annotation, type) and not isinstance(value, annotation):
+        raise ConfigError(f"{key}: expected {annotation.__name__}, got {value!r}")
+    return value
+
+
+def from_dict(cls: type[T], data: dict[str, Any], prefix: str = "") -> T:
+    """Build dataclass ``cls`` from ``data``; unknown keys are an error that lists the valid ones."""
+    if not isinstance(data, dict):
+        raise ConfigError(f"{prefix or 'config'}: expected a mapping, got {data!r}")
+    hints = _field_types(cls)
+    names = [f.name for f in dataclasses.fields(cls) if f.init]
+    unknown = [k for k in data if k not in names]
+    if unknown:
+        raise ConfigError(
+            f"unknown key {prefix}{unknown[0]!s}; valid keys of {cls.__name__}: {', '.join(names)}"
+        )
+    kwargs = {k: _check_value(v, hints[k], prefix + k) for k, v in data.items()}
+    try:
+        return cls(**kwargs)
+    except (TypeError, ValueError) as err:
+        raise ConfigError(f"{prefix or cls.__name__}: {err}") from err
+
+
+def to_dict(cfg: Any) -> dict[str, Any]:
+    """Plain-dict view of a (nested) config dataclass, JSON/YAML-serialisable."""
+    return dataclasses.asdict(cfg)
+
+
+def _parse_scalar(text: str) -> Any:
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError:
+        return text
+
+
+def apply_overrides(cfg: T, overrides: list[str]) -> T:
+    """Return a copy of ``cfg`` with ``a.b.c=value`` overrides applied and type-checked."""
+    data = to_dict(cfg)
+    for item in overrides:
+        if "=" not in item:
+            raise ConfigError(f"override {item!r} is not of the form key=value")
+        key, raw = item.split("=", 1)
+        node, cls = data, type(cfg)
+        parts = key.strip().split(".")
+        for depth, part in enumerate(parts):
+            names = [f.name for f in dataclasses.fields(cls)]
+            if part not in names:
+                where = ".".join(parts[:depth]) or cls.__name__
+                raise ConfigError(f"unknown key {key!r}: {part!r} is not in {where}; valid keys: {', '.join(names)}")
+            if depth == len(parts) - 1:
+                node[part] = _parse_scalar(raw)
+            else:
+                sub = _field_types(cls)[part]
+                if not dataclasses.is_dataclass(sub):
+                    raise ConfigError(f"{key!r}: {part!r} is a value, not a section")
+                node, cls = node[part], sub
+    return from_dict(type(cfg), data)
+
+
+def load_file(path: str | Path) -> dict[str, Any]:
+    """Read a YAML or JSON config file into a dict, naming the file on any error."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as err:
+        raise ConfigError(f"{path}: cannot read config ({err.strerror})") from err
+    try:
+        data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+    except (yaml.YAMLError, json.JSONDecodeError) as err:
+        raise ConfigError(f"{path}: not valid YAML/JSON: {err}") from err
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: top level must be a mapping, got {type(data).__name__}")
+    return data
+
+
+def write_json_atomic(path: str | Path, data: Any) -> None:
+    """Write JSON via a temporary file + rename, so a crash never leaves half a file."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        json.dump(data, fh, indent=2, sort_keys=False)
+        fh.write("\n")
+    os.replace(tmp, path)

@@ -1,0 +1,57 @@
+"""Reading and writing weight files: safetensors only — nothing is ever unpickled."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from muppets.errors import CheckpointError
+
+PICKLED = ("pytorch_model.bin", "pytorch_model.bin.index.json", "tf_model.h5", "model.ckpt.index")
+
+
+def read_weights(directory: str | Path) -> dict[str, torch.Tensor]:
+    """All tensors of ``model.safetensors`` (or its sharded index) in ``directory``."""
+    directory = Path(directory)
+    single, index = directory / "model.safetensors", directory / "model.safetensors.index.json"
+    if single.is_file():
+        return _load(single)
+    if index.is_file():
+        shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+        out: dict[str, torch.Tensor] = {}
+        for shard in shards:
+            out.update(_load(directory / shard))
+        return out
+    pickled = [p for p in PICKLED if (directory / p).exists()]
+    if pickled:
+        raise CheckpointError(
+            f"{directory}: only {pickled[0]} found; muppets never unpickles weights. Convert it to "
+            "safetensors once (e.g. transformers' save_pretrained(..., safe_serialization=True))."
+        )
+    raise CheckpointError(f"{directory}: no model.safetensors found")
+
+
+def _load(path: Path) -> dict[str, torch.Tensor]:
+    try:
+        return load_file(str(path))
+    except (OSError, ValueError, RuntimeError) as err:
+        raise CheckpointError(f"{path}: cannot read safetensors file: {err}") from err
+
+
+def write_weights(tensors: dict[str, torch.Tensor], path: str | Path, metadata: dict[str, str] | None = None) -> None:
+    """Write ``tensors`` to ``path`` atomically (temporary file + rename)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        save_file({k: v.detach().contiguous() for k, v in tensors.items()}, tmp, metadata=metadata)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)

@@ -1,0 +1,251 @@
+"""BERT (Devlin et al. 2019): a post-LN transformer encoder with MLM and NSP pretraining heads.
+
+The backbone answers DESIGN.md's contract: ``BertBackbone(ids, segments, mask) -> Encoded`` with
+the embedding output first and every layer after it. The MLM head runs **only at the masked
+positions** it is given, so a CPU step does not spend most of its time on the 30k-way output
+layer at positions that carry no label; given no positions, it scores every position (the
+Hugging Face ``prediction_logits`` view, used for parity and feature use).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from muppets.config import from_dict
+from muppets.errors import ConfigError
+from muppets.nn.block import BlockConfig, TransformerBlock, init_weights
+from muppets.nn.embeddings import InputEmbeddings
+from muppets.nn.encoded import Encoded
+from muppets.nn.feedforward import activation
+from muppets.nn.linear_ce import linear_cross_entropy
+
+IGNORE = -100  # label of a slot that carries no MLM target (padding of the position list)
+
+
+@dataclass
+class BertConfig:
+    vocab_size: int = 30522  # WordPiece vocabulary size
+    hidden_size: int = 256  # model width H
+    num_layers: int = 4  # transformer blocks L
+    num_heads: int = 4  # attention heads A (presets use H / 64)
+    intermediate_size: int = 1024  # feed-forward inner width (presets use 4H)
+    max_position_embeddings: int = 512  # longest sequence the position table covers
+    type_vocab_size: int = 2  # segment ids (A / B)
+    hidden_dropout: float = 0.1  # dropout on embeddings and sub-layer outputs
+    attention_dropout: float = 0.1  # dropout on attention probabilities
+    layer_norm_eps: float = 1e-12  # LayerNorm epsilon
+    initializer_range: float = 0.02  # std of the normal weight initialisation
+    pad_token_id: int = 0  # id of [PAD]; its embedding row starts at zero
+    hidden_act: str = "gelu"  # feed-forward activation (exact erf GELU as in BERT)
+
+    def __post_init__(self) -> None:
+        if self.hidden_size % self.num_heads:
+            raise ConfigError(
+                f"hidden_size {self.hidden_size} is not divisible by num_heads {self.num_heads}"
+            )
+        activation(self.hidden_act)
+
+    @classmethod
+    def preset(cls, name: str, **overrides) -> "BertConfig":
+        """A named size (``bert-tiny`` … ``bert-large``), with field overrides."""
+        if name not in BERT_PRESETS:
+            raise ConfigError(f"unknown BERT preset {name!r}; choose one of {', '.join(BERT_PRESETS)}")
+        L, H = BERT_PRESETS[name]
+        base = dict(num_layers=L, hidden_size=H, num_heads=H // 64, intermediate_size=4 * H)
+        return from_dict(cls, {**base, **overrides})
+
+    def block(self) -> BlockConfig:
+        return BlockConfig(
+            hidden_size=self.hidden_size,
+            num_heads=self.num_heads,
+            intermediate_size=self.intermediate_size,
+            hidden_dropout=self.hidden_dropout,
+            attention_dropout=self.attention_dropout,
+            layer_norm_eps=self.layer_norm_eps,
+            norm_first=False,
+            act=self.hidden_act,
+        )
+
+
+# (layers, hidden) of the sizes Turc et al. 2019 released and the two original BERTs.
+BERT_PRESETS: dict[str, tuple[int, int]] = {
+    "bert-tiny": (2, 128),
+    "bert-mini": (4, 256),
+    "bert-small": (4, 512),
+    "bert-medium": (8, 512),
+    "bert-base": (12, 768),
+    "bert-large": (24, 1024),
+}
+
+
+def padding_mask(attention_mask: torch.Tensor | None) -> torch.Tensor | None:
+    """``(B, T)`` 0/1 or bool -> ``(B, 1, 1, T)`` bool for SDPA, or None when nothing is padded."""
+    if attention_mask is None:
+        return None
+    mask = attention_mask.bool()
+    if bool(mask.all()):
+        return None
+    return mask[:, None, None, :]
+
+
+class BertBackbone(nn.Module):
+    """Embeddings + L post-LN transformer blocks; returns every layer (``Encoded``)."""
+
+    def __init__(self, cfg: BertConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.embeddings = InputEmbeddings(
+            cfg.vocab_size, cfg.hidden_size, cfg.max_position_embeddings, cfg.type_vocab_size,
+            layer_norm=True, eps=cfg.layer_norm_eps, dropout=cfg.hidden_dropout,
+            padding_idx=cfg.pad_token_id,
+        )
+        self.layers = nn.ModuleList(TransformerBlock(cfg.block()) for _ in range(cfg.num_layers))
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        token_type_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+    ) -> Encoded:
+        """input_ids, token_type_ids, attention_mask: ``(B, T)`` -> Encoded with L+1 ``(B, T, H)``."""
+        if input_ids.shape[1] > self.cfg.max_position_embeddings:
+            raise ValueError(
+                f"sequence length {input_ids.shape[1]} exceeds max_position_embeddings "
+                f"{self.cfg.max_position_embeddings}"
+            )
+        mask4 = padding_mask(attention_mask)
+        x = self.embeddings(input_ids, token_type_ids)  # (B, T, H)
+        layers = [x]
+        for block in self.layers:
+            x = block(x, mask4)
+            layers.append(x)
+        if attention_mask is None:
+            attention_mask = torch.ones_like(input_ids, dtype=torch.bool)
+        return Encoded(layers=layers, mask=attention_mask.bool())
+
+
+class BertPooler(nn.Module):
+    """``tanh(W · h_[CLS] + b)``: the sentence vector NSP and classifiers read."""
+
+    def __init__(self, hidden_size: int) -> None:
+        super().__init__()
+        self.dense = nn.Linear(hidden_size, hidden_size)
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        """hidden: ``(B, T, H)`` -> ``(B, H)`` from position 0."""
+        return torch.tanh(self.dense(hidden[:, 0]))
+
+
+class MlmHead(nn.Module):
+    """Transform (dense + act + LayerNorm), then the decoder tied to the word embeddings, + bias."""
+
+    def __init__(self, cfg: BertConfig, word_embeddings: nn.Embedding) -> None:
+        super().__init__()
+        self.dense = nn.Linear(cfg.hidden_size, cfg.hidden_size)
+        self.act = activation(cfg.hidden_act)
+        self.norm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
+        self.bias = nn.Parameter(torch.zeros(cfg.vocab_size))
+        self.word_embeddings = [word_embeddings]  # a list, so the tied weight is not registered twice
+
+    def transform(self, hidden: torch.Tensor) -> torch.Tensor:
+        """``(..., H) -> (..., H)``: dense, activation, LayerNorm."""
+        return self.norm(self.act(self.dense(hidden)))
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        """hidden: ``(..., H)`` -> logits ``(..., V)``."""
+        return F.linear(self.transform(hidden), self.word_embeddings[0].weight, self.bias)
+
+    def loss(self, hidden: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Summed cross entropy and #correct at ``hidden (M, H)`` vs ``targets (M,)``, without
+        materialising the ``(M, V)`` logits (see :mod:`muppets.nn.linear_ce`)."""
+        h = self.transform(hidden)
+        return linear_cross_entropy(h, self.word_embeddings[0].weight, self.bias, targets)
+
+
+@dataclass
+class PretrainingOutput:
+    """What :class:`BertForPreTraining` returns.
+
+    mlm_logits: ``(B, T, V)`` when no positions are given, ``(B*P, V)`` for positions without
+        labels; None when labels are given (the loss is then computed fused, without logits).
+    nsp_logits: ``(B, 2)``; index 0 = IsNext, 1 = NotNext (Hugging Face's convention).
+    loss_sums / counts: per term (``mlm``, ``nsp``) the summed loss and its number of units.
+    correct: per term the number of correct predictions (for accuracy).
+    """
+
+    encoded: Encoded
+    mlm_logits: torch.Tensor | None
+    nsp_logits: torch.Tensor
+    loss_sums: dict[str, torch.Tensor] = field(default_factory=dict)
+    counts: dict[str, torch.Tensor] = field(default_factory=dict)
+    correct: dict[str, torch.Tensor] = field(default_factory=dict)
+
+
+class BertForPreTraining(nn.Module):
+    """Backbone + pooler + MLM head + NSP head (Devlin et al. 2019, §3.1)."""
+
+    def __init__(self, cfg: BertConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.backbone = BertBackbone(cfg)
+        self.pooler = BertPooler(cfg.hidden_size)
+        self.mlm = MlmHead(cfg, self.backbone.embeddings.tokens)
+        self.nsp = nn.Linear(cfg.hidden_size, 2)
+        init_weights(self, cfg.initializer_range)
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        token_type_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        mlm_positions: torch.Tensor | None = None,
+        mlm_labels: torch.Tensor | None = None,
+        nsp_labels: torch.Tensor | None = None,
+    ) -> PretrainingOutput:
+        """Ids, segments, mask ``(B, T)``; mlm_positions, mlm_labels ``(B, P)`` (label -100 =
+        empty slot); nsp_labels ``(B,)`` with 0 = IsNext, 1 = NotNext."""
+        encoded = self.backbone(input_ids, token_type_ids, attention_mask)
+        hidden = encoded.last  # (B, T, H)
+        nsp_logits = self.nsp(self.pooler(hidden))  # (B, 2)
+        out = PretrainingOutput(encoded=encoded, mlm_logits=None, nsp_logits=nsp_logits)
+        if mlm_positions is None:
+            out.mlm_logits = self.mlm(hidden)  # (B, T, V)
+        elif mlm_labels is None:
+            picked, _ = _gather_labelled(hidden, mlm_positions, None)  # (B*P, H)
+            out.mlm_logits = self.mlm(picked)  # (B*P, V)
+        else:
+            picked, targets = _gather_labelled(hidden, mlm_positions, mlm_labels)  # (M, H), (M,)
+            out.loss_sums["mlm"], out.correct["mlm"] = self.mlm.loss(picked, targets)
+            out.counts["mlm"] = torch.tensor(float(targets.numel()))
+        if nsp_labels is not None:
+            out.loss_sums["nsp"] = F.cross_entropy(nsp_logits.float(), nsp_labels, reduction="sum")
+            out.counts["nsp"] = torch.tensor(float(nsp_labels.numel()))
+            out.correct["nsp"] = (nsp_logits.argmax(-1) == nsp_labels).sum()
+        return out
+
+
+def _gather_labelled(
+    hidden: torch.Tensor, positions: torch.Tensor, labels: torch.Tensor | None
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Pick the rows of ``hidden (B, T, H)`` at ``positions (B, P)`` that carry a label.
+
+    Returns ``(M, H)`` and the ``(M,)`` labels (all slots when ``labels`` is None).
+    """
+    B, T, H = hidden.shape
+    flat = (positions + torch.arange(B, device=positions.device)[:, None] * T).reshape(-1)  # (B*P,)
+    if labels is None:
+        return hidden.reshape(B * T, H).index_select(0, flat), None
+    labels = labels.reshape(-1)
+    keep = labels != IGNORE
+    flat, labels = flat[keep], labels[keep]
+    return hidden.reshape(B * T, H).index_select(0, flat), labels  # (M, H), (M,)
+
+
+def config_dict(cfg: BertConfig) -> dict:
+    """The config as a plain dict (saved beside weights and in checkpoints)."""
+    return dataclasses.asdict(cfg)

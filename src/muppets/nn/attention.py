@@ -1,0 +1,76 @@
+"""Multi-head self-attention on top of ``torch.nn.functional.scaled_dot_product_attention``."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from muppets.nn.dropout import dropout as fast_dropout
+
+
+class SelfAttention(nn.Module):
+    """Multi-head self-attention with one fused QKV projection (Vaswani et al. 2017, §3.2).
+
+    Args:
+        hidden_size: model width ``H``.
+        num_heads: number of heads; ``H`` must be divisible by it.
+        dropout: dropout on the attention probabilities (training only).
+        causal: mask future positions (GPT) instead of / in addition to padding.
+    """
+
+    def __init__(self, hidden_size: int, num_heads: int, dropout: float = 0.0, causal: bool = False) -> None:
+        super().__init__()
+        assert hidden_size % num_heads == 0, "hidden_size must be divisible by num_heads"
+        self.num_heads = num_heads
+        self.head_dim = hidden_size // num_heads
+        self.dropout = dropout
+        self.causal = causal
+        self.qkv = nn.Linear(hidden_size, 3 * hidden_size)  # rows: [q; k; v]
+        self.out = nn.Linear(hidden_size, hidden_size)
+
+    def forward(self, x: torch.Tensor, attn_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """x: ``(B, T, H)``; attn_mask: ``(B, 1, 1, T)`` bool, True = may attend, or None.
+
+        Returns ``(B, T, H)``.
+        """
+        B, T, H = x.shape
+        qkv = self.qkv(x).view(B, T, 3, self.num_heads, self.head_dim)  # (B, T, 3, heads, hd)
+        q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # each (B, heads, T, hd)
+        if self.training and self.dropout > 0.0:
+            y = _attention_with_dropout(q, k, v, attn_mask, self.dropout, self.causal)
+        else:
+            y = F.scaled_dot_product_attention(
+                q, k, v, attn_mask=_merge_causal(attn_mask, T, self.causal),
+                is_causal=self.causal and attn_mask is None,
+            )  # (B, heads, T, hd)
+        y = y.transpose(1, 2).reshape(B, T, H)  # (B, T, H)
+        return self.out(y)
+
+
+def _merge_causal(attn_mask: torch.Tensor | None, T: int, causal: bool) -> torch.Tensor | None:
+    """Combine a padding mask ``(B, 1, 1, T)`` with the causal mask when both apply."""
+    if not causal or attn_mask is None:
+        return attn_mask
+    tril = torch.ones(T, T, dtype=torch.bool, device=attn_mask.device).tril()
+    return attn_mask & tril  # (B, 1, T, T)
+
+
+def _attention_with_dropout(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+    attn_mask: torch.Tensor | None, p: float, causal: bool,
+) -> torch.Tensor:
+    """softmax(q k^T / sqrt(d) + mask) with dropout on the probabilities, then @ v.
+
+    The same computation SDPA's math path does in training, but with :mod:`muppets.nn.dropout`'s
+    cheaper mask. q, k, v: ``(B, heads, T, hd)`` -> ``(B, heads, T, hd)``.
+    """
+    T = q.shape[-2]
+    scores = (q * q.shape[-1] ** -0.5) @ k.transpose(-2, -1)  # (B, heads, T, T)
+    mask = _merge_causal(attn_mask, T, causal)
+    if mask is None and causal:
+        mask = torch.ones(T, T, dtype=torch.bool, device=q.device).tril()
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    probs = fast_dropout(torch.softmax(scores, dim=-1), p, True)
+    return probs @ v

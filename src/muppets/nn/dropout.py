@@ -1,0 +1,34 @@
+"""Dropout with a cheaper random mask on CPU.
+
+``torch.nn.functional.dropout`` draws one 32-bit random number per element from the
+(sequential) CPU generator; on a 2-core machine that is a tenth of a BERT-mini step. Here one
+64-bit draw yields four 16-bit uniforms, compared against ``round(p * 2**16)``: the keep
+probability is exact to 1/65536 and the stream still comes from the seeded global generator,
+so runs stay reproducible. On GPU the stock dropout is used.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+_I64 = (-(2**63), 2**63 - 1)
+
+
+def dropout_mask(shape: torch.Size, p: float, device: torch.device) -> torch.Tensor:
+    """Bool keep-mask of ``shape``: each element True with probability ``1 - p`` (to 2^-16)."""
+    n = 1
+    for s in shape:
+        n *= s
+    bits = torch.randint(*_I64, ((n + 3) // 4,), dtype=torch.int64, device=device)
+    u16 = bits.view(torch.int16)[:n].view(shape)  # uniform on [-32768, 32767]
+    return u16 >= int(round(p * 65536)) - 32768
+
+
+def dropout(x: torch.Tensor, p: float, training: bool) -> torch.Tensor:
+    """Inverted dropout: zero with probability ``p``, scale survivors by ``1 / (1 - p)``."""
+    if not training or p == 0.0:
+        return x
+    if x.device.type != "cpu":
+        return F.dropout(x, p, True)
+    return x * dropout_mask(x.shape, p, x.device) * (1.0 / (1.0 - p))

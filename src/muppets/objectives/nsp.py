@@ -1,0 +1,139 @@
+"""Sentence-pair instances for next sentence prediction (Devlin et al. 2019, §3.1, App. A.2).
+
+An *epoch plan* walks every document sentence by sentence, as google-research/bert's
+``create_instances_from_document`` does: sentences are gathered until a target length is
+reached (``max_seq_len - 3``, or with probability ``short_seq_prob`` a random shorter one),
+split at a random sentence boundary into segment A and B; with probability 1/2 — and always
+when only one sentence is gathered — B is replaced by text from a random other document and the
+unused sentences are put back. Pairs longer than the budget are trimmed one token at a time from
+the front or back (at random) of the longer segment.
+
+Because the sentences of a document are contiguous in the token shards, each segment is one
+token range, so a plan is five integer columns — ``a_lo, a_hi, b_lo, b_hi, is_random`` — and
+building it costs O(#sentences) time and O(#instances) memory. Differences from the reference:
+the short target length is drawn per instance (the reference draws it once per document), and
+documents are taken from a held-in/held-out split.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass
+class PairPlan:
+    """One row per instance; token offsets index the corpus' flat token array."""
+
+    a_lo: np.ndarray  # (N,) int64
+    a_hi: np.ndarray  # (N,) int64
+    b_lo: np.ndarray  # (N,) int64
+    b_hi: np.ndarray  # (N,) int64
+    is_random: np.ndarray  # (N,) bool: True = NotNext
+
+    def __len__(self) -> int:
+        return len(self.a_lo)
+
+
+class _Walker:
+    """State shared by the per-document walk: token offsets of sentences, rng, budget."""
+
+    def __init__(self, sent_ends: np.ndarray, doc_ends: np.ndarray, docs: np.ndarray,
+                 max_tokens: int, short_seq_prob: float, rng: np.random.Generator) -> None:
+        self.sent_ends = sent_ends
+        self.doc_ends = doc_ends
+        self.docs = docs
+        self.max_tokens = max_tokens
+        self.short_seq_prob = short_seq_prob
+        self.rng = rng
+        self.rows: list[tuple[int, int, int, int, bool]] = []
+
+    def tok(self, sent: int) -> int:
+        """Token offset where sentence ``sent`` starts."""
+        return 0 if sent == 0 else int(self.sent_ends[sent - 1])
+
+    def doc_sents(self, d: int) -> tuple[int, int]:
+        return (0 if d == 0 else int(self.doc_ends[d - 1])), int(self.doc_ends[d])
+
+    def target(self) -> int:
+        if self.rng.random() < self.short_seq_prob:
+            return int(self.rng.integers(2, self.max_tokens + 1))
+        return self.max_tokens
+
+    def walk(self, d: int) -> None:
+        """Append every instance of document ``d`` (google-research/bert's loop)."""
+        s0, s1 = self.doc_sents(d)
+        target, chunk_start, i = self.target(), s0, s0
+        while i < s1:
+            length = self.tok(i + 1) - self.tok(chunk_start)
+            if i == s1 - 1 or length >= target:
+                n = i + 1 - chunk_start
+                a_end = chunk_start + (int(self.rng.integers(1, n)) if n >= 2 else 1)
+                if n == 1 or self.rng.random() < 0.5:
+                    b = self.random_b(d, target - (self.tok(a_end) - self.tok(chunk_start)))
+                    if b is not None:
+                        self.emit(chunk_start, a_end, *b, True)
+                    i = a_end - 1  # put the unused sentences back
+                else:
+                    self.emit(chunk_start, a_end, self.tok(a_end), self.tok(i + 1), False)
+                chunk_start, target = i + 1, self.target()
+            i += 1
+
+    def random_b(self, d: int, want: int) -> tuple[int, int] | None:
+        """Token range of ``>= want`` tokens of whole sentences from a random other document."""
+        if len(self.docs) < 2:
+            return None
+        for _ in range(10):
+            other = int(self.docs[self.rng.integers(len(self.docs))])
+            if other != d:
+                break
+        else:
+            return None
+        s0, s1 = self.doc_sents(other)
+        start = int(self.rng.integers(s0, s1))
+        end = start
+        while end < s1 and self.tok(end + 1) - self.tok(start) < max(want, 1):
+            end += 1
+        return self.tok(start), self.tok(min(end + 1, s1))
+
+    def emit(self, a_s: int, a_e: int, b_lo: int, b_hi: int, is_random: bool) -> None:
+        a_lo, a_hi = self.tok(a_s), self.tok(a_e)
+        a_lo, a_hi, b_lo, b_hi = truncate_pair(a_lo, a_hi, b_lo, b_hi, self.max_tokens, self.rng)
+        if a_hi > a_lo and b_hi > b_lo:
+            self.rows.append((a_lo, a_hi, b_lo, b_hi, is_random))
+
+
+def truncate_pair(a_lo: int, a_hi: int, b_lo: int, b_hi: int, budget: int,
+                  rng: np.random.Generator) -> tuple[int, int, int, int]:
+    """Trim the longer segment one token at a time, from its front or back at random,
+    until both fit in ``budget`` tokens (google-research/bert's ``truncate_seq_pair``)."""
+    while (a_hi - a_lo) + (b_hi - b_lo) > budget:
+        if (a_hi - a_lo) > (b_hi - b_lo):
+            over = min((a_hi - a_lo) + (b_hi - b_lo) - budget, (a_hi - a_lo) - (b_hi - b_lo))
+            front = int(rng.binomial(over, 0.5))
+            a_lo, a_hi = a_lo + front, a_hi - (over - front)
+        else:
+            over = min((a_hi - a_lo) + (b_hi - b_lo) - budget, max(1, (b_hi - b_lo) - (a_hi - a_lo)))
+            front = int(rng.binomial(over, 0.5))
+            b_lo, b_hi = b_lo + front, b_hi - (over - front)
+    return a_lo, a_hi, b_lo, b_hi
+
+
+def plan_pairs(sent_ends: np.ndarray, doc_ends: np.ndarray, docs: np.ndarray, max_seq_len: int,
+               short_seq_prob: float, rng: np.random.Generator) -> PairPlan:
+    """Build one epoch's instances over documents ``docs`` (indices), shuffled.
+
+    Args:
+        sent_ends: ``(S,)`` token end offset of every sentence in the corpus.
+        doc_ends: ``(D,)`` sentence end offset of every document.
+        docs: the document indices to use (e.g. the training split); B segments of random
+            pairs are drawn from these too.
+        max_seq_len: full length including ``[CLS]`` and two ``[SEP]``.
+    """
+    walker = _Walker(sent_ends, doc_ends, docs, max_seq_len - 3, short_seq_prob, rng)
+    for d in docs:
+        walker.walk(int(d))
+    rows = np.array(walker.rows, dtype=np.int64).reshape(-1, 5)
+    rows = rows[rng.permutation(len(rows))]
+    return PairPlan(rows[:, 0], rows[:, 1], rows[:, 2], rows[:, 3], rows[:, 4].astype(bool))

@@ -1,0 +1,63 @@
+"""Training: the shared :class:`Trainer` (AdamW groups, warmup schedules, accumulation with exact
+loss normalisation, clipping, DDP, atomic safetensors checkpoints with exact resume, jsonl and
+TensorBoard logs, progress bar).
+
+Typical use (the same script runs alone or under ``torchrun --nproc_per_node=N``)::
+
+    trainer = Trainer(model, data, TrainConfig(steps=1000, batch_size=64), Path("runs/x"))
+    result = trainer.train()          # resumes from runs/x/checkpoints/latest if present
+"""
+
+from muppets.train.checkpoint import (
+    CHECKPOINT_FILES,
+    RngState,
+    TrainerState,
+    checkpoint_name,
+    latest_checkpoint,
+    load_checkpoint,
+    load_model_weights,
+    save_checkpoint,
+)
+from muppets.train.distributed import DistInfo, dist_info, init_distributed, shutdown_distributed
+from muppets.train.logger import RunLogger, read_log, step_losses
+from muppets.train.optim import build_optimizer, is_no_decay, param_groups
+from muppets.train.schedule import SCHEDULES, lr_factor
+from muppets.train.trainer import (
+    LossOutput,
+    StepData,
+    TrainConfig,
+    Trainer,
+    TrainResult,
+    preserved_rng,
+    seed_everything,
+)
+
+__all__ = [
+    "CHECKPOINT_FILES",
+    "DistInfo",
+    "LossOutput",
+    "RngState",
+    "RunLogger",
+    "SCHEDULES",
+    "StepData",
+    "TrainConfig",
+    "TrainResult",
+    "Trainer",
+    "TrainerState",
+    "build_optimizer",
+    "checkpoint_name",
+    "dist_info",
+    "init_distributed",
+    "is_no_decay",
+    "latest_checkpoint",
+    "load_checkpoint",
+    "load_model_weights",
+    "lr_factor",
+    "param_groups",
+    "preserved_rng",
+    "read_log",
+    "save_checkpoint",
+    "seed_everything",
+    "shutdown_distributed",
+    "step_losses",
+]
