@@ -67,6 +67,11 @@ def _check_value(value: Any, annotation: Any, key: str) -> Any:
             raise ConfigError(f"{key}: expected a mapping for {annotation.__name__}, got {value!r}")
         return from_dict(annotation, value, prefix=f"{key}.")
     if annotation is float:
+        if isinstance(value, str):  # YAML 1.1 reads 3e-4 (no dot) as a string
+            try:
+                return float(value)
+            except ValueError:
+                pass
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ConfigError(f"{key}: expected a number, got {value!r}")
         return float(value)
@@ -169,4 +174,11 @@ def write_json_atomic(path: str | Path, data: Any) -> None:
     with os.fdopen(fd, "w", encoding="utf-8") as fh:
         json.dump(data, fh, indent=2, sort_keys=False)
         fh.write("\n")
+    os.chmod(tmp, 0o666 & ~_umask())  # mkstemp creates 0600; give the usual permissions
     os.replace(tmp, path)
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask

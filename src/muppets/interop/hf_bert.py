@@ -161,10 +161,11 @@ def load_hf_bert(directory: str | Path, **config_overrides) -> BertForPreTrainin
     cfg_path = directory / "config.json"
     if not cfg_path.is_file():
         raise CheckpointError(f"{directory}: no config.json (is this a Hugging Face model directory?)")
+    weights = read_weights(directory)
     data = json.loads(cfg_path.read_text(encoding="utf-8"))
     cfg = config_from_hf({**data, **{_CONFIG_MAP[k]: v for k, v in config_overrides.items()}}, str(cfg_path))
     model = BertForPreTraining(cfg)
-    state, absent = from_hf_state(read_weights(directory), cfg, str(directory))
+    state, absent = from_hf_state(weights, cfg, str(directory))
     for name, tensor in state.items():
         _check_shape(model, name, tensor, directory)
     missing_backbone = [k for k in absent if k.startswith("backbone.")]

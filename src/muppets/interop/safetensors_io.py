@@ -51,6 +51,9 @@ def write_weights(tensors: dict[str, torch.Tensor], path: str | Path, metadata: 
     os.close(fd)
     try:
         save_file({k: v.detach().contiguous() for k, v in tensors.items()}, tmp, metadata=metadata)
+        mask = os.umask(0)
+        os.umask(mask)
+        os.chmod(tmp, 0o666 & ~mask)
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):

@@ -20,14 +20,15 @@ class _LinearCrossEntropy(torch.autograd.Function):
         """h: ``(M, H)``, weight: ``(V, H)``, bias: ``(V,)``, targets: ``(M,)`` -> (loss sum, correct)."""
         need_grad = ctx.needs_input_grad[0] or ctx.needs_input_grad[1] or ctx.needs_input_grad[2]
         M = h.shape[0]
-        loss = h.new_zeros((), dtype=torch.float32)
+        acc = torch.promote_types(h.dtype, torch.float32)  # softmax in at least fp32
+        loss = h.new_zeros((), dtype=acc)
         correct = torch.zeros((), dtype=torch.long)
         grad_h = torch.empty_like(h) if need_grad else None
         grad_w = torch.zeros_like(weight) if need_grad else None
         grad_b = torch.zeros_like(bias) if need_grad else None
         for start in range(0, M, chunk_rows):
             hc, yc = h[start:start + chunk_rows], targets[start:start + chunk_rows]
-            logits = torch.addmm(bias, hc, weight.t()).float()  # (m, V)
+            logits = torch.addmm(bias, hc, weight.t()).to(acc)  # (m, V)
             lse = torch.logsumexp(logits, dim=-1)  # (m,)
             picked = logits.gather(1, yc[:, None]).squeeze(1)  # (m,)
             loss += (lse - picked).sum()

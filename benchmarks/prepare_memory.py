@@ -1,0 +1,169 @@
+"""Claim: `prepare_corpus` memory stays flat as the corpus grows (peak RSS ratio 2x/1x ≈ 1.0).
+
+Runs `prepare_corpus` with the BERT-base-uncased WordPiece vocabulary and 2 workers on
+(a) the whole shared english corpus (books + wiki + tinyshakespeare) and (b) two copies of it
+(a temp dir with two subdirectories of symlinks to every corpus file). Each case runs in a fresh
+Python process so `getrusage` maxima are per case. Inside it, a thread samples VmRSS of the
+process and all its descendants (the pool workers) every 50 ms from /proc and keeps the
+largest sum; the table also shows `ru_maxrss` of the process itself and of its largest child.
+Summed VmRSS counts pages shared by the forked workers more than once, so it over-states the
+real footprint — but it does so equally in both cases.
+
+    .venv/bin/python benchmarks/prepare_memory.py --out benchmarks/results/prepare_memory.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from muppets.paths import data_dir
+
+CORPUS_PARTS = ("books", "wiki", "tinyshakespeare")
+
+
+class TreeRssSampler(threading.Thread):
+    """Sample the summed VmRSS (bytes) of a process and its descendants; keep the peak."""
+
+    def __init__(self, root: int, interval: float = 0.05) -> None:
+        super().__init__(daemon=True)
+        self.root, self.interval = root, interval
+        self.peak = self.peak_processes = 0
+        self._halt = threading.Event()
+
+    def run(self) -> None:
+        while not self._halt.is_set():
+            pids = _descendants(self.root) | {self.root}
+            total = sum(_vm_rss(pid) for pid in pids)
+            if total > self.peak:
+                self.peak, self.peak_processes = total, len(pids)
+            self._halt.wait(self.interval)
+
+    def stop(self) -> None:
+        self._halt.set()
+        self.join()
+
+
+def _descendants(root: int) -> set[int]:
+    children: dict[int, list[int]] = {}
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            try:
+                stat = Path(entry.path, "stat").read_text()
+            except OSError:
+                continue  # the process ended meanwhile
+            ppid = int(stat.rsplit(")", 1)[1].split()[1])
+            children.setdefault(ppid, []).append(int(entry.name))
+    found, todo = set(), [root]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.add(child)
+            todo.append(child)
+    return found
+
+
+def _vm_rss(pid: int) -> int:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+def run_case(name: str, inputs: list[str], workers: int) -> dict:
+    """Prepare ``inputs`` into a temp dir while sampling memory; return the measurements."""
+    from muppets.data.prepare import prepare_corpus
+    from muppets.tokenizers.wordpiece import WordPieceTokenizer
+
+    tokenizer = WordPieceTokenizer.from_vocab(data_dir() / "vocab/bert-base-uncased/vocab.txt")
+    baseline = _vm_rss(os.getpid())
+    sampler = TreeRssSampler(os.getpid())
+    sampler.start()
+    with tempfile.TemporaryDirectory(prefix="prepare-mem-") as tmp:
+        summary = prepare_corpus(inputs, tokenizer, Path(tmp) / "corpus", workers=workers,
+                                 progress=False)
+    sampler.stop()
+    kib = 1024  # ru_maxrss is in KiB on Linux
+    return {
+        "case": name, "workers": workers, "input_bytes": summary.bytes, "files": summary.files,
+        "documents": summary.documents, "sentences": summary.sentences,
+        "tokens": summary.tokens, "seconds": round(summary.seconds, 2),
+        "tokens_per_second": round(summary.tokens_per_second),
+        "baseline_rss_bytes": baseline, "peak_tree_rss_bytes": sampler.peak,
+        "peak_tree_processes": sampler.peak_processes,
+        "maxrss_self_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * kib,
+        "maxrss_children_bytes": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * kib,
+    }
+
+
+def make_double_corpus(root: Path, corpus: Path) -> Path:
+    """``root/copy{1,2}/<part>/<file>`` symlinks to every file of the corpus."""
+    for copy in ("copy1", "copy2"):
+        for part in CORPUS_PARTS:
+            target = root / copy / part
+            target.mkdir(parents=True)
+            for file in sorted((corpus / part).iterdir()):
+                (target / file.name).symlink_to(file)
+    return root
+
+
+def measure(name: str, inputs: list[Path], workers: int) -> dict:
+    """Run one case in a fresh interpreter (so getrusage is per case) and read its JSON."""
+    with tempfile.NamedTemporaryFile(suffix=".json") as result:
+        cmd = [sys.executable, __file__, "--case", name, "--workers", str(workers),
+               "--result", result.name, *map(str, inputs)]
+        subprocess.run(cmd, check=True)
+        return json.loads(Path(result.name).read_text())
+
+
+def print_table(rows: list[dict]) -> None:
+    mb = 1024 * 1024
+    print(f"{'case':<10}{'input MB':>9}{'docs':>8}{'sentences':>11}{'tokens':>12}{'seconds':>9}"
+          f"{'peak RSS MB':>13}{'maxrss self':>13}{'maxrss child':>14}")
+    for r in rows:
+        print(f"{r['case']:<10}{r['input_bytes'] / mb:>9.1f}{r['documents']:>8}"
+              f"{r['sentences']:>11}{r['tokens']:>12}{r['seconds']:>9.1f}"
+              f"{r['peak_tree_rss_bytes'] / mb:>13.1f}{r['maxrss_self_bytes'] / mb:>13.1f}"
+              f"{r['maxrss_children_bytes'] / mb:>14.1f}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, help="write the results as JSON here")
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--case", help=argparse.SUPPRESS)  # internal: run one case
+    parser.add_argument("--result", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("inputs", nargs="*", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.case:
+        args.result.write_text(json.dumps(run_case(args.case, args.inputs, args.workers)))
+        return
+    corpus = data_dir() / "english-corpus"
+    with tempfile.TemporaryDirectory(prefix="corpus-x2-") as tmp:
+        double = make_double_corpus(Path(tmp), corpus)
+        rows = [measure("corpus_1x", [corpus / p for p in CORPUS_PARTS], args.workers),
+                measure("corpus_2x", [double], args.workers)]
+    print_table(rows)
+    ratio = rows[1]["peak_tree_rss_bytes"] / rows[0]["peak_tree_rss_bytes"]
+    print(f"peak RSS ratio 2x/1x: {ratio:.3f}")
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        report = {"claim": "prepare_corpus peak RSS stays flat as the corpus doubles",
+                  "command": "benchmarks/prepare_memory.py --out " + str(args.out),
+                  "date": time.strftime("%Y-%m-%d"), "cases": rows,
+                  "peak_rss_ratio_2x_over_1x": round(ratio, 3)}
+        args.out.write_text(json.dumps(report, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,255 @@
+"""``muppets data prepare``: raw text files → sentence-split, tokenized, memory-mapped corpus.
+
+The pipeline streams in one direction::
+
+    iter_documents (main process, streaming) → chunks of documents
+        → workers: split_sentences + tokenizer.encode_batch → flat numpy arrays
+        → ShardWriter (main process, appends) → tokens.bin / sentences.bin / documents.bin
+
+Chunks go to a ``multiprocessing.Pool`` in order with at most ``2 × workers`` chunks in flight,
+so memory stays flat however large the input is. (``Pool.imap`` is not used because its feeder
+thread drains the input iterator eagerly — the whole corpus would end up queued in memory.)
+Chunking depends only on the input, and results are written in input order, so the output is
+byte-identical for any number of workers.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import multiprocessing
+import os
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from muppets.data.readers import ReadStats, iter_documents, list_files
+from muppets.data.sentences import split_sentences
+from muppets.data.shards import ShardWriter, tokenizer_fingerprint
+
+__all__ = ["CorpusTokenizer", "PrepareSummary", "prepare_corpus"]
+
+logger = logging.getLogger(__name__)
+
+Chunk = list[list[str]]  # documents, each a list of paragraphs
+Encoded = tuple[np.ndarray, np.ndarray, np.ndarray]  # tokens (T,), lengths (S,), counts (D,)
+
+
+class CorpusTokenizer(Protocol):
+    """What the pipeline needs from a tokenizer (e.g. ``WordPieceTokenizer``)."""
+
+    vocab_size: int
+
+    def to_json(self) -> str: ...
+
+    def encode_batch(self, texts: list[str]) -> list[list[int]]: ...  # no special tokens
+
+
+@dataclass
+class PrepareSummary:
+    """What :func:`prepare_corpus` did."""
+
+    out_dir: Path
+    files: int  # input files read
+    bytes: int  # input bytes
+    documents: int  # documents written
+    sentences: int  # sentences written
+    tokens: int  # tokens written
+    empty_documents: int  # documents dropped: no text, or no token after splitting
+    skipped_files: int  # empty files skipped (errors != "strict")
+    skipped_lines: int  # undecodable/malformed lines skipped (errors != "strict")
+    replaced: int  # undecodable byte sequences replaced (errors="replace")
+    seconds: float  # wall-clock time
+
+    @property
+    def tokens_per_second(self) -> float:
+        return self.tokens / self.seconds if self.seconds > 0 else 0.0
+
+
+def prepare_corpus(
+    inputs: Iterable[str | Path] | str | Path,
+    tokenizer: CorpusTokenizer,
+    out_dir: str | Path,
+    *,
+    fmt: str = "auto",
+    workers: int | None = None,
+    batch_docs: int = 64,
+    batch_chars: int = 1_000_000,
+    errors: str = "strict",
+    text_field: str = "text",
+    progress: bool = True,
+    overwrite: bool = False,
+    tokenizer_factory: Callable[[str], CorpusTokenizer] | None = None,
+) -> PrepareSummary:
+    """Read, sentence-split and tokenize ``inputs`` into a prepared corpus at ``out_dir``.
+
+    Args:
+        inputs: files and/or directories (see :func:`muppets.data.readers.list_files`).
+        tokenizer: has ``vocab_size``, ``to_json()`` and ``encode_batch(texts)`` (no specials).
+        out_dir: the corpus directory to create (see :mod:`muppets.data.shards`).
+        fmt, errors, text_field: passed to :func:`muppets.data.readers.iter_documents`.
+        workers: tokenizer processes; ``None`` = number of usable CPUs, 1 = in-process.
+        batch_docs, batch_chars: a chunk sent to a worker closes at this many documents or
+            characters, whichever comes first (a bigger document is a chunk of its own).
+        progress: show a tqdm bar over input bytes.
+        overwrite: replace an existing ``out_dir`` (only once the new corpus is complete).
+        tokenizer_factory: rebuilds the tokenizer from ``to_json()`` in each worker; must be
+            picklable. Default: ``type(tokenizer).from_json``, else ``WordPieceTokenizer.from_json``.
+    """
+    started = time.perf_counter()
+    inputs = [inputs] if isinstance(inputs, (str, Path)) else list(inputs)
+    files = list_files(inputs, fmt)
+    total_bytes = sum(f.stat().st_size for f in files)
+    workers = workers or _usable_cpus()
+    stats = ReadStats()
+    documents = iter_documents(files, fmt, errors=errors, text_field=text_field, stats=stats)
+    chunks = chunk_documents(documents, batch_docs, batch_chars)
+    tokenizer_json = tokenizer.to_json()
+    with ShardWriter(out_dir, vocab_size=tokenizer.vocab_size,
+                     sources=[str(p) for p in inputs],
+                     tokenizer_sha256=tokenizer_fingerprint(tokenizer_json),
+                     overwrite=overwrite) as writer:
+        with _encoder(tokenizer, tokenizer_json, tokenizer_factory, workers) as encode_all:
+            _write_all(writer, encode_all(chunks), stats, total_bytes, progress)
+        writer.finish({"skipped": _skipped(stats), "files": stats.files,
+                       "input_bytes": total_bytes, "input_format": fmt})
+    summary = _summarize(writer, stats, total_bytes, time.perf_counter() - started)
+    logger.info("prepared %s: %d files, %d documents, %d sentences, %d tokens in %.1f s "
+                "(%.0f tokens/s)", summary.out_dir, summary.files, summary.documents,
+                summary.sentences, summary.tokens, summary.seconds, summary.tokens_per_second)
+    return summary
+
+
+def chunk_documents(documents: Iterable[Any], batch_docs: int,
+                    batch_chars: int) -> Iterator[Chunk]:
+    """Group documents' paragraph lists into chunks of <= batch_docs docs / ~batch_chars chars."""
+    if batch_docs < 1 or batch_chars < 1:
+        raise ValueError(f"batch_docs and batch_chars must be >= 1, got {batch_docs}, "
+                         f"{batch_chars}")
+    chunk: Chunk = []
+    chars = 0
+    for doc in documents:
+        chunk.append(doc.paragraphs)
+        chars += sum(map(len, doc.paragraphs))
+        if len(chunk) >= batch_docs or chars >= batch_chars:
+            yield chunk
+            chunk, chars = [], 0
+    if chunk:
+        yield chunk
+
+
+def encode_chunk(tokenizer: CorpusTokenizer, chunk: Chunk) -> Encoded:
+    """Split a chunk's paragraphs into sentences and tokenize them, flat.
+
+    Returns:
+        tokens (T,) uint32, sentence_lengths (S,) int64, doc_sentence_counts (D,) int64.
+    """
+    sentences: list[str] = []
+    counts = np.zeros(len(chunk), dtype=np.int64)  # (D,)
+    for d, paragraphs in enumerate(chunk):
+        before = len(sentences)
+        for paragraph in paragraphs:
+            sentences.extend(split_sentences(paragraph))
+        counts[d] = len(sentences) - before
+    ids = tokenizer.encode_batch(sentences) if sentences else []
+    lengths = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))  # (S,)
+    tokens = np.fromiter(itertools.chain.from_iterable(ids), dtype=np.uint32,
+                         count=int(lengths.sum()))  # (T,)
+    return tokens, lengths, counts
+
+
+def _write_all(writer: ShardWriter, results: Iterator[Encoded], stats: ReadStats,
+               total_bytes: int, progress: bool) -> None:
+    with tqdm(total=total_bytes, unit="B", unit_scale=True, unit_divisor=1024,
+              desc="prepare", disable=not progress, dynamic_ncols=True) as bar:
+        for tokens, lengths, counts in results:
+            writer.add_encoded(tokens, lengths, counts)
+            bar.update(stats.bytes_read - bar.n)
+            bar.set_postfix(docs=writer.num_documents, tokens=writer.num_tokens, refresh=False)
+
+
+# ----------------------------------------------------------------------------- workers
+
+_WORKER_TOKENIZER: CorpusTokenizer | None = None
+
+
+def _init_worker(factory: Callable[[str], CorpusTokenizer], tokenizer_json: str) -> None:
+    global _WORKER_TOKENIZER
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"  # one thread per worker process
+    _WORKER_TOKENIZER = factory(tokenizer_json)
+
+
+def _encode_in_worker(chunk: Chunk) -> Encoded:
+    assert _WORKER_TOKENIZER is not None, "worker not initialised"
+    return encode_chunk(_WORKER_TOKENIZER, chunk)
+
+
+@contextmanager
+def _encoder(tokenizer: CorpusTokenizer, tokenizer_json: str,
+             factory: Callable[[str], CorpusTokenizer] | None,
+             workers: int) -> Iterator[Callable[[Iterable[Chunk]], Iterator[Encoded]]]:
+    """Yield ``encode_all(chunks) -> results in order``: in-process or over a worker pool."""
+    if workers <= 1:
+        yield partial(map, partial(encode_chunk, tokenizer))
+        return
+    factory = factory or _default_factory(tokenizer)
+    with multiprocessing.Pool(workers, _init_worker, (factory, tokenizer_json)) as pool:
+        yield partial(_bounded_imap, pool, _encode_in_worker, max_in_flight=2 * workers)
+
+
+def _bounded_imap(pool: Any, func: Callable[[Chunk], Encoded], items: Iterable[Chunk], *,
+                  max_in_flight: int) -> Iterator[Encoded]:
+    """Like ``pool.imap(func, items)`` (ordered) but never more than max_in_flight queued."""
+    pending: deque = deque()
+    for item in items:
+        pending.append(pool.apply_async(func, (item,)))
+        if len(pending) >= max_in_flight:
+            yield pending.popleft().get()
+    while pending:
+        yield pending.popleft().get()
+
+
+def _default_factory(tokenizer: CorpusTokenizer) -> Callable[[str], CorpusTokenizer]:
+    from_json = getattr(type(tokenizer), "from_json", None)
+    return from_json if callable(from_json) else _wordpiece_from_json
+
+
+def _wordpiece_from_json(tokenizer_json: str) -> CorpusTokenizer:
+    from muppets.tokenizers.wordpiece import WordPieceTokenizer
+
+    return WordPieceTokenizer.from_json(tokenizer_json)
+
+
+def _usable_cpus() -> int:
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not on Linux
+        return max(1, os.cpu_count() or 1)
+
+
+# ----------------------------------------------------------------------------- summary
+
+
+def _skipped(stats: ReadStats) -> dict[str, int]:
+    return {"empty_documents_read": stats.empty_documents, "empty_files": stats.skipped_files,
+            "bad_lines": stats.skipped_lines, "replaced_byte_sequences": stats.replaced}
+
+
+def _summarize(writer: ShardWriter, stats: ReadStats, total_bytes: int,
+               seconds: float) -> PrepareSummary:
+    return PrepareSummary(
+        out_dir=writer.out_dir, files=stats.files, bytes=total_bytes,
+        documents=writer.num_documents, sentences=writer.num_sentences,
+        tokens=writer.num_tokens,
+        empty_documents=stats.empty_documents + writer.empty_documents,
+        skipped_files=stats.skipped_files, skipped_lines=stats.skipped_lines,
+        replaced=stats.replaced, seconds=seconds,
+    )

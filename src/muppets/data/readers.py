@@ -1,0 +1,440 @@
+"""Streaming document readers: plain text, Project Gutenberg books, WikiExtractor shards, jsonl.
+
+Every reader turns raw files into :class:`Document` objects (a source label + a list of
+paragraphs) one at a time, reading files line by line so a multi-gigabyte text or jsonl file
+never sits in memory. Formats (``fmt``):
+
+``text``
+    Each block of non-blank lines is one document; its lines are joined with a space into one
+    paragraph (a blank line = a document break).
+``gutenberg``
+    One book = one document: only the text strictly between the ``*** START OF THE PROJECT
+    GUTENBERG EBOOK`` and ``*** END OF …`` lines (case-insensitive) is kept, so the licence
+    header and footer are dropped; so are the transcriber credits that open most books
+    (``Produced by …``, ``Transcribed from …``) and the closing ``End of the Project Gutenberg
+    EBook of …`` line. Paragraphs are blank-line separated; hard-wrapped lines are joined with
+    a space.
+``wikiextractor``
+    ``<doc id=… title=…>`` … ``</doc>``: one article = one document; the first non-blank line
+    (the title) is dropped; every other non-blank line is a paragraph (headings included).
+``jsonl``
+    One JSON object per line, one document per object, text under ``text_field``. If the text
+    contains a blank line, blank-line blocks are paragraphs (inner newlines joined with a space);
+    otherwise every non-blank line is a paragraph.
+``auto``
+    Per file: ``.jsonl`` → jsonl; first non-blank line starts with ``<doc `` → wikiextractor;
+    a Gutenberg START line within the first 400 lines → gutenberg; anything else → text.
+
+Documents without any paragraph (e.g. the title-only Wikipedia articles) are not yielded; they
+are counted in :attr:`ReadStats.empty_documents`.
+
+Error modes (``errors``): ``"strict"`` raises :class:`~muppets.errors.DataError` for an empty
+file, undecodable bytes (naming file, line and byte offset), a malformed jsonl line or a broken
+``<doc>`` structure. ``"skip"`` logs a warning and counts them instead (empty files and bad
+lines are skipped). ``"replace"`` is ``"skip"``, except that undecodable bytes become U+FFFD
+(counted in :attr:`ReadStats.replaced`) and the line is kept. Missing paths and directories
+without any text file always raise.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import BinaryIO
+
+from muppets.errors import DataError
+
+__all__ = ["Document", "ReadStats", "FORMATS", "ERROR_MODES", "list_files", "detect_format",
+           "iter_documents"]
+
+logger = logging.getLogger(__name__)
+
+FORMATS = ("auto", "text", "gutenberg", "wikiextractor", "jsonl")
+ERROR_MODES = ("strict", "skip", "replace")
+SNIFF_LINES = 400  # how far `auto` looks for a Gutenberg START line
+
+_GUTENBERG_START = re.compile(r"^\*\*\*\s*START OF (THIS|THE) PROJECT GUTENBERG EBOOK", re.I)
+_GUTENBERG_END = re.compile(r"^\*\*\*\s*END OF (THIS|THE) PROJECT GUTENBERG EBOOK", re.I)
+_GUTENBERG_CREDIT = re.compile(r"^(produced by|transcribed (from|by)|e-?text prepared by)", re.I)
+_GUTENBERG_CLOSING = re.compile(r"^end of (the )?project gutenberg", re.I)
+_BLANK_LINE = re.compile(r"\n[ \t\r\f\v]*\n")
+_TEXT_SUFFIXES = frozenset({"", ".txt", ".text", ".jsonl"})
+_SKIPPED_NAMES = frozenset({"MANIFEST.tsv"})
+
+
+@dataclass
+class Document:
+    """One document: where it came from (``path:line``) and its paragraphs (non-empty strings)."""
+
+    source: str
+    paragraphs: list[str]
+
+
+@dataclass
+class ReadStats:
+    """Counters filled in while :func:`iter_documents` runs (pass one in to read them)."""
+
+    files: int = 0  # files opened
+    bytes_read: int = 0  # raw bytes consumed so far (drives progress bars)
+    documents: int = 0  # documents yielded
+    empty_documents: int = 0  # documents without any paragraph, not yielded
+    skipped_files: int = 0  # empty files skipped (errors != "strict")
+    skipped_lines: int = 0  # undecodable / malformed lines skipped (errors != "strict")
+    replaced: int = 0  # undecodable byte sequences replaced by U+FFFD (errors="replace")
+    formats: dict[str, int] = field(default_factory=dict)  # files per detected format
+
+
+@dataclass
+class _Context:
+    """What every parser needs besides its lines: the error mode and the counters."""
+
+    path: Path
+    errors: str
+    stats: ReadStats
+    text_field: str = "text"
+
+    def problem(self, error: DataError) -> None:
+        """Raise ``error`` in strict mode; otherwise log it and count a skipped line."""
+        if self.errors == "strict":
+            raise error
+        logger.warning("skipped: %s", error)
+        self.stats.skipped_lines += 1
+
+
+# ----------------------------------------------------------------------------- file listing
+
+
+def list_files(paths: Iterable[str | Path] | str | Path, fmt: str = "auto") -> list[Path]:
+    """Expand files and directories into the sorted list of input files.
+
+    Directories are walked recursively, top-down in sorted order (a directory's files before
+    its subdirectories), following symlinks; hidden entries, ``MANIFEST.tsv`` and
+    files whose suffix is not a text suffix (``.txt``, ``.text``, ``.jsonl``, none; plus
+    ``.json`` when ``fmt="jsonl"``) are skipped. Files named explicitly are always kept.
+    """
+    _check_choice("fmt", fmt, FORMATS)
+    if isinstance(paths, (str, Path)):
+        paths = [paths]
+    files: list[Path] = []
+    for path in map(Path, paths):
+        if path.is_dir():
+            found = _walk(path, fmt)
+            if not found:
+                raise DataError("directory contains no text files to read", path=path)
+            files.extend(found)
+        elif path.is_file():
+            files.append(path)
+        elif path.exists():
+            raise DataError("not a regular file or directory", path=path)
+        else:
+            raise DataError("no such file or directory", path=path)
+    if not files:
+        raise DataError("no input paths given")
+    return files
+
+
+def _walk(directory: Path, fmt: str) -> list[Path]:
+    suffixes = _TEXT_SUFFIXES | ({".json"} if fmt == "jsonl" else set())
+
+    def fail(err: OSError) -> None:
+        raise DataError(f"cannot list directory: {err.strerror}", path=err.filename)
+
+    found = []
+    for root, dirs, names in os.walk(directory, onerror=fail, followlinks=True):
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        for name in sorted(names):
+            path = Path(root) / name
+            if name.startswith(".") or name in _SKIPPED_NAMES or path.suffix not in suffixes:
+                logger.debug("not a corpus file, skipped: %s", path)
+            elif path.is_file():
+                found.append(path)
+    return found
+
+
+def _check_choice(name: str, value: str, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {choices}, got {value!r}")
+
+
+# ----------------------------------------------------------------------------- documents
+
+
+def iter_documents(
+    paths: Iterable[str | Path] | str | Path,
+    fmt: str = "auto",
+    *,
+    errors: str = "strict",
+    text_field: str = "text",
+    stats: ReadStats | None = None,
+) -> Iterator[Document]:
+    """Yield the non-empty documents of ``paths`` (files or directories) in order, streaming.
+
+    Args:
+        paths: files and/or directories (see :func:`list_files`).
+        fmt: one of :data:`FORMATS`; ``"auto"`` decides per file.
+        errors: ``"strict"``, ``"skip"`` or ``"replace"`` (see the module docstring).
+        text_field: the jsonl field holding the text.
+        stats: counters to fill in (files, bytes, empty documents, skipped, replaced).
+    """
+    _check_choice("errors", errors, ERROR_MODES)
+    stats = stats if stats is not None else ReadStats()
+    for path in list_files(paths, fmt):
+        ctx = _Context(path, errors, stats, text_field)
+        for doc in _file_documents(ctx, fmt):
+            if doc.paragraphs:
+                stats.documents += 1
+                yield doc
+            else:
+                stats.empty_documents += 1
+                logger.debug("empty document skipped: %s", doc.source)
+
+
+def detect_format(path: str | Path) -> str:
+    """The format ``auto`` picks for ``path`` (raises DataError if the file is empty)."""
+    path = Path(path)
+    sniff = _sniff(path)
+    if sniff.empty:
+        raise DataError("file is empty (no non-blank line)", path=path)
+    return _auto_format(path, sniff)
+
+
+def _file_documents(ctx: _Context, fmt: str) -> Iterator[Document]:
+    sniff = _sniff(ctx.path)
+    if sniff.empty:
+        if ctx.errors == "strict":
+            raise DataError("file is empty (no non-blank line)", path=ctx.path)
+        logger.warning("empty file skipped: %s", ctx.path)
+        ctx.stats.skipped_files += 1
+        return
+    kind = _auto_format(ctx.path, sniff) if fmt == "auto" else fmt
+    ctx.stats.files += 1
+    ctx.stats.formats[kind] = ctx.stats.formats.get(kind, 0) + 1
+    done = ctx.stats.bytes_read + ctx.path.stat().st_size
+    yield from _PARSERS[kind](ctx, _read_lines(ctx))
+    ctx.stats.bytes_read = done  # count the whole file, even a skipped Gutenberg footer
+
+
+@dataclass
+class _Sniff:
+    """What the first SNIFF_LINES lines of a file say about it."""
+
+    first_line: str | None  # the first non-blank line, if any
+    gutenberg: bool  # a Gutenberg START line was seen
+    empty: bool  # the whole file holds no non-blank line
+
+
+def _sniff(path: Path) -> _Sniff:
+    first, marker = None, False
+    with _open(path) as fh:
+        for _, raw in zip(range(SNIFF_LINES), fh):
+            line = raw.decode("utf-8", errors="replace").lstrip("\ufeff")
+            if first is None and line.strip():
+                first = line
+            if _GUTENBERG_START.match(line):
+                marker = True
+                break
+        empty = first is None and not any(raw.strip() for raw in fh)
+    return _Sniff(first, marker, empty)
+
+
+def _auto_format(path: Path, sniff: _Sniff) -> str:
+    if path.suffix == ".jsonl":
+        return "jsonl"
+    if sniff.first_line is not None and sniff.first_line.startswith("<doc "):
+        return "wikiextractor"
+    return "gutenberg" if sniff.gutenberg else "text"
+
+
+# ----------------------------------------------------------------------------- decoding
+
+
+def _open(path: Path) -> BinaryIO:
+    try:
+        return open(path, "rb", buffering=1 << 20)
+    except OSError as err:
+        raise DataError(f"cannot open file: {err.strerror}", path=path) from err
+
+
+def _read_lines(ctx: _Context) -> Iterator[tuple[int, str]]:
+    """Yield ``(line_number, text)`` with line endings (LF or CRLF) and a leading BOM removed."""
+    offset = 0
+    with _open(ctx.path) as fh:
+        for number, raw in enumerate(fh, start=1):
+            text = _decode(ctx, raw, number, offset)
+            offset += len(raw)
+            ctx.stats.bytes_read += len(raw)
+            if text is None:
+                continue
+            if number == 1:
+                text = text.lstrip("\ufeff")
+            yield number, text.rstrip("\r\n")
+
+
+def _decode(ctx: _Context, raw: bytes, number: int, offset: int) -> str | None:
+    """Decode one line as UTF-8 according to ``ctx.errors`` (None = skip the line)."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        if ctx.errors == "replace":
+            text, count = _decode_replacing(raw)
+            ctx.stats.replaced += count
+            return text
+        context = raw[max(0, err.start - 20):err.end + 20]
+        ctx.problem(DataError(
+            f"invalid UTF-8 at column {err.start + 1} ({err.reason}) in {context!r}; "
+            "use errors='replace' to substitute U+FFFD",
+            path=ctx.path, line=number, position=offset + err.start,
+            value=raw[err.start:err.end],
+        ))
+        return None
+
+
+def _decode_replacing(raw: bytes) -> tuple[str, int]:
+    """Decode with every invalid byte sequence replaced by U+FFFD; also return how many."""
+    parts, count, pos = [], 0, 0
+    while True:
+        try:
+            parts.append(raw[pos:].decode("utf-8"))
+            return "".join(parts), count
+        except UnicodeDecodeError as err:
+            parts.append(raw[pos:pos + err.start].decode("utf-8"))
+            parts.append("\ufffd")
+            count += 1
+            pos += err.end
+
+
+# ----------------------------------------------------------------------------- parsers
+
+
+def _blocks(lines: Iterable[tuple[int, str]]) -> Iterator[tuple[int, str]]:
+    """Join each run of non-blank lines with single spaces: ``(first_line_number, text)``."""
+    block: list[str] = []
+    start = 0
+    for number, line in lines:
+        stripped = line.strip()
+        if stripped:
+            if not block:
+                start = number
+            block.append(stripped)
+        elif block:
+            yield start, " ".join(block)
+            block = []
+    if block:
+        yield start, " ".join(block)
+
+
+def _parse_text(ctx: _Context, lines: Iterator[tuple[int, str]]) -> Iterator[Document]:
+    for start, paragraph in _blocks(lines):
+        yield Document(f"{ctx.path}:{start}", [paragraph])
+
+
+def _parse_gutenberg(ctx: _Context, lines: Iterator[tuple[int, str]]) -> Iterator[Document]:
+    start = next((n for n, line in lines if _GUTENBERG_START.match(line)), None)
+    if start is None:
+        raise DataError("no '*** START OF THE PROJECT GUTENBERG EBOOK' line", path=ctx.path)
+    ended = False
+
+    def body() -> Iterator[tuple[int, str]]:
+        nonlocal ended
+        for number, line in lines:
+            if _GUTENBERG_END.match(line):
+                ended = True
+                return
+            yield number, line
+
+    paragraphs = _strip_gutenberg_credits([text for _, text in _blocks(body())])
+    if not ended:
+        logger.warning("%s: no '*** END OF THE PROJECT GUTENBERG EBOOK' line; kept the text "
+                       "up to the end of the file", ctx.path)
+    yield Document(f"{ctx.path}:{start + 1}", paragraphs)
+
+
+def _strip_gutenberg_credits(paragraphs: list[str]) -> list[str]:
+    """Drop leading transcriber credits and the trailing "End of the Project Gutenberg…" line."""
+    start, end = 0, len(paragraphs)
+    while start < end and _GUTENBERG_CREDIT.match(paragraphs[start]):
+        start += 1
+    while end > start and _GUTENBERG_CLOSING.match(paragraphs[end - 1]):
+        end -= 1
+    return paragraphs[start:end]
+
+
+def _parse_wikiextractor(ctx: _Context, lines: Iterator[tuple[int, str]]) -> Iterator[Document]:
+    opened: int | None = None  # line number of the open <doc>, if any
+    paragraphs: list[str] = []
+    for number, line in lines:
+        if line.startswith("<doc "):
+            if opened is not None:
+                ctx.problem(DataError(f"<doc> opened before the one of line {opened} was "
+                                      "closed", path=ctx.path, line=number))
+                yield Document(f"{ctx.path}:{opened}", paragraphs[1:])
+            opened, paragraphs = number, []
+        elif line.startswith("</doc>") and opened is not None:
+            yield Document(f"{ctx.path}:{opened}", paragraphs[1:])  # [0] is the title
+            opened = None
+        elif line.strip():
+            if opened is None:
+                ctx.problem(DataError("text outside <doc> … </doc>", path=ctx.path,
+                                      line=number, value=line[:60]))
+            else:
+                paragraphs.append(line.strip())
+    if opened is not None:
+        ctx.problem(DataError("<doc> never closed", path=ctx.path, line=opened))
+        yield Document(f"{ctx.path}:{opened}", paragraphs[1:])
+
+
+def _parse_jsonl(ctx: _Context, lines: Iterator[tuple[int, str]]) -> Iterator[Document]:
+    for number, line in lines:
+        if not line.strip():
+            continue
+        text = _jsonl_text(ctx, number, line)
+        if text is not None:
+            yield Document(f"{ctx.path}:{number}", text_paragraphs(text))
+
+
+def _jsonl_text(ctx: _Context, number: int, line: str) -> str | None:
+    """The ``text_field`` string of one jsonl line, or None after reporting a problem."""
+    try:
+        record = json.loads(line)
+    except json.JSONDecodeError as err:
+        ctx.problem(DataError(f"malformed JSON ({err.msg} at column {err.colno})",
+                              path=ctx.path, line=number, value=line[:60]))
+        return None
+    if not isinstance(record, dict) or ctx.text_field not in record:
+        keys = sorted(record) if isinstance(record, dict) else type(record).__name__
+        ctx.problem(DataError(f"no {ctx.text_field!r} field in JSON object", path=ctx.path,
+                              line=number, value=keys))
+        return None
+    text = record[ctx.text_field]
+    if not isinstance(text, str):
+        ctx.problem(DataError(f"field {ctx.text_field!r} is not a string", path=ctx.path,
+                              line=number, value=text))
+        return None
+    return text
+
+
+def text_paragraphs(text: str) -> list[str]:
+    """Paragraphs of a multi-line string (the jsonl rule, see the module docstring).
+
+    >>> text_paragraphs("a\\nb\\n\\nc")
+    ['a b', 'c']
+    >>> text_paragraphs("a\\nb")
+    ['a', 'b']
+    """
+    text = text.replace("\r\n", "\n")
+    if _BLANK_LINE.search(text):
+        return [p for _, p in _blocks(enumerate(text.split("\n")))]
+    return [line.strip() for line in text.split("\n") if line.strip()]
+
+
+_PARSERS = {
+    "text": _parse_text,
+    "gutenberg": _parse_gutenberg,
+    "wikiextractor": _parse_wikiextractor,
+    "jsonl": _parse_jsonl,
+}

@@ -1,0 +1,332 @@
+"""The prepared-corpus format: flat token ids + sentence and document offsets, memory-mapped.
+
+A prepared corpus is one directory::
+
+    tokens.bin      (N,) token ids, little-endian uint16 if vocab_size <= 65535 else uint32
+    sentences.bin   (S,) int64 end offsets into tokens:  sentence i = tokens[ends[i-1]:ends[i]]
+    documents.bin   (D,) int64 end offsets into sentences: document d = sentences[ends[d-1]:ends[d]]
+    meta.json       format + version, dtype, vocab_size, counts, tokenizer fingerprint, sources,
+                    skipped/empty counts, creation time (written last)
+
+(``ends[-1]`` is taken as 0.) Every sentence has at least one token and every document at
+least one sentence: the writer drops empty ones and counts them. :class:`ShardWriter` appends
+incrementally, so memory stays flat, into a hidden sibling directory that is renamed into place
+only when everything (``meta.json`` last) is written; an interrupted run leaves no half corpus.
+:class:`TokenCorpus` opens the files read-only with ``np.memmap``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import shutil
+import time
+from collections.abc import Sequence
+from functools import cached_property
+from pathlib import Path
+from types import TracebackType
+from typing import Any, BinaryIO
+
+import numpy as np
+
+from muppets.errors import DataError
+
+__all__ = ["FORMAT_NAME", "FORMAT_VERSION", "token_dtype", "tokenizer_fingerprint",
+           "ShardWriter", "TokenCorpus"]
+
+logger = logging.getLogger(__name__)
+
+FORMAT_NAME = "muppets-token-corpus"
+FORMAT_VERSION = 1
+TOKENS_FILE = "tokens.bin"
+SENTENCES_FILE = "sentences.bin"
+DOCUMENTS_FILE = "documents.bin"
+META_FILE = "meta.json"
+OFFSET_DTYPE = np.dtype("<i8")
+
+
+def token_dtype(vocab_size: int) -> np.dtype:
+    """``uint16`` when every id fits (vocab_size <= 65535), else ``uint32`` (little-endian)."""
+    if vocab_size <= 0:
+        raise ValueError(f"vocab_size must be positive, got {vocab_size}")
+    return np.dtype("<u2") if vocab_size <= 65535 else np.dtype("<u4")
+
+
+def tokenizer_fingerprint(tokenizer_json: str) -> str:
+    """sha256 hex digest of the tokenizer's JSON serialisation."""
+    return hashlib.sha256(tokenizer_json.encode("utf-8")).hexdigest()
+
+
+class ShardWriter:
+    """Append tokenized documents to a new corpus directory, published atomically on success.
+
+    Use as a context manager: leaving the block normally publishes the corpus (see
+    :meth:`finish`); leaving it with an exception deletes the partial output.
+
+    >>> import tempfile
+    >>> out = Path(tempfile.mkdtemp()) / "corpus"
+    >>> with ShardWriter(out, vocab_size=100) as writer:
+    ...     writer.add_document([[5, 6, 7], [], [8]])
+    ...     writer.add_document([[]])
+    True
+    False
+    >>> corpus = TokenCorpus(out)
+    >>> corpus.num_documents, corpus.num_sentences, corpus.sentence(1).tolist()
+    (1, 2, [8])
+    """
+
+    def __init__(self, out_dir: str | Path, *, vocab_size: int, tokenizer_sha256: str = "",
+                 sources: Sequence[str] = (), overwrite: bool = False) -> None:
+        self.out_dir = Path(out_dir)
+        self.vocab_size = vocab_size
+        self.dtype = token_dtype(vocab_size)
+        self.overwrite = overwrite
+        self._check_target()
+        self._meta: dict[str, Any] = {"tokenizer_sha256": tokenizer_sha256,
+                                      "sources": [str(s) for s in sources]}
+        self.num_tokens = self.num_sentences = self.num_documents = 0
+        self.empty_sentences = self.empty_documents = 0
+        self.tmp_dir = self.out_dir.parent / f".{self.out_dir.name}.partial-{os.getpid()}"
+        if self.tmp_dir.exists():
+            shutil.rmtree(self.tmp_dir)
+        self.tmp_dir.mkdir(parents=True)
+        self._files: dict[str, BinaryIO] = {
+            name: open(self.tmp_dir / name, "wb", buffering=1 << 20)
+            for name in (TOKENS_FILE, SENTENCES_FILE, DOCUMENTS_FILE)
+        }
+        self.finished = False
+
+    def _check_target(self) -> None:
+        if self.out_dir.exists() and not self.overwrite:
+            raise DataError("output directory already exists (pass overwrite=True to replace "
+                            "it)", path=self.out_dir)
+
+    def add_document(self, sentences: Sequence[Sequence[int]]) -> bool:
+        """Append one document given as token-id lists; False if it was empty (not written)."""
+        lengths = np.array([len(s) for s in sentences], dtype=np.int64)
+        flat = [t for s in sentences for t in s]
+        before = self.num_documents
+        self.add_encoded(np.array(flat, dtype=np.int64), lengths, np.array([len(sentences)]))
+        return self.num_documents > before
+
+    def add_encoded(self, tokens: np.ndarray, sentence_lengths: np.ndarray,
+                    doc_sentence_counts: np.ndarray) -> None:
+        """Append a batch of documents in flat form.
+
+        Args:
+            tokens: (T,) ids of all sentences of all documents, concatenated.
+            sentence_lengths: (S,) tokens per sentence, summing to T (zeros are dropped).
+            doc_sentence_counts: (D,) sentences per document, summing to S (documents left
+                without sentences are dropped and counted).
+        """
+        lengths = np.asarray(sentence_lengths, dtype=np.int64)
+        counts = np.asarray(doc_sentence_counts, dtype=np.int64)
+        assert lengths.sum() == len(tokens) and counts.sum() == len(lengths), "inconsistent batch"
+        doc_of_sentence = np.repeat(np.arange(len(counts)), counts)  # (S,)
+        keep = lengths > 0
+        counts = np.bincount(doc_of_sentence[keep], minlength=len(counts))  # (D,)
+        self.empty_sentences += int((~keep).sum())
+        self.empty_documents += int((counts == 0).sum())
+        self._write_tokens(np.asarray(tokens))
+        self._write_offsets(SENTENCES_FILE, lengths[keep], self.num_tokens)
+        self._write_offsets(DOCUMENTS_FILE, counts[counts > 0], self.num_sentences)
+        self.num_tokens += len(tokens)
+        self.num_sentences += int(keep.sum())
+        self.num_documents += int((counts > 0).sum())
+
+    def _write_tokens(self, tokens: np.ndarray) -> None:
+        if len(tokens) and (tokens.min() < 0 or tokens.max() >= self.vocab_size):
+            bad = tokens[(tokens < 0) | (tokens >= self.vocab_size)][0]
+            raise DataError(f"token id outside the vocabulary (vocab_size={self.vocab_size})",
+                            value=int(bad))
+        self._files[TOKENS_FILE].write(tokens.astype(self.dtype, copy=False).tobytes())
+
+    def _write_offsets(self, name: str, sizes: np.ndarray, base: int) -> None:
+        ends = base + np.cumsum(sizes, dtype=np.int64)
+        self._files[name].write(ends.astype(OFFSET_DTYPE, copy=False).tobytes())
+
+    def finish(self, extra_meta: dict[str, Any] | None = None) -> Path:
+        """Close the files, write ``meta.json`` atomically, move the directory into place."""
+        for fh in self._files.values():
+            fh.close()
+        meta = self._build_meta(extra_meta or {})
+        tmp_meta = self.tmp_dir / (META_FILE + ".tmp")
+        tmp_meta.write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+        os.replace(tmp_meta, self.tmp_dir / META_FILE)
+        self._publish()
+        self.finished = True
+        logger.info("wrote %s: %d documents, %d sentences, %d tokens", self.out_dir,
+                    self.num_documents, self.num_sentences, self.num_tokens)
+        return self.out_dir
+
+    def _build_meta(self, extra: dict[str, Any]) -> dict[str, Any]:
+        extra = dict(extra)
+        skipped = {"empty_sentences": self.empty_sentences,
+                   "empty_documents": self.empty_documents, **extra.pop("skipped", {})}
+        return {
+            "format": FORMAT_NAME, "format_version": FORMAT_VERSION,
+            "dtype": self.dtype.name, "offset_dtype": OFFSET_DTYPE.name,
+            "vocab_size": self.vocab_size, "num_documents": self.num_documents,
+            "num_sentences": self.num_sentences, "num_tokens": self.num_tokens,
+            **self._meta, "skipped": skipped, **extra,
+            "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        }
+
+    def _publish(self) -> None:
+        """Rename the finished temporary directory to ``out_dir`` (replacing it if allowed)."""
+        self._check_target()
+        old = None
+        if self.out_dir.exists():
+            old = self.out_dir.parent / f".{self.out_dir.name}.old-{os.getpid()}"
+            os.replace(self.out_dir, old)
+        os.replace(self.tmp_dir, self.out_dir)
+        if old is not None:
+            shutil.rmtree(old)
+
+    def abort(self) -> None:
+        """Close and delete the partial output (nothing appears at ``out_dir``)."""
+        for fh in self._files.values():
+            fh.close()
+        shutil.rmtree(self.tmp_dir, ignore_errors=True)
+
+    def __enter__(self) -> ShardWriter:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        if exc_type is not None:
+            self.abort()
+        elif not self.finished:
+            try:
+                self.finish()
+            except BaseException:
+                self.abort()
+                raise
+
+
+class TokenCorpus:
+    """A prepared corpus opened read-only (memory-mapped): walk documents sentence by sentence.
+
+    Attributes:
+        tokens: (N,) token ids (uint16/uint32 memmap).
+        sentence_ends: (S,) int64 end offset of each sentence in ``tokens``.
+        document_ends: (D,) int64 end offset of each document in the sentences.
+        meta: the parsed ``meta.json``.
+    """
+
+    def __init__(self, directory: str | Path) -> None:
+        self.directory = Path(directory)
+        self.meta = _read_meta(self.directory)
+        dtype = np.dtype(self.meta["dtype"]).newbyteorder("<")
+        self.tokens = _open_array(self.directory / TOKENS_FILE, dtype, self.meta["num_tokens"])
+        self.sentence_ends = _open_array(self.directory / SENTENCES_FILE, OFFSET_DTYPE,
+                                         self.meta["num_sentences"])
+        self.document_ends = _open_array(self.directory / DOCUMENTS_FILE, OFFSET_DTYPE,
+                                         self.meta["num_documents"])
+        _check_last(self.directory / SENTENCES_FILE, self.sentence_ends, len(self.tokens))
+        _check_last(self.directory / DOCUMENTS_FILE, self.document_ends,
+                    len(self.sentence_ends))
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.tokens)
+
+    @property
+    def num_sentences(self) -> int:
+        return len(self.sentence_ends)
+
+    @property
+    def num_documents(self) -> int:
+        return len(self.document_ends)
+
+    @property
+    def vocab_size(self) -> int:
+        return int(self.meta["vocab_size"])
+
+    def __len__(self) -> int:
+        return self.num_documents
+
+    def document_sentences(self, d: int) -> range:
+        """The sentence indices of document ``d``."""
+        _check_index("document", d, self.num_documents)
+        start = int(self.document_ends[d - 1]) if d > 0 else 0
+        return range(start, int(self.document_ends[d]))
+
+    def sentence(self, i: int) -> np.ndarray:
+        """(L,) token ids of sentence ``i`` (a read-only view of the memmap)."""
+        _check_index("sentence", i, self.num_sentences)
+        start = int(self.sentence_ends[i - 1]) if i > 0 else 0
+        return self.tokens[start:int(self.sentence_ends[i])]
+
+    def document_tokens(self, d: int) -> np.ndarray:
+        """(L,) token ids of all sentences of document ``d``, concatenated."""
+        sentences = self.document_sentences(d)
+        start = int(self.sentence_ends[sentences.start - 1]) if sentences.start > 0 else 0
+        return self.tokens[start:int(self.sentence_ends[sentences.stop - 1])]
+
+    @cached_property
+    def sentence_lengths(self) -> np.ndarray:
+        """(S,) int64 number of tokens of each sentence."""
+        return np.diff(self.sentence_ends, prepend=np.int64(0))
+
+    @cached_property
+    def doc_sentence_bounds(self) -> np.ndarray:
+        """(D, 2) int64 ``[start, stop)`` sentence indices of each document."""
+        starts = np.concatenate([[0], self.document_ends[:-1]]).astype(np.int64)
+        return np.stack([starts, np.asarray(self.document_ends, dtype=np.int64)], axis=1)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"directory": self.directory}  # re-map in the receiving process, never copy
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["directory"])
+
+    def __repr__(self) -> str:
+        return (f"TokenCorpus({str(self.directory)!r}, documents={self.num_documents}, "
+                f"sentences={self.num_sentences}, tokens={self.num_tokens}, "
+                f"dtype={self.tokens.dtype.name})")
+
+
+def _read_meta(directory: Path) -> dict[str, Any]:
+    path = directory / META_FILE
+    if not directory.is_dir():
+        raise DataError("prepared corpus directory not found", path=directory)
+    try:
+        meta = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError as err:
+        raise DataError("missing meta.json: not a prepared corpus (or an unfinished one)",
+                        path=path) from err
+    except (OSError, ValueError) as err:
+        raise DataError(f"unreadable meta.json: {err}", path=path) from err
+    if meta.get("format") != FORMAT_NAME or meta.get("format_version") != FORMAT_VERSION:
+        raise DataError(f"unsupported corpus format (expected {FORMAT_NAME} version "
+                        f"{FORMAT_VERSION})", path=path,
+                        value=(meta.get("format"), meta.get("format_version")))
+    return meta
+
+
+def _open_array(path: Path, dtype: np.dtype, count: int) -> np.ndarray:
+    """Memory-map ``path`` as ``count`` items of ``dtype``, checking the file size first."""
+    if not path.is_file():
+        raise DataError("missing corpus file", path=path)
+    size = path.stat().st_size
+    if size != count * dtype.itemsize:
+        raise DataError(f"file has {size} bytes but meta.json promises {count} x "
+                        f"{dtype.itemsize} bytes", path=path, value=size)
+    if count == 0:
+        return np.zeros(0, dtype=dtype)  # mmap cannot map an empty file
+    return np.memmap(path, dtype=dtype, mode="r", shape=(count,))
+
+
+def _check_last(path: Path, ends: np.ndarray, total: int) -> None:
+    last = int(ends[-1]) if len(ends) else 0
+    if last != total:
+        raise DataError(f"last offset is {last} but the indexed array has {total} items",
+                        path=path, value=last)
+
+
+def _check_index(kind: str, index: int, size: int) -> None:
+    if not 0 <= index < size:
+        raise IndexError(f"{kind} index {index} out of range [0, {size})")

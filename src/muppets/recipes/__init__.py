@@ -1,0 +1,1 @@
+"""End-to-end recipes: configs that tie tokenizer, corpus, model and trainer together."""

@@ -1,0 +1,104 @@
+"""Run logs: ``run_dir/log.jsonl`` (one JSON object per line) and optional TensorBoard.
+
+Record kinds, all with an integer ``step`` (optimizer updates done):
+
+- every step: ``{"step", "loss", "loss/<term>"..., "lr", "grad_norm", "tokens_per_s",
+  "elapsed_s"}`` — written for *every* step (not only every ``log_every``), so two runs
+  can be compared step by step from their logs;
+- every evaluation: ``{"step", "eval/<name>": value, ...}``;
+- every checkpoint: ``{"step", "checkpoint": "<path>"}``.
+
+On resume from step ``s`` the records with ``step > s`` (from the interrupted timeline) are
+dropped first, so the log always describes one history. Only the main rank writes.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+LOG_FILE = "log.jsonl"
+TB_DIR = "tb"
+
+
+def read_log(run_dir: Path) -> list[dict[str, Any]]:
+    """All records of ``run_dir/log.jsonl`` in order (empty when there is no log)."""
+    path = Path(run_dir) / LOG_FILE
+    if not path.is_file():
+        return []
+    with path.open(encoding="utf-8") as fh:
+        return [json.loads(line) for line in fh if line.strip()]
+
+
+def step_losses(run_dir: Path) -> dict[int, float]:
+    """``{step: loss}`` for every step record of the log."""
+    return {r["step"]: r["loss"] for r in read_log(run_dir) if "loss" in r}
+
+
+def _open_tensorboard(directory: Path) -> Any | None:
+    try:
+        from torch.utils.tensorboard import SummaryWriter
+    except ImportError:
+        logger.info("tensorboard is not installed; logging to %s only", LOG_FILE)
+        return None
+    return SummaryWriter(log_dir=str(directory))
+
+
+class RunLogger:
+    """Appends records to ``log.jsonl`` and (optionally) TensorBoard; inert when not enabled.
+
+    Args:
+        run_dir: where ``log.jsonl`` and ``tb/`` go.
+        enabled: False on every rank but the main one: nothing is written.
+        tensorboard: also write scalars to ``run_dir/tb`` when tensorboard is importable.
+    """
+
+    def __init__(self, run_dir: Path, *, enabled: bool = True, tensorboard: bool = False) -> None:
+        self.run_dir = Path(run_dir)
+        self.enabled = enabled
+        self._file = None
+        self._tb = None
+        if enabled:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            self._file = (self.run_dir / LOG_FILE).open("a", encoding="utf-8")
+            if tensorboard:
+                self._tb = _open_tensorboard(self.run_dir / TB_DIR)
+
+    def log(self, record: dict[str, Any], *, tensorboard: bool = True) -> None:
+        """Append ``record`` (must have ``step``); numbers also go to TensorBoard if asked."""
+        if self._file is None:
+            return
+        self._file.write(json.dumps(record) + "\n")
+        self._file.flush()
+        if self._tb is not None and tensorboard:
+            step = int(record["step"])
+            for key, value in record.items():
+                if key != "step" and isinstance(value, (int, float)) and math.isfinite(value):
+                    self._tb.add_scalar(key, value, step)
+
+    def truncate_after(self, step: int) -> None:
+        """Drop the records with ``step`` greater than ``step`` (atomic rewrite)."""
+        if self._file is None:
+            return
+        self._file.close()
+        kept = [r for r in read_log(self.run_dir) if int(r.get("step", 0)) <= step]
+        path = self.run_dir / LOG_FILE
+        tmp = path.with_name(f".{LOG_FILE}.{os.getpid()}.tmp")
+        tmp.write_text("".join(json.dumps(r) + "\n" for r in kept), encoding="utf-8")
+        os.replace(tmp, path)
+        self._file = path.open("a", encoding="utf-8")
+
+    def close(self) -> None:
+        """Flush and close the files."""
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+        if self._tb is not None:
+            self._tb.close()
+            self._tb = None

@@ -1,0 +1,541 @@
+"""The one training loop behind every pretraining objective and every fine-tuning recipe.
+
+A step is one optimizer update. For update number ``step + 1`` the trainer asks the data for
+this rank's micro-batches, runs forward/backward on each (DDP syncs gradients only on the
+last), clips, checks that loss and gradient norm are finite, sets the learning rate from the
+schedule, and steps AdamW. Then it logs, evaluates and checkpoints when due.
+
+**Loss normalisation.** A model returns, per loss term, the *sum* over its units
+(``out.loss_sums["mlm"]`` = summed token cross-entropy); the data says how many units each
+micro-batch holds (``data.normalizers(batch)["mlm"]`` = masked tokens). The trainer adds the
+counts of all micro-batches of all ranks into ``N_k`` and backpropagates
+``sum_k loss_sums[k] / N_k`` (times the world size, because DDP averages gradients), so an
+update equals that of one big batch with per-term mean losses, whatever the accumulation,
+world size, or number of masked tokens per micro-batch. Terms with ``N_k = 0`` in a step
+contribute nothing (their sum is 0; the divisor is clamped to 1).
+
+**Determinism.** :class:`StepData` must return the same tensors for the same
+``(step, rank, world)``; the data position is then just the step, which makes resume exact
+and a 2-process DDP run equal to one process with the same global batch.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import random
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+import torch
+from torch import nn
+from tqdm.auto import tqdm
+
+from muppets.config import to_dict, write_json_atomic
+from muppets.errors import ConfigError, TrainingDiverged
+from muppets.train.checkpoint import (
+    STATE_FILE,
+    RngState,
+    TrainerState,
+    capture_rng,
+    checkpoint_name,
+    latest_checkpoint,
+    load_checkpoint,
+    replace_dir,
+    restore_rng,
+    save_checkpoint,
+)
+from muppets.train.distributed import all_gather, all_reduce_sum, any_rank, barrier, init_distributed
+from muppets.train.logger import RunLogger
+from muppets.train.optim import build_optimizer
+from muppets.train.schedule import check_schedule, lr_factor
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class TrainConfig:
+    """How to train: optimizer, schedule, batch geometry, and the cadence of logs and saves."""
+
+    steps: int = 1000  # optimizer steps in total
+    batch_size: int = 32  # GLOBAL sequences per optimizer step (all ranks, all micro-batches)
+    accumulation: int = 1  # micro-batches per optimizer step (per rank)
+    lr: float = 1e-4  # peak learning rate (after warmup)
+    weight_decay: float = 0.01  # decoupled; not applied to biases, norm weights, any 1-D param
+    betas: list[float] = field(default_factory=lambda: [0.9, 0.999])  # AdamW beta1, beta2
+    eps: float = 1e-6  # AdamW epsilon
+    warmup_steps: int = 0  # linear warmup from 0 to lr over this many steps
+    schedule: str = "linear"  # "linear" | "cosine" | "constant" decay after warmup to min_lr_ratio*lr
+    min_lr_ratio: float = 0.0  # final learning rate as a fraction of lr
+    clip_grad_norm: float = 1.0  # clip the global gradient norm to this; 0 disables
+    eval_every: int = 0  # evaluate every N steps; 0 = only at the end
+    checkpoint_every: int = 0  # checkpoint every N steps; 0 = only at the end
+    keep_checkpoints: int = 3  # keep the last K checkpoints; 0 keeps all
+    log_every: int = 10  # console + TensorBoard every N steps (log.jsonl gets every step)
+    seed: int = 0  # seeds torch/numpy/random at the start of a fresh run (plus the rank)
+    tensorboard: bool = True  # also log to run_dir/tb when tensorboard is installed
+    progress: bool = True  # tqdm bar with loss, tokens/s, ETA (main rank, on a TTY)
+    threads: int = 0  # torch.set_num_threads; 0 = leave as is
+
+    def __post_init__(self) -> None:
+        check_schedule(self.schedule, self.min_lr_ratio)
+        checks = [
+            ("steps", self.steps >= 0), ("batch_size", self.batch_size >= 1),
+            ("accumulation", self.accumulation >= 1), ("lr", self.lr >= 0),
+            ("weight_decay", self.weight_decay >= 0), ("eps", self.eps > 0),
+            ("betas", len(self.betas) == 2 and all(0 <= b < 1 for b in self.betas)),
+            ("warmup_steps", self.warmup_steps >= 0), ("clip_grad_norm", self.clip_grad_norm >= 0),
+            ("eval_every", self.eval_every >= 0), ("checkpoint_every", self.checkpoint_every >= 0),
+            ("log_every", self.log_every >= 0), ("threads", self.threads >= 0),
+        ]
+        for name, ok in checks:
+            if not ok:
+                raise ConfigError(f"train.{name}: invalid value {getattr(self, name)!r}")
+
+
+class LossOutput(Protocol):
+    """What the model's forward must return (any object with this attribute)."""
+
+    loss_sums: dict[str, torch.Tensor]  # per loss term, the SUM over its units in the micro-batch
+
+
+class StepData(Protocol):
+    """Deterministic batches: the same ``(step, rank, world)`` always gives the same tensors."""
+
+    def micro_batches(self, step: int, rank: int, world: int) -> list[dict[str, torch.Tensor]]:
+        """This rank's share of update ``step`` (0-based), as ``accumulation`` micro-batches."""
+        ...
+
+    def normalizers(self, batch: dict[str, torch.Tensor]) -> dict[str, float]:
+        """Per loss term, how many units this micro-batch holds (``{"mlm": n_masked, "nsp": B}``)."""
+        ...
+
+    def num_tokens(self, batch: dict[str, torch.Tensor]) -> int:
+        """Tokens in this micro-batch (for tokens/s)."""
+        ...
+
+
+@dataclass
+class TrainResult:
+    """What :meth:`Trainer.train` returns."""
+
+    step: int  # optimizer updates done in total (including those before a resume)
+    losses: list[float]  # the loss of every step run by THIS call (steps step-len+1 .. step)
+    last_eval: dict[str, float]  # the last evaluation's metrics ({} without an evaluate callback)
+    checkpoint: Path | None  # the last checkpoint written (or resumed from)
+    stopped_early: bool  # True when a SIGINT/SIGTERM stopped training
+
+
+@dataclass
+class _StepStats:
+    loss: float  # sum of the per-term global means
+    terms: dict[str, float]  # per-term global means
+    lr: float
+    grad_norm: float  # before clipping
+    tokens: int  # over all ranks
+    seconds: float
+
+
+def seed_everything(seed: int) -> None:
+    """Seed torch (CPU and CUDA), numpy and python ``random`` from one integer."""
+    torch.manual_seed(seed)
+    np.random.seed(seed % 2**32)
+    random.seed(seed)
+
+
+@contextmanager
+def preserved_rng() -> Iterator[None]:
+    """Run a block without disturbing any random generator (e.g. evaluation during training)."""
+    state = capture_rng()
+    try:
+        yield
+    finally:
+        restore_rng(state)
+
+
+def _check_split(config: TrainConfig, world: int) -> None:
+    if config.batch_size % (world * config.accumulation):
+        raise ConfigError(
+            f"train.batch_size={config.batch_size} is not divisible by world size {world} "
+            f"x train.accumulation={config.accumulation}"
+        )
+
+
+class Trainer:
+    """Trains ``model`` on ``data``; see the module docstring for the loss contract.
+
+    Args:
+        model: ``model(**batch)`` returns an object with ``loss_sums`` (see :class:`LossOutput`).
+        data: a :class:`StepData`.
+        config: the :class:`TrainConfig`.
+        run_dir: ``config.json``, ``log.jsonl``, ``tb/``, ``checkpoints/``, ``model/`` go here.
+        evaluate: called with the bare model in eval mode under ``no_grad`` (and without
+            touching the training RNG) on every rank; returns ``{name: value}``.
+        run_config: the resolved full config; saved as ``run_dir/config.json`` and in every
+            checkpoint (default: ``{"train": <config>}``).
+        save_model: optional export ``save_model(model, directory)``, called on the main rank
+            when :meth:`train` returns normally or after a signal, into ``run_dir/model``
+            (written to a temporary directory and renamed into place).
+
+    Under ``torchrun`` the constructor joins the process group (:func:`init_distributed`) and
+    wraps the model in DistributedDataParallel; build the same model on every rank.
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        data: StepData,
+        config: TrainConfig,
+        run_dir: Path,
+        evaluate: Callable[[nn.Module], dict[str, float]] | None = None,
+        run_config: dict | None = None,
+        save_model: Callable[[nn.Module, Path], None] | None = None,
+    ) -> None:
+        self.model, self.data, self.config = model, data, config
+        self.run_dir = Path(run_dir)
+        self.evaluate, self.save_model = evaluate, save_model
+        self.run_config = run_config if run_config is not None else {"train": to_dict(config)}
+        self.dist = init_distributed()
+        _check_split(config, self.dist.world)
+        self.optimizer, self._param_names = build_optimizer(
+            model, lr=config.lr, weight_decay=config.weight_decay, betas=config.betas, eps=config.eps
+        )
+        self._device = next(model.parameters()).device
+        self._net = self._wrap(model)
+        self.step = 0
+        self.tokens_seen = 0
+        self.last_checkpoint: Path | None = None
+        self._elapsed_before = 0.0
+        self._started = time.perf_counter()
+        self._stop_signal: int | None = None
+        self._log = RunLogger(self.run_dir, enabled=False)
+        self._bar: Any = None
+
+    @property
+    def checkpoint_dir(self) -> Path:
+        """``run_dir/checkpoints``."""
+        return self.run_dir / "checkpoints"
+
+    def _wrap(self, model: nn.Module) -> nn.Module:
+        if self.dist.world <= 1:
+            return model
+        from torch.nn.parallel import DistributedDataParallel
+
+        ids = [self.dist.local_rank] if self._device.type == "cuda" else None
+        return DistributedDataParallel(model, device_ids=ids)
+
+    # ------------------------------------------------------------------ entry point
+
+    def train(self, resume: bool | Path = True) -> TrainResult:
+        """Train up to ``config.steps`` updates.
+
+        Args:
+            resume: True continues from ``run_dir``'s latest checkpoint if there is one (else
+                starts fresh); a path names a checkpoint directory (or a run directory) to
+                start from; False starts from the trainer's in-memory state.
+
+        Raises:
+            TrainingDiverged: a step's loss or gradient norm was not finite; that update was
+                not applied and the message names the last good checkpoint.
+            CheckpointError: the checkpoint to resume from is missing, incomplete or does not fit.
+        """
+        self._prepare(resume)
+        try:
+            if self.step >= self.config.steps:
+                logger.info("already at step %d of %d; nothing to train", self.step, self.config.steps)
+                return TrainResult(self.step, [], {}, self.last_checkpoint, False)
+            with self._signal_handlers(), self._progress_bar():
+                return self._loop()
+        finally:
+            self._log.close()
+
+    def _prepare(self, resume: bool | Path) -> None:
+        """Threads, seeds, resume, config.json and the log, before the first step."""
+        if self.config.threads > 0:
+            torch.set_num_threads(self.config.threads)
+        self._stop_signal = None
+        path = self._resume_path(resume)
+        rng = self._restore(path) if path is not None else None
+        self._log = RunLogger(self.run_dir, enabled=self.dist.is_main, tensorboard=self.config.tensorboard)
+        self._log.truncate_after(self.step)
+        if self.dist.is_main:
+            write_json_atomic(self.run_dir / "config.json", self.run_config)
+        if rng is not None:  # last, so that nothing above (e.g. importing tensorboard) draws from it
+            restore_rng(rng, self.dist.rank)
+        elif self.step == 0:
+            seed_everything(self.config.seed + self.dist.rank)
+        self._net.train()
+
+    def _resume_path(self, resume: bool | Path) -> Path | None:
+        if resume is False:
+            if self.step == 0 and latest_checkpoint(self.run_dir) is not None:
+                logger.warning("starting afresh in %s, which holds checkpoints of an earlier run", self.run_dir)
+            return None
+        if resume is True:
+            found = latest_checkpoint(self.run_dir)
+            if found is None:
+                logger.info("no checkpoint in %s; starting a fresh run", self.checkpoint_dir)
+            return found
+        path = Path(resume)
+        if not (path / STATE_FILE).is_file() and latest_checkpoint(path) is not None:
+            return latest_checkpoint(path)
+        return path
+
+    def _restore(self, path: Path) -> RngState:
+        """Load model, optimizer and counters from ``path``; return the RNG state to apply."""
+        state, rng = load_checkpoint(path, self.model, self.optimizer, self._param_names)
+        self.step, self.tokens_seen, self._elapsed_before = state.step, state.tokens_seen, state.elapsed_s
+        self.last_checkpoint = Path(path)
+        if state.world_size != self.dist.world:
+            logger.warning(
+                "%s was written by %d processes, resuming with %d: the data and updates are the same, "
+                "per-rank random streams are not", path, state.world_size, self.dist.world,
+            )
+        current = to_dict(self.config)
+        changed = [f"{k}: {v!r} -> {current[k]!r}" for k, v in state.train_config.items() if current.get(k, v) != v]
+        if changed:
+            logger.warning("resuming with changed training settings: %s", "; ".join(changed))
+        logger.info("resumed from %s at step %d", path, self.step)
+        return rng
+
+    # ------------------------------------------------------------------ the loop
+
+    def _loop(self) -> TrainResult:
+        losses: list[float] = []
+        last_eval: dict[str, float] = {}
+        stopping = False
+        self._started = time.perf_counter()
+        while self.step < self.config.steps:
+            stats = self._train_step()
+            losses.append(stats.loss)
+            self._report(stats)
+            if self.evaluate is not None and self._due(self.config.eval_every):
+                last_eval = self._run_evaluation()
+            stopping = any_rank(self._stop_signal is not None)
+            if stopping or self._due(self.config.checkpoint_every):
+                self._save_checkpoint()
+            if stopping:
+                logger.warning("stopped by signal after step %d; checkpoint %s", self.step, self.last_checkpoint)
+                break
+        self._export()
+        return TrainResult(self.step, losses, last_eval, self.last_checkpoint, stopping)
+
+    def _due(self, every: int) -> bool:
+        """True at multiples of ``every`` (when > 0) and always at the last step."""
+        return self.step == self.config.steps or (every > 0 and self.step % every == 0)
+
+    def _elapsed(self) -> float:
+        return self._elapsed_before + time.perf_counter() - self._started
+
+    def _train_step(self) -> _StepStats:
+        """One optimizer update; raises :class:`TrainingDiverged` before applying a bad one."""
+        start = time.perf_counter()
+        batches = self._micro_batches()
+        counts, tokens = self._global_counts(batches)
+        sums = self._forward_backward(batches, counts)
+        terms = {k: sums[k] / max(counts[k], 1.0) for k in counts}
+        loss = float(sum(terms.values()))
+        grad_norm = self._clip_gradients()
+        self._check_finite(loss, grad_norm)
+        lr = self._apply_update()
+        self.step += 1
+        self.tokens_seen += tokens
+        return _StepStats(loss, terms, lr, grad_norm, tokens, time.perf_counter() - start)
+
+    def _micro_batches(self) -> list[dict[str, torch.Tensor]]:
+        batches = self.data.micro_batches(self.step, self.dist.rank, self.dist.world)
+        if len(batches) != self.config.accumulation:
+            raise ConfigError(
+                f"{type(self.data).__name__}.micro_batches returned {len(batches)} micro-batches "
+                f"for step {self.step}; train.accumulation is {self.config.accumulation}"
+            )
+        return batches
+
+    def _global_counts(self, batches: list[dict[str, torch.Tensor]]) -> tuple[dict[str, float], int]:
+        """Per-term unit counts of this update over all micro-batches and ranks, and tokens."""
+        norms = [self.data.normalizers(b) for b in batches]
+        keys = sorted(norms[0])
+        for norm in norms[1:]:
+            if sorted(norm) != keys:
+                raise ConfigError(f"normalizers disagree between micro-batches: {keys} vs {sorted(norm)}")
+        local = [sum(float(n[k]) for n in norms) for k in keys]
+        local.append(float(sum(int(self.data.num_tokens(b)) for b in batches)))
+        total = all_reduce_sum(torch.tensor(local, dtype=torch.float64)).tolist()
+        return dict(zip(keys, total[:-1])), int(total[-1])
+
+    def _forward_backward(self, batches: list[dict[str, torch.Tensor]], counts: dict[str, float]) -> dict[str, float]:
+        """Backpropagate ``world * sum_k loss_sums[k] / N_k`` per micro-batch; return global sums."""
+        keys = sorted(counts)
+        local = torch.zeros(len(keys), dtype=torch.float64)
+        for index, batch in enumerate(batches):
+            with self._sync(last=index == len(batches) - 1):
+                sums = self._loss_sums(self._net(**self._to_device(batch)), keys)
+                loss = sum(sums[k] / max(counts[k], 1.0) for k in keys) * float(self.dist.world)
+                loss.backward()
+            local += torch.stack([sums[k].detach().double().cpu() for k in keys])
+        return dict(zip(keys, all_reduce_sum(local).tolist()))
+
+    def _sync(self, last: bool) -> AbstractContextManager:
+        """DDP all-reduces gradients only on the last micro-batch of an update."""
+        if last or self._net is self.model:
+            return nullcontext()
+        return self._net.no_sync()
+
+    def _to_device(self, batch: dict[str, Any]) -> dict[str, Any]:
+        return {k: v.to(self._device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
+
+    @staticmethod
+    def _loss_sums(out: Any, keys: list[str]) -> dict[str, torch.Tensor]:
+        sums = getattr(out, "loss_sums", None)
+        if not isinstance(sums, dict):
+            raise ConfigError(f"the model returned {type(out).__name__}, which has no loss_sums dict")
+        if sorted(sums) != keys:
+            raise ConfigError(f"model loss_sums terms {sorted(sums)} differ from data normalizers {keys}")
+        return sums
+
+    def _clip_gradients(self) -> float:
+        """Global gradient norm before clipping; clips to ``clip_grad_norm`` when it is > 0."""
+        params = [p for g in self.optimizer.param_groups for p in g["params"] if p.grad is not None]
+        if not params:
+            return 0.0
+        if self.config.clip_grad_norm > 0:
+            return float(torch.nn.utils.clip_grad_norm_(params, self.config.clip_grad_norm))
+        norms = torch.stack([torch.linalg.vector_norm(p.grad.detach(), dtype=torch.float32) for p in params])
+        return float(torch.linalg.vector_norm(norms))
+
+    def _check_finite(self, loss: float, grad_norm: float) -> None:
+        if math.isfinite(loss) and math.isfinite(grad_norm):
+            return
+        self.optimizer.zero_grad(set_to_none=True)
+        good = str(self.last_checkpoint) if self.last_checkpoint else "none (no checkpoint written yet)"
+        message = (
+            f"loss {loss} / gradient norm {grad_norm} at step {self.step + 1} is not finite; "
+            f"the update was not applied; last good checkpoint: {good}"
+        )
+        logger.error(message)
+        raise TrainingDiverged(message)
+
+    def _apply_update(self) -> float:
+        cfg = self.config
+        factor = lr_factor(
+            self.step + 1, total_steps=cfg.steps, warmup_steps=cfg.warmup_steps,
+            schedule=cfg.schedule, min_lr_ratio=cfg.min_lr_ratio,
+        )
+        for group in self.optimizer.param_groups:
+            group["lr"] = cfg.lr * factor
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return cfg.lr * factor
+
+    # ------------------------------------------------------------------ reporting, eval, saving
+
+    def _report(self, stats: _StepStats) -> None:
+        record = {"step": self.step, "loss": stats.loss, **{f"loss/{k}": v for k, v in stats.terms.items()}}
+        tokens_per_s = stats.tokens / max(stats.seconds, 1e-9)
+        record.update(lr=stats.lr, grad_norm=stats.grad_norm, tokens_per_s=tokens_per_s, elapsed_s=self._elapsed())
+        every = self.config.log_every
+        periodic = every > 0 and self.step % every == 0
+        self._log.log(record, tensorboard=periodic)
+        if periodic and self.dist.is_main:
+            logger.info(
+                "step %d/%d loss %.4f lr %.3g grad_norm %.3f tokens/s %.0f",
+                self.step, self.config.steps, stats.loss, stats.lr, stats.grad_norm, tokens_per_s,
+            )
+        if self._bar is not None:
+            self._bar.set_postfix(loss=f"{stats.loss:.4f}", tok_s=f"{tokens_per_s:.0f}", refresh=False)
+            self._bar.update(1)
+
+    def _run_evaluation(self) -> dict[str, float]:
+        """Call ``evaluate`` in eval mode, without gradients or RNG side effects; log the result."""
+        assert self.evaluate is not None
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            with torch.no_grad(), preserved_rng():
+                metrics = {k: float(v) for k, v in self.evaluate(self.model).items()}
+        finally:
+            self.model.train(was_training)
+        self._log.log({"step": self.step, **{f"eval/{k}": v for k, v in metrics.items()}})
+        if self.dist.is_main:
+            logger.info("eval at step %d: %s", self.step, ", ".join(f"{k} {v:.4f}" for k, v in metrics.items()))
+        return metrics
+
+    def _save_checkpoint(self) -> None:
+        """Main rank writes the checkpoint (with every rank's torch RNG state); all ranks wait."""
+        rng = capture_rng()
+        if self.dist.world > 1:
+            for rank, state in enumerate(all_gather(rng.torch["torch.cpu"])):
+                rng.torch[f"torch.cpu.rank{rank}"] = state
+        path = self.checkpoint_dir / checkpoint_name(self.step)
+        if self.dist.is_main:
+            state = TrainerState(
+                step=self.step, tokens_seen=self.tokens_seen, elapsed_s=self._elapsed(),
+                world_size=self.dist.world, train_config=to_dict(self.config), run_config=self.run_config,
+            )
+            path = save_checkpoint(
+                self.checkpoint_dir, self.model, self.optimizer, self._param_names, state, rng,
+                keep=self.config.keep_checkpoints,
+            )
+            self._log.log({"step": self.step, "checkpoint": str(path)}, tensorboard=False)
+            logger.info("checkpoint %s", path)
+        barrier()
+        self.last_checkpoint = path
+
+    def _export(self) -> None:
+        """Main rank calls ``save_model`` into ``run_dir/model`` (atomically); all ranks wait."""
+        if self.save_model is None:
+            return
+        if self.dist.is_main:
+            tmp = self.run_dir / f".tmp-model-{os.getpid()}"
+            tmp.mkdir(parents=True, exist_ok=True)
+            self.save_model(self.model, tmp)
+            replace_dir(tmp, self.run_dir / "model")
+            logger.info("exported the model to %s", self.run_dir / "model")
+        barrier()
+
+    # ------------------------------------------------------------------ signals and progress
+
+    @contextmanager
+    def _signal_handlers(self) -> Iterator[None]:
+        """On SIGINT/SIGTERM finish the step, checkpoint and return; a second signal aborts."""
+        if threading.current_thread() is not threading.main_thread():
+            logger.warning("train() is not on the main thread: signals will not stop it cleanly")
+            yield
+            return
+        previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+        for sig in previous:
+            signal.signal(sig, self._on_signal)
+        try:
+            yield
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
+
+    def _on_signal(self, signum: int, frame: object) -> None:
+        if self._stop_signal is not None:
+            raise KeyboardInterrupt(f"second {signal.Signals(signum).name}: aborting without a checkpoint")
+        self._stop_signal = signum
+        logger.warning("%s received: finishing step %d, then checkpointing", signal.Signals(signum).name, self.step + 1)
+
+    @contextmanager
+    def _progress_bar(self) -> Iterator[None]:
+        """tqdm bar on the main rank (disabled when ``progress`` is off or stderr is not a TTY)."""
+        enabled = self.config.progress and self.dist.is_main
+        bar = tqdm(
+            total=self.config.steps, initial=self.step, unit="step", desc="train",
+            dynamic_ncols=True, disable=None if enabled else True,
+        )
+        self._bar = bar
+        try:
+            yield
+        finally:
+            bar.close()
+            self._bar = None

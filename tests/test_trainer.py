@@ -1,0 +1,278 @@
+"""The shared Trainer: schedule, AdamW groups, loss normalisation, logs, exact resume in a new
+process, SIGTERM, NaN handling and 2-process DDP == 1 process. Toy model: ``_toy_train.py``."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from _toy_train import ToyData, ToyModel, toy_config  # noqa: E402
+
+from muppets.errors import ConfigError, TrainingDiverged  # noqa: E402
+from muppets.train import (  # noqa: E402
+    Trainer,
+    build_optimizer,
+    lr_factor,
+    param_groups,
+    read_log,
+    step_losses,
+)
+
+SCRIPT = HERE / "_toy_train.py"
+
+
+@pytest.fixture(autouse=True)
+def _keep_threads():
+    threads = torch.get_num_threads()
+    yield
+    torch.set_num_threads(threads)
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+    src = str(HERE.parent / "src")
+    env["PYTHONPATH"] = src + os.pathsep + env.get("PYTHONPATH", "")
+    return env
+
+
+def _run_script(*args: str, timeout: float = 60) -> dict:
+    out = Path(args[0]).with_suffix(".json")
+    cmd = [sys.executable, str(SCRIPT), *args, "--out", str(out)]
+    proc = subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(out.read_text())
+
+
+def _train(run_dir: Path, dropout: float = 0.1, data: ToyData | None = None, **overrides) -> tuple[Trainer, object]:
+    config = toy_config(**overrides)
+    data = data or ToyData(config.batch_size, config.accumulation)
+    trainer = Trainer(ToyModel(dropout=dropout), data, config, run_dir)
+    return trainer, trainer.train(resume=False)
+
+
+def _params(path: Path) -> dict[str, torch.Tensor]:
+    return load_file(str(path / "model.safetensors"))
+
+
+def _max_diff(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:
+    assert a.keys() == b.keys()
+    return max(float((a[k] - b[k]).abs().max()) for k in a)
+
+
+# ------------------------------------------------------------------ building blocks
+
+
+def test_schedule_is_a_pure_function_of_step() -> None:
+    kw = dict(total_steps=20, warmup_steps=10)
+    assert [lr_factor(s, **kw) for s in (1, 5, 10)] == [0.1, 0.5, 1.0]
+    assert lr_factor(20, **kw, schedule="linear") == 0.0
+    assert lr_factor(15, **kw, schedule="linear") == pytest.approx(0.5)
+    assert lr_factor(15, **kw, schedule="cosine") == pytest.approx(0.5)
+    assert lr_factor(20, **kw, schedule="cosine", min_lr_ratio=0.1) == pytest.approx(0.1)
+    assert lr_factor(20, **kw, schedule="constant") == 1.0
+    assert lr_factor(1, total_steps=1) == 0.0 and lr_factor(1, total_steps=2) == 0.5
+    with pytest.raises(ConfigError, match="'step'"):
+        lr_factor(1, total_steps=2, schedule="step")
+
+
+def test_no_weight_decay_on_biases_norms_and_1d_params() -> None:
+    groups, names = param_groups(ToyModel(), 0.01)
+    assert names[0] == ["embed.weight", "proj.weight", "cls.weight"]  # tied out.weight counted once
+    assert names[1] == ["norm.weight", "norm.bias", "proj.bias", "out.bias", "cls.bias"]
+    assert [g["weight_decay"] for g in groups] == [0.01, 0.0]
+
+
+def test_optimizer_kernel_matches_reference_adamw() -> None:
+    a, b = ToyModel(dropout=0.0), ToyModel(dropout=0.0)
+    fast, _ = build_optimizer(a, lr=1e-2, weight_decay=0.01, betas=[0.9, 0.999], eps=1e-6)
+    groups, _ = param_groups(b, 0.01)
+    ref = torch.optim.AdamW(groups, lr=1e-2, betas=(0.9, 0.999), eps=1e-6, foreach=False)
+    data = ToyData(8, 1)
+    for step in range(5):
+        for model, opt in ((a, fast), (b, ref)):
+            out = model(**data.micro_batches(step, 0, 1)[0])
+            (out.loss_sums["mlm"] + out.loss_sums["cls"]).backward()
+            opt.step()
+            opt.zero_grad()
+    assert _max_diff(a.state_dict(), b.state_dict()) < 1e-6
+
+
+def test_config_errors_are_typed(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="schedule"):
+        toy_config(schedule="exp")
+    with pytest.raises(ConfigError, match="batch_size"):
+        toy_config(batch_size=0)
+    with pytest.raises(ConfigError, match="batch_size=10 is not divisible"):
+        Trainer(ToyModel(), ToyData(10, 4), toy_config(batch_size=10, accumulation=4), tmp_path)
+
+
+# ------------------------------------------------------------------ loss normalisation
+
+
+def _grads(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    return {n: p.grad.clone() for n, p in model.named_parameters()}
+
+
+def test_accumulation_equals_one_big_batch(tmp_path: Path) -> None:
+    small = ToyData(32, 4)
+    mlm_counts = [small.normalizers(b)["mlm"] for b in small.micro_batches(0, 0, 1)]
+    assert len(set(mlm_counts)) > 1  # counts differ between micro-batches: mean-of-means is wrong
+    accumulated, _ = _train(tmp_path / "a", dropout=0.0, steps=1, batch_size=32, accumulation=4)
+    single, _ = _train(tmp_path / "b", dropout=0.0, steps=1, batch_size=32, accumulation=1)
+    assert _max_diff(accumulated.model.state_dict(), single.model.state_dict()) <= 1e-6
+    three_a, res_a = _train(tmp_path / "c", dropout=0.0, steps=3, batch_size=32, accumulation=4)
+    three_b, res_b = _train(tmp_path / "d", dropout=0.0, steps=3, batch_size=32, accumulation=1)
+    assert _max_diff(three_a.model.state_dict(), three_b.model.state_dict()) <= 1e-6
+    assert max(abs(x - y) for x, y in zip(res_a.losses, res_b.losses)) <= 1e-6
+
+    # The gradient the trainer accumulates equals the big batch's; naive mean-of-means differs.
+    trainer = Trainer(ToyModel(dropout=0.0), small, toy_config(batch_size=32, accumulation=4), tmp_path / "e")
+    batches = trainer._micro_batches()
+    trainer._forward_backward(batches, trainer._global_counts(batches)[0])
+    exact = _grads(trainer.model)
+    big = ToyModel(dropout=0.0)
+    out = big(**ToyData(32, 1).micro_batches(0, 0, 1)[0])
+    (out.loss_sums["mlm"] / sum(mlm_counts) + out.loss_sums["cls"] / 32).backward()
+    naive = ToyModel(dropout=0.0)
+    for batch in batches:
+        out = naive(**batch)
+        n = small.normalizers(batch)
+        ((out.loss_sums["mlm"] / n["mlm"] + out.loss_sums["cls"] / n["cls"]) / 4).backward()
+    assert _max_diff(exact, _grads(big)) <= 1e-6
+    assert _max_diff(exact, _grads(naive)) > 1e-3
+
+
+# ------------------------------------------------------------------ logs, eval, export
+
+
+def test_logs_eval_checkpoints_and_export(tmp_path: Path) -> None:
+    seen = []
+
+    def evaluate(model: torch.nn.Module) -> dict[str, float]:
+        seen.append((model.training, torch.is_grad_enabled()))
+        torch.rand(5)  # must not disturb the training RNG stream
+        return {"score": 0.5}
+
+    def export(model: torch.nn.Module, path: Path) -> None:
+        (path / "weights.txt").write_text(str(sum(p.numel() for p in model.parameters())))
+
+    config = toy_config(steps=4, eval_every=2, checkpoint_every=2, keep_checkpoints=1,
+                        log_every=2, tensorboard=True)
+    trainer = Trainer(ToyModel(), ToyData(8, 2), config, tmp_path, evaluate=evaluate,
+                      run_config={"model": "toy"}, save_model=export)
+    result = trainer.train()
+    assert seen == [(False, False), (False, False)] and trainer.model.training
+    assert result.step == 4 and len(result.losses) == 4 and result.last_eval == {"score": 0.5}
+    assert result.checkpoint == tmp_path / "checkpoints" / "step-00000004" and not result.stopped_early
+    assert [p.name for p in (tmp_path / "checkpoints").iterdir() if p.is_dir()] == ["step-00000004"]
+    records = read_log(tmp_path)
+    steps = [r for r in records if "loss" in r]
+    assert [r["step"] for r in steps] == [1, 2, 3, 4]
+    assert {"loss", "loss/mlm", "loss/cls", "lr", "grad_norm", "tokens_per_s", "elapsed_s"} <= steps[0].keys()
+    assert all(abs(r["loss"] - r["loss/mlm"] - r["loss/cls"]) < 1e-9 for r in steps)
+    assert [r["step"] for r in records if "eval/score" in r] == [2, 4]
+    assert list(step_losses(tmp_path).values()) == result.losses
+    assert json.loads((tmp_path / "config.json").read_text()) == {"model": "toy"}
+    assert (tmp_path / "model" / "weights.txt").is_file()
+    assert any((tmp_path / "tb").iterdir())
+    _, plain = _train(tmp_path / "no-eval", steps=4)  # evaluation leaves the losses unchanged
+    assert plain.losses == result.losses
+
+
+# ------------------------------------------------------------------ resume, signals, NaN
+
+
+def test_resume_in_new_process_equals_uninterrupted(tmp_path: Path) -> None:
+    _, full = _train(tmp_path / "full", steps=6)
+    first = _run_script(str(tmp_path / "split"), "--steps", "6", "--signal-at", "2")
+    assert first["stopped_early"] and first["step"] == 3
+    assert first["checkpoint"].endswith("step-00000003")
+    second = _run_script(str(tmp_path / "split"), "--steps", "6", "--resume", "latest")
+    assert second["step"] == 6 and not second["stopped_early"]
+    resumed = first["losses"] + second["losses"]
+    assert len(resumed) == 6
+    assert max(abs(a - b) for a, b in zip(resumed, full.losses)) <= 1e-6
+    assert list(step_losses(tmp_path / "split").values()) == resumed
+    ckpt = "checkpoints/step-00000006"
+    assert _max_diff(_params(tmp_path / "full" / ckpt), _params(tmp_path / "split" / ckpt)) <= 1e-6
+
+
+def test_sigterm_from_outside_checkpoints_and_returns(tmp_path: Path) -> None:
+    run_dir, out = tmp_path / "run", tmp_path / "run.json"
+    cmd = [sys.executable, str(SCRIPT), str(run_dir), "--steps", "100000", "--sleep", "0.02", "--out", str(out)]
+    proc = subprocess.Popen(cmd, env=_env(), stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 30
+        while len(read_log(run_dir)) < 2:
+            assert proc.poll() is None and time.monotonic() < deadline, "trainer did not start"
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, stderr[-3000:]
+    result = json.loads(out.read_text())
+    assert result["stopped_early"] and 2 <= result["step"] < 100000
+    latest = (run_dir / "checkpoints" / "latest").read_text().strip()
+    assert result["checkpoint"] == str(run_dir / "checkpoints" / latest)
+    assert latest == f"step-{result['step']:08d}"
+    assert read_log(run_dir)[-1] == {"step": result["step"], "checkpoint": result["checkpoint"]}
+
+
+def test_nan_stops_without_update_and_names_last_good_checkpoint(tmp_path: Path) -> None:
+    handler = signal.getsignal(signal.SIGTERM)
+    config = toy_config(steps=8, checkpoint_every=2)
+    trainer = Trainer(ToyModel(), ToyData(8, 2, nan_at=4), config, tmp_path)
+    good = tmp_path / "checkpoints" / "step-00000004"
+    with pytest.raises(TrainingDiverged, match=f"step 5 .*{good}"):
+        trainer.train()
+    assert trainer.step == 4 and good.is_dir()
+    assert not (tmp_path / "checkpoints" / "step-00000005").exists()
+    saved = _params(good)
+    live = trainer.model.state_dict()
+    assert _max_diff(saved, {k: live[k] for k in saved}) == 0.0  # the bad update was not applied
+    assert all(p.grad is None for p in trainer.model.parameters())
+    assert signal.getsignal(signal.SIGTERM) is handler
+
+
+def test_resume_from_missing_path_is_a_checkpoint_error(tmp_path: Path) -> None:
+    from muppets.errors import CheckpointError
+
+    trainer = Trainer(ToyModel(), ToyData(8, 2), toy_config(), tmp_path)
+    with pytest.raises(CheckpointError, match="nowhere"):
+        trainer.train(resume=tmp_path / "nowhere")
+
+
+# ------------------------------------------------------------------ DDP
+
+
+def test_two_process_ddp_equals_one_process(tmp_path: Path) -> None:
+    args = ["--steps", "4", "--batch", "8", "--accumulation", "2", "--dropout", "0"]
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+           str(SCRIPT), str(tmp_path / "ddp"), *args, "--out", str(tmp_path / "ddp.json")]
+    proc = subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=80)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    ddp = json.loads((tmp_path / "ddp.json").read_text())
+    assert ddp["world"] == 2
+    _, single = _train(tmp_path / "one", dropout=0.0, steps=4, batch_size=8, accumulation=2)
+    assert max(abs(a - b) for a, b in zip(ddp["losses"], single.losses)) <= 1e-5
+    # Adam hides a wrong gradient scale in the parameters; the logged gradient norm does not.
+    norms = [[r["grad_norm"] for r in read_log(tmp_path / d) if "loss" in r] for d in ("ddp", "one")]
+    assert len(norms[0]) == 4 and max(abs(a - b) for a, b in zip(*norms)) <= 1e-5
+    ckpt = "checkpoints/step-00000004"
+    assert _max_diff(_params(tmp_path / "ddp" / ckpt), _params(tmp_path / "one" / ckpt)) <= 1e-5
+    rng = load_file(str(tmp_path / "ddp" / ckpt / "rng.safetensors"))
+    assert {"torch.cpu", "torch.cpu.rank0", "torch.cpu.rank1"} <= rng.keys()
+    assert not math.isnan(ddp["losses"][-1])
