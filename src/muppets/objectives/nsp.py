@@ -3,16 +3,18 @@
 An *epoch plan* walks every document sentence by sentence, as google-research/bert's
 ``create_instances_from_document`` does: sentences are gathered until a target length is
 reached (``max_seq_len - 3``, or with probability ``short_seq_prob`` a random shorter one),
-split at a random sentence boundary into segment A and B; with probability 1/2 — and always
-when only one sentence is gathered — B is replaced by text from a random other document and the
-unused sentences are put back. Pairs longer than the budget are trimmed one token at a time from
+split at a random sentence boundary into segment A and B; with probability 1/2 B is replaced by
+text from a random other document and the unused sentences are put back. The reference forces
+NotNext whenever only one sentence was gathered, which skews the labels towards NotNext (56% on
+short documents); here an IsNext draw on a one-sentence chunk takes the next sentence as B, or,
+for a document's lone last sentence, emits nothing — so the labels are 50/50 in expectation. Pairs longer than the budget are trimmed one token at a time from
 the front or back (at random) of the longer segment.
 
 Because the sentences of a document are contiguous in the token shards, each segment is one
 token range, so a plan is five integer columns — ``a_lo, a_hi, b_lo, b_hi, is_random`` — and
-building it costs O(#sentences) time and O(#instances) memory. Differences from the reference:
-the short target length is drawn per instance (the reference draws it once per document), and
-documents are taken from a held-in/held-out split.
+building it costs O(#sentences) time and O(#instances) memory. Other differences from the
+reference: the short target length is drawn per instance (the reference draws it once per
+document), and documents come from a held-in/held-out split.
 """
 
 from __future__ import annotations
@@ -68,9 +70,14 @@ class _Walker:
         while i < s1:
             length = self.tok(i + 1) - self.tok(chunk_start)
             if i == s1 - 1 or length >= target:
+                want_random = self.rng.random() < 0.5
+                if i == chunk_start and not want_random:
+                    if i + 1 == s1:
+                        break  # a lone last sentence cannot be IsNext: skip it, keep labels 50/50
+                    i += 1  # IsNext needs two sentences: take the next one as B
                 n = i + 1 - chunk_start
                 a_end = chunk_start + (int(self.rng.integers(1, n)) if n >= 2 else 1)
-                if n == 1 or self.rng.random() < 0.5:
+                if n == 1 or want_random:
                     b = self.random_b(d, target - (self.tok(a_end) - self.tok(chunk_start)))
                     if b is not None:
                         self.emit(chunk_start, a_end, *b, True)

@@ -84,6 +84,7 @@ class TrainConfig:
     tensorboard: bool = True  # also log to run_dir/tb when tensorboard is installed
     progress: bool = True  # tqdm bar with loss, tokens/s, ETA (main rank, on a TTY)
     threads: int = 0  # torch.set_num_threads; 0 = leave as is
+    max_minutes: float = 0.0  # wall-clock budget of one train() call: evaluate, checkpoint, stop; 0 = none
 
     def __post_init__(self) -> None:
         check_schedule(self.schedule, self.min_lr_ratio)
@@ -131,7 +132,7 @@ class TrainResult:
     losses: list[float]  # the loss of every step run by THIS call (steps step-len+1 .. step)
     last_eval: dict[str, float]  # the last evaluation's metrics ({} without an evaluate callback)
     checkpoint: Path | None  # the last checkpoint written (or resumed from)
-    stopped_early: bool  # True when a SIGINT/SIGTERM stopped training
+    stopped_early: bool  # True when a SIGINT/SIGTERM or the max_minutes budget stopped training
 
 
 @dataclass
@@ -317,16 +318,22 @@ class Trainer:
             stats = self._train_step()
             losses.append(stats.loss)
             self._report(stats)
-            if self.evaluate is not None and self._due(self.config.eval_every):
+            out_of_time = any_rank(self._out_of_time())
+            if self.evaluate is not None and (out_of_time or self._due(self.config.eval_every)):
                 last_eval = self._run_evaluation()
-            stopping = any_rank(self._stop_signal is not None)
+            stopping = out_of_time or any_rank(self._stop_signal is not None)
             if stopping or self._due(self.config.checkpoint_every):
                 self._save_checkpoint()
             if stopping:
-                logger.warning("stopped by signal after step %d; checkpoint %s", self.step, self.last_checkpoint)
+                why = "time budget" if out_of_time else "signal"
+                logger.warning("stopped by %s after step %d; checkpoint %s", why, self.step, self.last_checkpoint)
                 break
         self._export()
         return TrainResult(self.step, losses, last_eval, self.last_checkpoint, stopping)
+
+    def _out_of_time(self) -> bool:
+        limit = self.config.max_minutes * 60.0
+        return limit > 0 and self.step < self.config.steps and time.perf_counter() - self._started > limit
 
     def _due(self, every: int) -> bool:
         """True at multiples of ``every`` (when > 0) and always at the last step."""
