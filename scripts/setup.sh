@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Set up (or refresh) the project's virtualenv at .venv: the CPU build of torch 2.13.0 first —
+# so that no later requirement can pull a CUDA build —, then muppets with its extras and the
+# `muppets` command. Safe to run again: everything already installed is kept.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PYTHON=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+  "$PYTHON" -m venv .venv
+fi
+.venv/bin/python -m pip install --quiet --disable-pip-version-check "torch==2.13.0"
+.venv/bin/python -m pip install --quiet --disable-pip-version-check -e ".[dev,tensorboard]"
+.venv/bin/python -c "import torch, muppets; assert torch.__version__.startswith('2.13.0'), torch.__version__"
