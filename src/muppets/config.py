@@ -32,66 +32,84 @@ def _field_types(cls: type) -> dict[str, Any]:
 def _check_value(value: Any, annotation: Any, key: str) -> Any:
     """Return ``value`` converted to ``annotation`` or raise :class:`ConfigError` naming ``key``."""
     origin = typing.get_origin(annotation)
-    args = typing.get_args(annotation)
     if annotation is Any:
         return value
     if origin in (typing.Union, types.UnionType):
-        if value is None and type(None) in args:
-            return None
-        errors = []
-        for arg in args:
-            if arg is type(None):
-                continue
-            try:
-                return _check_value(value, arg, key)
-            except ConfigError as err:
-                errors.append(str(err))
-        raise ConfigError(f"{key}: {value!r} matches none of {annotation}")
+        return _check_union(value, typing.get_args(annotation), key)
     if origin is typing.Literal:
-        if value not in args:
-            raise ConfigError(f"{key}: {value!r} is not one of {list(args)}")
+        if value not in typing.get_args(annotation):
+            raise ConfigError(f"{key}: {value!r} is not one of {list(typing.get_args(annotation))}")
         return value
-    if origin in (list, tuple):
-        if not isinstance(value, (list, tuple)):
-            raise ConfigError(f"{key}: expected a list, got {value!r}")
-        inner = args[0] if args else Any
-        return [_check_value(v, inner, f"{key}[{i}]") for i, v in enumerate(value)]
-    if origin is dict:
-        if not isinstance(value, dict):
-            raise ConfigError(f"{key}: expected a mapping, got {value!r}")
-        return dict(value)
+    if origin in (list, tuple, dict):
+        return _check_container(value, origin, typing.get_args(annotation), key)
     if dataclasses.is_dataclass(annotation):
         if isinstance(value, annotation):
             return value
         if not isinstance(value, dict):
             raise ConfigError(f"{key}: expected a mapping for {annotation.__name__}, got {value!r}")
         return from_dict(annotation, value, prefix=f"{key}.")
-    if annotation is float:
-        if isinstance(value, str):  # YAML 1.1 reads 3e-4 (no dot) as a string
-            try:
-                return float(value)
-            except ValueError:
-                pass
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ConfigError(f"{key}: expected a number, got {value!r}")
-        return float(value)
-    if annotation is int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            if isinstance(value, float) and value.is_integer():
-                return int(value)
-            raise ConfigError(f"{key}: expected an integer, got {value!r}")
-        return value
-    if annotation is bool:
-        if not isinstance(value, bool):
-            raise ConfigError(f"{key}: expected true/false, got {value!r}")
-        return value
-    if annotation is str:
-        if not isinstance(value, (str, int, float)) or isinstance(value, bool):
-            raise ConfigError(f"{key}: expected a string, got {value!r}")
-        return str(value)
+    if annotation in _SCALARS:
+        return _SCALARS[annotation](value, key)
     if isinstance(annotation, type) and not isinstance(value, annotation):
         raise ConfigError(f"{key}: expected {annotation.__name__}, got {value!r}")
     return value
+
+
+def _check_union(value: Any, args: tuple, key: str) -> Any:
+    if value is None and type(None) in args:
+        return None
+    for arg in args:
+        if arg is not type(None):
+            try:
+                return _check_value(value, arg, key)
+            except ConfigError:
+                pass
+    raise ConfigError(f"{key}: {value!r} matches none of {' | '.join(getattr(a, '__name__', str(a)) for a in args)}")
+
+
+def _check_container(value: Any, origin: type, args: tuple, key: str) -> Any:
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(f"{key}: expected a mapping, got {value!r}")
+        return dict(value)
+    if not isinstance(value, (list, tuple)):
+        raise ConfigError(f"{key}: expected a list, got {value!r}")
+    inner = args[0] if args else Any
+    return [_check_value(v, inner, f"{key}[{i}]") for i, v in enumerate(value)]
+
+
+def _to_float(value: Any, key: str) -> float:
+    if isinstance(value, str):  # YAML 1.1 reads 3e-4 (no dot) as a string
+        try:
+            return float(value)
+        except ValueError:
+            pass
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ConfigError(f"{key}: expected a number, got {value!r}")
+    return float(value)
+
+
+def _to_int(value: Any, key: str) -> int:
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(f"{key}: expected an integer, got {value!r}")
+    return value
+
+
+def _to_bool(value: Any, key: str) -> bool:
+    if not isinstance(value, bool):
+        raise ConfigError(f"{key}: expected true/false, got {value!r}")
+    return value
+
+
+def _to_str(value: Any, key: str) -> str:
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+        raise ConfigError(f"{key}: expected a string, got {value!r}")
+    return str(value)
+
+
+_SCALARS = {float: _to_float, int: _to_int, bool: _to_bool, str: _to_str}
 
 
 def from_dict(cls: type[T], data: dict[str, Any], prefix: str = "") -> T:
