@@ -67,10 +67,14 @@ def _pretrain(args: argparse.Namespace) -> int:
 def _print_pretrain_summary(summary: dict) -> None:
     ev = summary.get("eval", {})
     print(f"\npretraining {'stopped' if summary['stopped_early'] else 'finished'} at step {summary['step']}")
+    base = summary.get("unigram_baseline", {})
     if "mlm_accuracy" in ev:
-        print(f"held-out MLM accuracy {ev['mlm_accuracy']:.4f}  perplexity {ev['mlm_perplexity']:.1f}")
+        print(f"held-out MLM accuracy {ev['mlm_accuracy']:.4f}  perplexity {ev['mlm_perplexity']:.1f}"
+              + (f"   (unigram baseline: accuracy {base['mlm_accuracy']:.4f}, perplexity "
+                 f"{base['mlm_perplexity']:.1f})" if base else ""))
     if "nsp_accuracy" in ev:
-        print(f"held-out NSP accuracy {ev['nsp_accuracy']:.4f}")
+        print(f"held-out NSP accuracy {ev['nsp_accuracy']:.4f}"
+              + (f"   (majority class: {base['nsp_accuracy']:.4f})" if "nsp_accuracy" in base else ""))
     print(f"Hugging Face model directory: {summary['final']}")
 
 

@@ -136,6 +136,8 @@ def to_dict(cfg: Any) -> dict[str, Any]:
 
 
 def _parse_scalar(text: str) -> Any:
+    if not text.strip():  # `tokenizer.path=` (or `=""` in a shell) means "", not YAML's null
+        return ""
     try:
         return yaml.safe_load(text)
     except yaml.YAMLError:

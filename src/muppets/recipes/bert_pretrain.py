@@ -53,7 +53,7 @@ class TokenizerSection:
 
 @dataclass
 class CorpusSection:
-    inputs: list[str] = field(default_factory=lambda: ["data:english-corpus"])  # files/dirs; data:… = shared data
+    inputs: list[str] = field(default_factory=lambda: ["data:english-corpus/books", "data:english-corpus/wiki"])  # files/dirs; data:… = shared data
     format: str = "auto"  # auto | text | gutenberg | wikiextractor | jsonl
     prepared: str = ""  # prepared corpus directory ("" = <run_dir>/corpus)
     workers: int = 0  # tokenizer processes (0 = one per CPU)
@@ -69,6 +69,7 @@ class PretrainConfig:
     data: PretrainDataConfig = field(default_factory=PretrainDataConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     eval_batch_size: int = 64  # sequences per evaluation batch
+    device: str = "auto"  # auto (cuda:<local rank> when CUDA is available, else cpu) | cpu | cuda:N
 
 
 def load_config(path: str | Path | None, overrides: list[str]) -> PretrainConfig:
@@ -150,8 +151,9 @@ def evaluator(data: BertPretrainingData, batch_size: int):
     def evaluate(model: torch.nn.Module) -> dict[str, float]:
         sums = {"mlm_loss": 0.0, "mlm_correct": 0.0, "mlm_n": 0.0,
                 "nsp_loss": 0.0, "nsp_correct": 0.0, "nsp_n": 0.0}
+        device = next(model.parameters()).device
         for batch in batches:
-            out = model(**batch)
+            out = model(**{k: v.to(device) for k, v in batch.items()})
             for term in out.loss_sums:
                 sums[f"{term}_loss"] += float(out.loss_sums[term])
                 sums[f"{term}_correct"] += float(out.correct[term])
@@ -208,7 +210,7 @@ def run(cfg: PretrainConfig, resume: bool = True) -> dict:
     tok = ensure_tokenizer(cfg, run_dir)
     corpus = ensure_corpus(cfg, tok, run_dir)
     torch.manual_seed(cfg.train.seed)
-    model = build_model(cfg, tok)
+    model = build_model(cfg, tok).to(_device(cfg.device, dist.local_rank))
     data = BertPretrainingData(corpus, special_ids(tok), cfg.data, cfg.train.batch_size,
                                cfg.train.accumulation, cfg.train.seed, tok.is_continuation)
     trainer = Trainer(model, data, cfg.train, run_dir, evaluate=evaluator(data, cfg.eval_batch_size),
@@ -222,5 +224,12 @@ def run(cfg: PretrainConfig, resume: bool = True) -> dict:
                "eval": result.last_eval, "corpus": str(corpus.directory),
                "tokens": corpus.num_tokens, "documents": corpus.num_documents}
     if dist.is_main:
+        summary["unigram_baseline"] = unigram_baseline(data, cfg.eval_batch_size)
         write_json_atomic(run_dir / "summary.json", summary)
     return summary
+
+
+def _device(name: str, local_rank: int) -> torch.device:
+    if name == "auto":
+        return torch.device(f"cuda:{local_rank}" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
