@@ -66,10 +66,11 @@ class _Walker:
     def walk(self, d: int) -> None:
         """Append every instance of document ``d`` (google-research/bert's loop)."""
         s0, s1 = self.doc_sents(d)
+        start = [self.tok(s0), *self.sent_ends[s0:s1].tolist()]  # start[k]: token offset of sentence s0+k
+        tok = lambda sent: start[sent - s0]  # noqa: E731 - local, hot loop
         target, chunk_start, i = self.target(), s0, s0
         while i < s1:
-            length = self.tok(i + 1) - self.tok(chunk_start)
-            if i == s1 - 1 or length >= target:
+            if i == s1 - 1 or tok(i + 1) - tok(chunk_start) >= target:
                 want_random = self.rng.random() < 0.5
                 if i == chunk_start and not want_random:
                     if i + 1 == s1:
@@ -78,12 +79,12 @@ class _Walker:
                 n = i + 1 - chunk_start
                 a_end = chunk_start + (int(self.rng.integers(1, n)) if n >= 2 else 1)
                 if n == 1 or want_random:
-                    b = self.random_b(d, target - (self.tok(a_end) - self.tok(chunk_start)))
+                    b = self.random_b(d, target - (tok(a_end) - tok(chunk_start)))
                     if b is not None:
-                        self.emit(chunk_start, a_end, *b, True)
+                        self.emit(tok(chunk_start), tok(a_end), *b, True)
                     i = a_end - 1  # put the unused sentences back
                 else:
-                    self.emit(chunk_start, a_end, self.tok(a_end), self.tok(i + 1), False)
+                    self.emit(tok(chunk_start), tok(a_end), tok(a_end), tok(i + 1), False)
                 chunk_start, target = i + 1, self.target()
             i += 1
 
@@ -98,14 +99,13 @@ class _Walker:
         else:
             return None
         s0, s1 = self.doc_sents(other)
-        start = int(self.rng.integers(s0, s1))
-        end = start
-        while end < s1 and self.tok(end + 1) - self.tok(start) < max(want, 1):
-            end += 1
-        return self.tok(start), self.tok(min(end + 1, s1))
+        first = int(self.rng.integers(s0, s1))
+        lo = self.tok(first)
+        # the first sentence end at or beyond lo + want (whole sentences, at least one)
+        last = first + int(np.searchsorted(self.sent_ends[first:s1], lo + max(want, 1)))
+        return lo, int(self.sent_ends[min(last, s1 - 1)])
 
-    def emit(self, a_s: int, a_e: int, b_lo: int, b_hi: int, is_random: bool) -> None:
-        a_lo, a_hi = self.tok(a_s), self.tok(a_e)
+    def emit(self, a_lo: int, a_hi: int, b_lo: int, b_hi: int, is_random: bool) -> None:
         a_lo, a_hi, b_lo, b_hi = truncate_pair(a_lo, a_hi, b_lo, b_hi, self.max_tokens, self.rng)
         if a_hi > a_lo and b_hi > b_lo:
             self.rows.append((a_lo, a_hi, b_lo, b_hi, is_random))
