@@ -73,74 +73,90 @@ def _layer_map(i: int) -> dict[str, str]:
     }
 
 
-def module_map(cfg: BertConfig) -> dict[str, str]:
-    """Our module prefixes -> HF module prefixes (each with ``.weight`` / ``.bias``)."""
-    out = {
-        "backbone.embeddings.norm": "bert.embeddings.LayerNorm",
-        "pooler.dense": "bert.pooler.dense",
-        "mlm.dense": "cls.predictions.transform.dense",
-        "mlm.norm": "cls.predictions.transform.LayerNorm",
-        "nsp": "cls.seq_relationship",
-    }
-    for i in range(cfg.num_layers):
-        out.update(_layer_map(i))
-    return out
+# Module prefixes (each with .weight and .bias) of the pretraining heads: ours -> HF.
+PRETRAINING_HEADS = {
+    "pooler.dense": "bert.pooler.dense",
+    "mlm.dense": "cls.predictions.transform.dense",
+    "mlm.norm": "cls.predictions.transform.LayerNorm",
+    "nsp": "cls.seq_relationship",
+}
+PRETRAINING_PARAMS = {"mlm.bias": "cls.predictions.bias"}
 
 
-def _param_map(cfg: BertConfig) -> dict[str, str]:
-    """Every non-QKV parameter: our name -> HF name."""
+def backbone_param_map(cfg: BertConfig) -> dict[str, str]:
+    """Every backbone parameter except the fused QKV: our name -> HF name."""
     out = {
         "backbone.embeddings.tokens.weight": "bert.embeddings.word_embeddings.weight",
         "backbone.embeddings.positions.weight": "bert.embeddings.position_embeddings.weight",
         "backbone.embeddings.segments.weight": "bert.embeddings.token_type_embeddings.weight",
-        "mlm.bias": "cls.predictions.bias",
     }
-    for ours, hf in module_map(cfg).items():
-        out[ours + ".weight"], out[ours + ".bias"] = hf + ".weight", hf + ".bias"
-    return out
+    modules = {"backbone.embeddings.norm": "bert.embeddings.LayerNorm"}
+    for i in range(cfg.num_layers):
+        modules.update(_layer_map(i))
+    return {**out, **_expand(modules)}
 
 
-def to_hf_state(model: BertForPreTraining) -> dict[str, torch.Tensor]:
-    """Our state dict under HF names; the fused QKV is split into query/key/value."""
-    ours = model.state_dict()
-    out = {hf: ours[name] for name, hf in _param_map(model.cfg).items()}
-    for i in range(model.cfg.num_layers):
-        hf = f"bert.encoder.layer.{i}.attention.self."
-        for kind in ("weight", "bias"):
-            q, k, v = ours[f"backbone.layers.{i}.attn.qkv.{kind}"].chunk(3, dim=0)
-            out[hf + f"query.{kind}"], out[hf + f"key.{kind}"], out[hf + f"value.{kind}"] = q, k, v
-    return out
+def _expand(modules: dict[str, str]) -> dict[str, str]:
+    return {f"{ours}.{p}": f"{hf}.{p}" for ours, hf in modules.items() for p in ("weight", "bias")}
 
 
-def from_hf_state(hf: dict[str, torch.Tensor], cfg: BertConfig, source: str) -> tuple[dict, list[str]]:
-    """HF tensors -> our state dict. Returns (state, our keys that the file did not have)."""
-    hf = _with_bert_prefix(hf)
-    state, absent = {}, []
-    for name, hf_name in _param_map(cfg).items():
-        if hf_name in hf:
-            state[name] = hf[hf_name]
-        else:
-            absent.append(name)
+def _param_map(cfg: BertConfig, heads: dict[str, str], params: dict[str, str]) -> dict[str, str]:
+    return {**backbone_param_map(cfg), **_expand(heads), **params}
+
+
+def _qkv_names(cfg: BertConfig) -> dict[str, list[str]]:
+    """Our fused QKV parameter -> the three HF query/key/value names it concatenates."""
+    out = {}
     for i in range(cfg.num_layers):
         p = f"bert.encoder.layer.{i}.attention.self."
         for kind in ("weight", "bias"):
-            parts = [hf.get(p + f"{n}.{kind}") for n in ("query", "key", "value")]
-            if any(t is None for t in parts):
-                absent.append(f"backbone.layers.{i}.attn.qkv.{kind}")
-            else:
-                state[f"backbone.layers.{i}.attn.qkv.{kind}"] = torch.cat(parts, dim=0)
-    used = set(_param_map(cfg).values()) | {f"bert.encoder.layer.{i}.attention.self.{n}.{k}"
-                                            for i in range(cfg.num_layers)
-                                            for n in ("query", "key", "value") for k in ("weight", "bias")}
-    unexpected = [k for k in hf if k not in used and not any(s in k for s in _IGNORED_HF_KEYS)]
-    if unexpected:
-        raise CheckpointError(f"{source}: unexpected weights {unexpected[:5]} (+{max(0, len(unexpected) - 5)} more)")
+            out[f"backbone.layers.{i}.attn.qkv.{kind}"] = [p + f"{n}.{kind}" for n in ("query", "key", "value")]
+    return out
+
+
+def to_hf_state(model: torch.nn.Module, cfg: BertConfig | None = None,
+                heads: dict[str, str] = PRETRAINING_HEADS,
+                params: dict[str, str] = PRETRAINING_PARAMS) -> dict[str, torch.Tensor]:
+    """Our state dict under HF names; the fused QKV is split into query/key/value."""
+    cfg = cfg or model.cfg
+    ours = model.state_dict()
+    out = {hf: ours[name] for name, hf in _param_map(cfg, heads, params).items()}
+    for name, (q, k, v) in _qkv_names(cfg).items():
+        out[q], out[k], out[v] = ours[name].chunk(3, dim=0)
+    return out
+
+
+def from_hf_state(hf: dict[str, torch.Tensor], cfg: BertConfig, source: str,
+                  heads: dict[str, str] = PRETRAINING_HEADS,
+                  params: dict[str, str] = PRETRAINING_PARAMS) -> tuple[dict, list[str]]:
+    """HF tensors -> our state dict. Returns (state, our keys that the file did not have).
+
+    File keys we have no place for are an error when they belong to the encoder (a different
+    architecture) and are logged otherwise (e.g. the pretraining heads when loading a backbone).
+    """
+    hf = _with_bert_prefix(hf)
+    mapping = _param_map(cfg, heads, params)
+    state = {name: hf[h] for name, h in mapping.items() if h in hf}
+    absent = [name for name, h in mapping.items() if h not in hf]
+    for name, parts in _qkv_names(cfg).items():
+        if all(p in hf for p in parts):
+            state[name] = torch.cat([hf[p] for p in parts], dim=0)
+        else:
+            absent.append(name)
+    used = set(mapping.values()) | {p for parts in _qkv_names(cfg).values() for p in parts}
+    unused = [k for k in hf if k not in used and not any(s in k for s in _IGNORED_HF_KEYS)]
+    foreign = [k for k in unused if k.startswith(("bert.embeddings.", "bert.encoder."))]
+    if foreign:
+        raise CheckpointError(f"{source}: unexpected weights {foreign[:5]} (+{max(0, len(foreign) - 5)} more)")
+    if unused:
+        log.info("%s: weights not used: %s", source, unused)
     return state, absent
 
 
 def _with_bert_prefix(hf: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """Bare ``BertModel`` checkpoints name ``embeddings.…``; full ones ``bert.embeddings.…``."""
-    return {(k if k.startswith(("bert.", "cls.")) else "bert." + k): v for k, v in hf.items()}
+    bare = ("embeddings.", "encoder.", "pooler.")
+    return {("bert." + k if k.startswith(bare) else k): v for k, v in hf.items()}
 
 
 def save_hf_bert(model: BertForPreTraining, directory: str | Path, tokenizer=None) -> Path:

@@ -1,0 +1,172 @@
+"""Task heads on any backbone's :class:`~muppets.nn.encoded.Encoded` output (BERT paper §4).
+
+One small output layer per task kind, as in Devlin et al. (2019), Fig. 4:
+
+- ``classify`` / ``pair`` / ``regress``: :class:`ClassificationHead` — ``tanh(W h_[CLS] + b)``
+  (the pooler), dropout, then a linear layer to C labels (C = 1 for regression).
+- ``tag``: :class:`TaggingHead` — dropout, then a linear layer on every token.
+- ``span``: :class:`SpanHead` — learned start and end vectors ``S, E``: the start score of token
+  i is ``S · h_i``, its end score ``E · h_i`` (one linear layer to 2 outputs).
+- ``choice``: :class:`ChoiceHead` — every (context, ending) pair is encoded separately; the
+  pooled vector gets one score; a softmax over the choices.
+
+Heads read ``encoded.last`` (or any layer list a caller mixes), so a new backbone gets every
+head and a new head works on every backbone.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from muppets.nn.block import init_weights
+from muppets.nn.dropout import dropout
+from muppets.nn.encoded import Encoded
+
+KINDS = ("classify", "pair", "regress", "tag", "span", "choice")
+
+
+class Pooler(nn.Module):
+    """``tanh(W · h_0 + b)``: the sentence vector read from the first (``[CLS]``) position."""
+
+    def __init__(self, hidden_size: int) -> None:
+        super().__init__()
+        self.dense = nn.Linear(hidden_size, hidden_size)
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        """``(B, T, H) -> (B, H)``."""
+        return torch.tanh(self.dense(hidden[:, 0]))
+
+
+class ClassificationHead(nn.Module):
+    """Pooled ``[CLS]`` -> dropout -> ``(B, num_labels)`` logits (``num_labels=1``: a regression)."""
+
+    def __init__(self, hidden_size: int, num_labels: int, dropout_p: float = 0.1) -> None:
+        super().__init__()
+        self.pooler = Pooler(hidden_size)
+        self.classifier = nn.Linear(hidden_size, num_labels)
+        self.dropout_p = dropout_p
+
+    def forward(self, encoded: Encoded) -> torch.Tensor:
+        pooled = dropout(self.pooler(encoded.last), self.dropout_p, self.training)  # (B, H)
+        return self.classifier(pooled)  # (B, C)
+
+
+class TaggingHead(nn.Module):
+    """Every token -> dropout -> ``(B, T, num_labels)`` logits."""
+
+    def __init__(self, hidden_size: int, num_labels: int, dropout_p: float = 0.1) -> None:
+        super().__init__()
+        self.classifier = nn.Linear(hidden_size, num_labels)
+        self.dropout_p = dropout_p
+
+    def forward(self, encoded: Encoded) -> torch.Tensor:
+        return self.classifier(dropout(encoded.last, self.dropout_p, self.training))  # (B, T, C)
+
+
+class SpanHead(nn.Module):
+    """Start and end scores per token: ``(B, T, 2)`` (``[..., 0]`` start, ``[..., 1]`` end)."""
+
+    def __init__(self, hidden_size: int) -> None:
+        super().__init__()
+        self.qa_outputs = nn.Linear(hidden_size, 2)  # rows: the start vector S and end vector E
+
+    def forward(self, encoded: Encoded) -> torch.Tensor:
+        return self.qa_outputs(encoded.last)  # (B, T, 2)
+
+
+class ChoiceHead(nn.Module):
+    """Pooled vector of each ``(context, choice)`` row -> one score; reshaped to ``(B, C)``.
+
+    The backbone sees ``B * C`` rows; ``num_choices`` is taken from the labels' caller via
+    :meth:`scores`.
+    """
+
+    def __init__(self, hidden_size: int, dropout_p: float = 0.1) -> None:
+        super().__init__()
+        self.pooler = Pooler(hidden_size)
+        self.classifier = nn.Linear(hidden_size, 1)
+        self.dropout_p = dropout_p
+
+    def forward(self, encoded: Encoded) -> torch.Tensor:
+        pooled = dropout(self.pooler(encoded.last), self.dropout_p, self.training)  # (B*C, H)
+        return self.classifier(pooled).squeeze(-1)  # (B*C,)
+
+
+def build_head(kind: str, hidden_size: int, num_labels: int = 0, dropout_p: float = 0.1,
+               init_std: float = 0.02) -> nn.Module:
+    """The head for a task ``kind`` (see :data:`KINDS`), freshly initialised."""
+    if kind in ("classify", "pair"):
+        head: nn.Module = ClassificationHead(hidden_size, num_labels, dropout_p)
+    elif kind == "regress":
+        head = ClassificationHead(hidden_size, 1, dropout_p)
+    elif kind == "tag":
+        head = TaggingHead(hidden_size, num_labels, dropout_p)
+    elif kind == "span":
+        head = SpanHead(hidden_size)
+    elif kind == "choice":
+        head = ChoiceHead(hidden_size, dropout_p)
+    else:
+        raise ValueError(f"unknown task kind {kind!r}; expected one of {KINDS}")
+    init_weights(head, init_std)
+    return head
+
+
+@dataclass
+class TaskOutput:
+    """logits: ``(B, C)`` classify/pair/choice, ``(B,)`` regress, ``(B, T, C)`` tag,
+    ``(B, T, 2)`` span. loss: mean loss over the batch's labelled units when labels are given."""
+
+    logits: torch.Tensor
+    loss: torch.Tensor | None = None
+
+
+def task_loss(kind: str, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """The standard loss of each kind (ignore index -100 for tags).
+
+    labels: ``(B,)`` class ids (classify/pair/choice), ``(B,)`` floats (regress), ``(B, T)``
+    tag ids (tag), ``(B, 2)`` start/end token positions (span: mean of the two CE losses).
+    """
+    if kind == "regress":
+        return F.mse_loss(logits.float(), labels.float())
+    if kind == "tag":
+        return F.cross_entropy(logits.flatten(0, 1).float(), labels.reshape(-1), ignore_index=-100)
+    if kind == "span":
+        T = logits.shape[1]
+        starts, ends = labels[:, 0].clamp(0, T - 1), labels[:, 1].clamp(0, T - 1)
+        return 0.5 * (F.cross_entropy(logits[..., 0].float(), starts) + F.cross_entropy(logits[..., 1].float(), ends))
+    return F.cross_entropy(logits.float(), labels)
+
+
+class TaskModel(nn.Module):
+    """A backbone (anything returning ``Encoded``) + one task head."""
+
+    def __init__(self, backbone: nn.Module, head: nn.Module, kind: str) -> None:
+        super().__init__()
+        if kind not in KINDS:
+            raise ValueError(f"unknown task kind {kind!r}; expected one of {KINDS}")
+        self.backbone, self.head, self.kind = backbone, head, kind
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        token_type_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+    ) -> TaskOutput:
+        """Inputs ``(B, T)``; for ``choice`` ``(B, C, T)`` (each choice a row). See
+        :func:`task_loss` for the labels of each kind."""
+        shape = input_ids.shape
+        if self.kind == "choice":  # (B, C, T) -> (B*C, T)
+            input_ids, token_type_ids, attention_mask = (
+                None if x is None else x.reshape(-1, shape[-1]) for x in (input_ids, token_type_ids, attention_mask))
+        logits = self.head(self.backbone(input_ids, token_type_ids, attention_mask))
+        if self.kind == "choice":
+            logits = logits.view(shape[0], shape[1])  # (B, C)
+        elif self.kind == "regress":
+            logits = logits.squeeze(-1)  # (B,)
+        loss = None if labels is None else task_loss(self.kind, logits, labels)
+        return TaskOutput(logits=logits, loss=loss)

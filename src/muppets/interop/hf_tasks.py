@@ -1,0 +1,126 @@
+"""Fine-tuned task models <-> Hugging Face ``BertFor…`` directories.
+
+A :class:`~muppets.heads.TaskModel` with a :class:`~muppets.models.bert.BertBackbone` is saved
+so that ``transformers.AutoModelForSequenceClassification`` (``…TokenClassification``,
+``…QuestionAnswering``, ``…MultipleChoice``) loads it with no missing keys and gives the same
+logits; the same directories — and any HF BERT directory, pretraining or bare — load back as
+task models. A head absent from the directory starts fresh; its pooler starts from the
+checkpoint's pretrained pooler when there is one (as in BERT fine-tuning).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+from muppets.config import write_json_atomic
+from muppets.errors import CheckpointError
+from muppets.heads import KINDS, TaskModel, build_head
+from muppets.interop.hf_bert import config_from_hf, config_to_hf, from_hf_state, to_hf_state
+from muppets.interop.safetensors_io import read_weights, write_weights
+from muppets.models.bert import BertBackbone, BertConfig
+
+log = logging.getLogger(__name__)
+
+_POOLED = {"head.pooler.dense": "bert.pooler.dense", "head.classifier": "classifier"}
+TASK_HEADS: dict[str, tuple[dict[str, str], str]] = {  # kind -> (head modules ours -> HF, architecture)
+    "classify": (_POOLED, "BertForSequenceClassification"),
+    "pair": (_POOLED, "BertForSequenceClassification"),
+    "regress": (_POOLED, "BertForSequenceClassification"),
+    "tag": ({"head.classifier": "classifier"}, "BertForTokenClassification"),
+    "span": ({"head.qa_outputs": "qa_outputs"}, "BertForQuestionAnswering"),
+    "choice": (_POOLED, "BertForMultipleChoice"),
+}
+_KIND_OF_ARCH = {"BertForTokenClassification": "tag", "BertForQuestionAnswering": "span",
+                 "BertForMultipleChoice": "choice", "BertForSequenceClassification": "classify"}
+
+
+def save_hf_task_model(model: TaskModel, directory: str | Path, tokenizer=None,
+                       labels: list[str] | None = None) -> Path:
+    """Write config.json (architecture, labels, ``muppets_task``), model.safetensors, tokenizer."""
+    if not isinstance(model.backbone, BertBackbone):
+        raise CheckpointError("only BERT backbones can be saved as Hugging Face BertFor… directories")
+    directory = Path(directory)
+    heads, arch = TASK_HEADS[model.kind]
+    cfg = model.backbone.cfg
+    write_weights(to_hf_state(model, cfg, heads, {}), directory / "model.safetensors", {"format": "pt"})
+    hf = {**config_to_hf(cfg), "architectures": [arch], "muppets_task": {"kind": model.kind, "labels": labels or []}}
+    if model.kind in ("classify", "pair", "tag"):
+        names = labels or [f"LABEL_{i}" for i in range(model.head.classifier.out_features)]
+        hf["id2label"] = {str(i): n for i, n in enumerate(names)}
+        hf["label2id"] = {n: i for i, n in enumerate(names)}
+    if model.kind == "regress":
+        hf.update(problem_type="regression", id2label={"0": "LABEL_0"}, label2id={"LABEL_0": 0})
+    write_json_atomic(directory / "config.json", hf)
+    if tokenizer is not None:
+        tokenizer.save(directory)
+    return directory
+
+
+def load_hf_task_model(directory: str | Path, kind: str | None = None, num_labels: int | None = None,
+                       dropout_p: float | None = None) -> TaskModel:
+    """A task model from an HF BERT directory: backbone always, head when the file has it.
+
+    Args:
+        kind: task kind (see :data:`muppets.heads.KINDS`); read from the directory when saved
+            by muppets or by transformers' ``BertFor…`` classes.
+        num_labels: size of a fresh classification/tagging head (default: the config's labels).
+        dropout_p: head dropout (default: the config's hidden dropout).
+    """
+    directory = Path(directory)
+    data = _read_config(directory)
+    kind = kind or _kind_from_config(data, directory)
+    cfg = config_from_hf(data, str(directory / "config.json"))
+    labels = data.get("muppets_task", {}).get("labels") or [data["id2label"][k] for k in sorted(data.get("id2label", {}), key=int)]
+    n = num_labels or len(labels) or 2
+    head = build_head(kind, cfg.hidden_size, n, cfg.hidden_dropout if dropout_p is None else dropout_p,
+                      cfg.initializer_range)
+    model = TaskModel(BertBackbone(cfg), head, kind)
+    _load_weights(model, cfg, kind, directory)
+    return model
+
+
+def task_labels(directory: str | Path) -> list[str]:
+    """The label names saved with a task model (empty for span/choice/regress)."""
+    data = _read_config(Path(directory))
+    return list(data.get("muppets_task", {}).get("labels", []))
+
+
+def _read_config(directory: Path) -> dict:
+    path = directory / "config.json"
+    if not path.is_file():
+        raise CheckpointError(f"{directory}: no config.json (is this a Hugging Face model directory?)")
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def _kind_from_config(data: dict, directory: Path) -> str:
+    kind = data.get("muppets_task", {}).get("kind")
+    if kind in KINDS:
+        return kind
+    for arch in data.get("architectures", []):
+        if arch in _KIND_OF_ARCH:
+            return "regress" if data.get("problem_type") == "regression" else _KIND_OF_ARCH[arch]
+    raise CheckpointError(f"{directory}: not a task model directory; pass the task kind "
+                          f"(one of {', '.join(KINDS)})")
+
+
+def _load_weights(model: TaskModel, cfg: BertConfig, kind: str, directory: Path) -> None:
+    heads, _ = TASK_HEADS[kind]
+    state, absent = from_hf_state(read_weights(directory), cfg, str(directory), heads, {})
+    own = model.state_dict()
+    for name in [k for k in state if k.startswith("head.")]:
+        if state[name].shape != own[name].shape:  # e.g. another label set: keep the fresh head
+            log.info("%s: %s has shape %s, the head needs %s; starting it fresh", directory, name,
+                     tuple(state[name].shape), tuple(own[name].shape))
+            del state[name]
+    for name, tensor in state.items():
+        if tensor.shape != own[name].shape:
+            raise CheckpointError(f"{directory}: {name} has shape {tuple(tensor.shape)}, config implies {tuple(own[name].shape)}")
+    missing = [k for k in absent if k.startswith("backbone.")]
+    if missing:
+        raise CheckpointError(f"{directory}: missing backbone weights {missing[:5]}")
+    fresh = sorted(k for k in own if k.startswith("head.") and k not in state)
+    if fresh:
+        log.info("%s: new head parameters %s", directory, fresh)
+    model.load_state_dict(state, strict=False)
