@@ -7,7 +7,11 @@ split at a random sentence boundary into segment A and B; with probability 1/2 B
 text from a random other document and the unused sentences are put back. The reference forces
 NotNext whenever only one sentence was gathered, which skews the labels towards NotNext (56% on
 short documents); here an IsNext draw on a one-sentence chunk takes the next sentence as B, or,
-for a document's lone last sentence, emits nothing — so the labels are 50/50 in expectation. Pairs longer than the budget are trimmed one token at a time from
+for a document's lone last sentence, emits nothing — so the labels are 50/50 in expectation.
+The reference also draws the random document uniformly, so on a corpus of a few long books and
+many short articles almost every NotNext B of a book is Wikipedia text and NSP degenerates into
+telling style apart; here the document is drawn in proportion to its length, so NotNext B
+segments come from the same mixture of text as A segments. Pairs longer than the budget are trimmed one token at a time from
 the front or back (at random) of the longer segment.
 
 Because the sentences of a document are contiguous in the token shards, each segment is one
@@ -50,6 +54,15 @@ class _Walker:
         self.short_seq_prob = short_seq_prob
         self.rng = rng
         self.rows: list[tuple[int, int, int, int, bool]] = []
+        self.doc_cum_tokens = np.cumsum(self._doc_lengths(docs))  # for length-weighted draws
+
+    def _doc_lengths(self, docs: np.ndarray) -> np.ndarray:
+        """Tokens in each of ``docs``."""
+        docs = np.asarray(docs, dtype=np.int64)
+        s0 = np.where(docs > 0, np.asarray(self.doc_ends)[np.maximum(docs - 1, 0)], 0)
+        s1 = np.asarray(self.doc_ends)[docs]
+        lo = np.where(s0 > 0, np.asarray(self.sent_ends)[np.maximum(s0 - 1, 0)], 0)
+        return np.asarray(self.sent_ends)[s1 - 1] - lo
 
     def tok(self, sent: int) -> int:
         """Token offset where sentence ``sent`` starts."""
@@ -92,8 +105,9 @@ class _Walker:
         """Token range of ``>= want`` tokens of whole sentences from a random other document."""
         if len(self.docs) < 2:
             return None
-        for _ in range(10):
-            other = int(self.docs[self.rng.integers(len(self.docs))])
+        for _ in range(10):  # a document drawn with probability proportional to its length
+            pick = int(np.searchsorted(self.doc_cum_tokens, self.rng.integers(self.doc_cum_tokens[-1]), side="right"))
+            other = int(self.docs[pick])
             if other != d:
                 break
         else:
