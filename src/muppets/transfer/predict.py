@@ -1,0 +1,270 @@
+"""Inference with a task model: features -> logits -> predictions per example, and :class:`Predictor`.
+
+:func:`feature_logits` runs the model over features in length-sorted batches (eval mode,
+no_grad); :func:`decode` turns the logits back into one prediction per example:
+
+=========  ============================================================================
+kind       prediction
+=========  ============================================================================
+classify   the label name (pair likewise)
+regress    a float
+tag        one tag per word (first-piece prediction; windows merged)
+span       ``(answer text, score)``: the best span over all windows of the example
+choice     the index of the best ending
+=========  ============================================================================
+
+**Span search** (BERT's ``run_squad.py``): in every window take the ``n_best`` highest start
+and end scores among the context tokens, keep pairs with ``end >= start`` and at most
+``max_answer_len`` tokens, score ``start + end``, and keep the best pair over all windows; the
+answer is the original context substring between the start token's first character and the
+end token's last. Spans start on the first piece of a word and end on the last piece of a word
+(a word as BERT's pre-tokenizer splits them: punctuation apart), so an answer is never cut
+inside a word, as in BERT, whose answers are whole words of the original text. With ``allow_null`` (SQuAD 2.0) the answer is ``""`` when the ``[CLS]`` score
+``s_null = start[0] + end[0]`` (its minimum over the windows) beats the best span by more
+than ``null_threshold``.
+
+Usage::
+
+    predictor = Predictor("runs/sst2/best")
+    predictor.predict(["a gripping film", "dull"])            # ['1', '0']
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from muppets.errors import ConfigError, DataError
+from muppets.heads import TaskModel
+from muppets.interop.hf_tasks import load_hf_task_model, task_labels
+from muppets.tasks.spec import ChoiceExample, SpanExample, TagExample, TextExample
+from muppets.tokenizers.wordpiece import WordPieceTokenizer
+from muppets.transfer.batching import collate, eval_batches
+from muppets.transfer.features import Feature, FeatureOptions, make_features, merge_tag_predictions
+
+log = logging.getLogger(__name__)
+
+SETTINGS_FILE = "muppets_finetune.json"  # feature + decoding settings saved beside a fine-tuned model
+_TOKEN_LEVEL = ("tag", "span")
+
+
+@dataclass(frozen=True)
+class SpanOptions:
+    """How answers are read from start/end scores (see the module docstring)."""
+
+    n_best: int = 20  # start and end candidates per window
+    max_answer_len: int = 30  # longest answer, in tokens
+    allow_null: bool = False  # SQuAD 2.0: answer "" when [CLS] beats the best span
+    null_threshold: float = 0.0  # s_null - best span score above which the answer is ""
+
+
+# ----------------------------------------------------------------------------- model -> logits
+
+
+def feature_logits(model: TaskModel, features: Sequence[Feature], batch_size: int,
+                   pad_id: int) -> list[np.ndarray]:
+    """Logits per feature, unpadded: ``(C,)`` classify/choice, ``()`` regress, ``(T, C)`` tag,
+    ``(T, 2)`` span. Eval mode and no_grad; the model's mode is restored afterwards."""
+    device = next(model.parameters()).device
+    out: list[np.ndarray] = [np.empty(0)] * len(features)
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            for index in eval_batches([f.length for f in features], batch_size):
+                batch = collate([features[i] for i in index], pad_id)
+                batch.pop("labels", None)
+                logits = model(**{k: v.to(device) for k, v in batch.items()}).logits.float().cpu().numpy()
+                for k, i in enumerate(index):
+                    out[i] = logits[k, : features[i].length] if model.kind in _TOKEN_LEVEL else logits[k]
+    finally:
+        model.train(was_training)
+    return out
+
+
+# ----------------------------------------------------------------------------- logits -> predictions
+
+
+def decode(kind: str, examples: Sequence[Any], features: Sequence[Feature],
+           logits: Sequence[np.ndarray], labels: Sequence[str] = (),
+           span: SpanOptions = SpanOptions()) -> list[Any]:
+    """One prediction per example (see the table in the module docstring)."""
+    if kind in ("classify", "pair"):
+        return [labels[int(np.argmax(lg))] for lg in logits]
+    if kind == "regress":
+        return [float(lg) for lg in logits]
+    if kind == "choice":
+        return [int(np.argmax(lg)) for lg in logits]
+    if kind == "tag":
+        fallback = labels.index("O") if "O" in labels else 0
+        merged = merge_tag_predictions(features, [lg.argmax(-1) for lg in logits],
+                                       [len(ex.tokens) for ex in examples], fallback)
+        return [[labels[t] for t in tags] for tags in merged]
+    if kind == "span":
+        return decode_spans(examples, features, logits, span)
+    raise ConfigError(f"unknown task kind {kind!r}")
+
+
+def decode_spans(examples: Sequence[SpanExample], features: Sequence[Feature],
+                 logits: Sequence[np.ndarray], opts: SpanOptions) -> list[tuple[str, float]]:
+    """``(answer text, score)`` per example: n-best span search over all its windows."""
+    windows: list[list[int]] = [[] for _ in examples]
+    for k, f in enumerate(features):
+        windows[f.example].append(k)
+    out = []
+    for ex, ks in zip(examples, windows):
+        best: tuple[str, float] | None = None
+        s_null = min(float(logits[k][0, 0] + logits[k][0, 1]) for k in ks)
+        for k in ks:
+            found = _best_in_window(ex.context, features[k], logits[k], opts)
+            if found is not None and (best is None or found[1] > best[1]):
+                best = found
+        if best is None or (opts.allow_null and s_null - best[1] > opts.null_threshold):
+            best = ("", s_null)
+        out.append(best)
+    return out
+
+
+def word_edges(words: Sequence[int | None]) -> tuple[np.ndarray, np.ndarray]:
+    """Token positions that start / end a word, among the tokens with a word (not None).
+
+    >>> [x.tolist() for x in word_edges([None, 0, 0, 1, 2, 2, None])]
+    [[1, 3, 4], [2, 3, 5]]
+    """
+    w = list(words) + [None]
+    starts = [t for t in range(len(words)) if w[t] is not None and (t == 0 or w[t - 1] != w[t])]
+    ends = [t for t in range(len(words)) if w[t] is not None and w[t + 1] != w[t]]
+    return np.array(starts, dtype=np.int64), np.array(ends, dtype=np.int64)
+
+
+def _best_in_window(context: str, feature: Feature, logits: np.ndarray,
+                    opts: SpanOptions) -> tuple[str, float] | None:
+    """Best span of one window: starts on a word's first piece, ends on a word's last piece."""
+    first_pieces, last_pieces = word_edges(feature.context_words or [])
+    if len(first_pieces) == 0 or len(last_pieces) == 0:
+        return None
+    starts = first_pieces[np.argsort(-logits[first_pieces, 0], kind="stable")[: opts.n_best]]
+    ends = last_pieces[np.argsort(-logits[last_pieces, 1], kind="stable")[: opts.n_best]]
+    scores = logits[starts, 0][:, None] + logits[ends, 1][None, :]  # (n_start, n_end)
+    width = ends[None, :] - starts[:, None]
+    scores = np.where((width >= 0) & (width < opts.max_answer_len), scores, -np.inf)
+    i, j = np.unravel_index(int(np.argmax(scores)), scores.shape)
+    if not np.isfinite(scores[i, j]):
+        return None
+    first, last = feature.offsets[starts[i]], feature.offsets[ends[j]]
+    return context[first[0]: last[1]], float(scores[i, j])
+
+
+# ----------------------------------------------------------------------------- Predictor
+
+
+def save_settings(directory: str | Path, features: FeatureOptions, span: SpanOptions,
+                  extra: dict | None = None) -> None:
+    """Write :data:`SETTINGS_FILE` so :class:`Predictor` encodes inputs as training did."""
+    from muppets.config import write_json_atomic
+
+    write_json_atomic(Path(directory) / SETTINGS_FILE,
+                      {"features": asdict(features), "span": asdict(span), **(extra or {})})
+
+
+def load_settings(directory: str | Path) -> tuple[FeatureOptions | None, SpanOptions]:
+    """The settings saved by :func:`save_settings` (None / defaults when absent)."""
+    path = Path(directory) / SETTINGS_FILE
+    if not path.is_file():
+        return None, SpanOptions()
+    data = json.loads(path.read_text(encoding="utf-8"))
+    known = {f.name for f in fields(FeatureOptions)}
+    feats = FeatureOptions(**{k: v for k, v in data.get("features", {}).items() if k in known})
+    known = {f.name for f in fields(SpanOptions)}
+    return feats, SpanOptions(**{k: v for k, v in data.get("span", {}).items() if k in known})
+
+
+def model_labels(directory: str | Path, model: TaskModel) -> list[str]:
+    """Label names saved with a task model; else the config's ``id2label``; else ``LABEL_i``."""
+    labels = task_labels(directory)
+    if labels or model.kind not in ("classify", "pair", "tag"):
+        return labels
+    data = json.loads((Path(directory) / "config.json").read_text(encoding="utf-8"))
+    id2label = data.get("id2label") or {}
+    n = model.head.classifier.out_features
+    return [id2label.get(str(i), f"LABEL_{i}") for i in range(n)]
+
+
+class Predictor:
+    """A fine-tuned model directory, ready to predict on raw inputs.
+
+    Args:
+        model_dir: an HF ``BertFor…`` directory with its tokenizer (e.g. ``<run_dir>/best``).
+        batch_size: inputs per forward pass.
+        device: torch device name.
+        features, span: override the settings saved with the model (default: the saved ones;
+            without them, the defaults with ``max_seq_len`` capped by the model).
+    """
+
+    def __init__(self, model_dir: str | Path, batch_size: int = 64, device: str = "cpu",
+                 features: FeatureOptions | None = None, span: SpanOptions | None = None) -> None:
+        self.model_dir = Path(model_dir)
+        self.tokenizer = WordPieceTokenizer.load(self.model_dir)
+        self.model = load_hf_task_model(self.model_dir).to(device).eval()
+        self.kind = self.model.kind
+        self.labels = model_labels(self.model_dir, self.model)
+        saved_features, saved_span = load_settings(self.model_dir)
+        limit = self.model.backbone.cfg.max_position_embeddings
+        self.features = features or saved_features or FeatureOptions(max_seq_len=min(128, limit))
+        self.span = span or saved_span
+        self.batch_size = batch_size
+
+    def predict(self, inputs: Sequence[Any]) -> list[Any]:
+        """Predictions for raw inputs, by the model's kind:
+
+        - classify: strings -> label names; pair: ``(a, b)`` tuples -> label names;
+          regress: strings or ``(a, b)`` tuples -> floats;
+        - tag: token lists -> one tag per token;
+        - span: ``(question, context)`` -> ``{"answer": text, "score": float}``;
+        - choice: ``(context, [endings])`` -> index of the best ending.
+        """
+        examples = self.examples(inputs)
+        if not examples:
+            return []
+        return self.predict_examples(examples)
+
+    def predict_examples(self, examples: Sequence[Any]) -> list[Any]:
+        """Predictions for task examples (``TextExample`` …); labels in them are ignored."""
+        feats = make_features(self.kind, examples, self.tokenizer, self.features, self.labels)
+        logits = feature_logits(self.model, feats, self.batch_size, self.tokenizer.pad_id)
+        preds = decode(self.kind, examples, feats, logits, self.labels, self.span)
+        if self.kind == "span":
+            return [{"answer": text, "score": score} for text, score in preds]
+        return preds
+
+    def examples(self, inputs: Sequence[Any]) -> list[Any]:
+        """Raw inputs as unlabelled task examples (see :meth:`predict`)."""
+        return [self._example(i, x) for i, x in enumerate(inputs)]
+
+    def _example(self, i: int, x: Any) -> Any:
+        source, kind = "input", self.kind
+        try:
+            if kind in ("classify", "pair", "regress"):
+                a, b = (x, None) if isinstance(x, str) else tuple(x)
+                if kind == "pair" and b is None:
+                    raise ValueError
+                return TextExample(str(i), a, b, None, source)
+            if kind == "tag":
+                if isinstance(x, str):
+                    raise ValueError
+                return TagExample(str(i), [str(t) for t in x], None, source)
+            if kind == "span":
+                question, context = x
+                return SpanExample(str(i), question, context, [], "", source)
+            context, endings = x
+            return ChoiceExample(str(i), context, list(endings), None, source)
+        except (TypeError, ValueError):
+            raise DataError(f"input {i} does not fit a {kind} model (see Predictor.predict)",
+                            value=x) from None
