@@ -25,20 +25,9 @@ from torch import nn
 from muppets.nn.block import init_weights
 from muppets.nn.dropout import dropout
 from muppets.nn.encoded import Encoded
+from muppets.nn.pooler import Pooler
 
 KINDS = ("classify", "pair", "regress", "tag", "span", "choice")
-
-
-class Pooler(nn.Module):
-    """``tanh(W · h_0 + b)``: the sentence vector read from the first (``[CLS]``) position."""
-
-    def __init__(self, hidden_size: int) -> None:
-        super().__init__()
-        self.dense = nn.Linear(hidden_size, hidden_size)
-
-    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
-        """``(B, T, H) -> (B, H)``."""
-        return torch.tanh(self.dense(hidden[:, 0]))
 
 
 class ClassificationHead(nn.Module):

@@ -23,6 +23,7 @@ from muppets.nn.embeddings import InputEmbeddings
 from muppets.nn.encoded import Encoded
 from muppets.nn.feedforward import activation
 from muppets.nn.linear_ce import linear_cross_entropy
+from muppets.nn.pooler import Pooler
 
 IGNORE = -100  # label of a slot that carries no MLM target (padding of the position list)
 
@@ -129,18 +130,6 @@ class BertBackbone(nn.Module):
         return Encoded(layers=layers, mask=attention_mask.bool())
 
 
-class BertPooler(nn.Module):
-    """``tanh(W · h_[CLS] + b)``: the sentence vector NSP and classifiers read."""
-
-    def __init__(self, hidden_size: int) -> None:
-        super().__init__()
-        self.dense = nn.Linear(hidden_size, hidden_size)
-
-    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
-        """hidden: ``(B, T, H)`` -> ``(B, H)`` from position 0."""
-        return torch.tanh(self.dense(hidden[:, 0]))
-
-
 class MlmHead(nn.Module):
     """Transform (dense + act + LayerNorm), then the decoder tied to the word embeddings, + bias."""
 
@@ -193,7 +182,7 @@ class BertForPreTraining(nn.Module):
         super().__init__()
         self.cfg = cfg
         self.backbone = BertBackbone(cfg)
-        self.pooler = BertPooler(cfg.hidden_size)
+        self.pooler = Pooler(cfg.hidden_size)
         self.mlm = MlmHead(cfg, self.backbone.embeddings.tokens)
         self.nsp = nn.Linear(cfg.hidden_size, 2)
         init_weights(self, cfg.initializer_range)
