@@ -60,6 +60,12 @@ def plot(records: list[dict], png: Path, title: str) -> None:
     fig.savefig(png, dpi=110)
 
 
+def _tokens_seen(run_dir: Path) -> int:
+    """Non-padding tokens trained on, from the last checkpoint's trainer state."""
+    latest = (run_dir / "checkpoints" / "latest").read_text().strip()
+    return int(json.loads((run_dir / "checkpoints" / latest / "trainer_state.json").read_text())["tokens_seen"])
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--run", type=Path, required=True)
@@ -78,7 +84,7 @@ def main() -> None:
     steps = [r for r in records if "loss" in r and "step" in r]
     minutes = max(r.get("elapsed_s", 0.0) for r in steps) / 60
     result = {"run": str(args.run), "steps": steps[-1]["step"], "train_minutes": minutes,
-              "tokens_seen": steps[-1]["step"] * cfg.train.batch_size * cfg.data.max_seq_len,
+              "tokens_seen": _tokens_seen(args.run),
               "held_out_examples": cfg.data.eval_examples, "model": final, "unigram_baseline": baseline}
     print(json.dumps(result, indent=2))
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -63,14 +63,19 @@ def _attention_with_dropout(
     """softmax(q k^T / sqrt(d) + mask) with dropout on the probabilities, then @ v.
 
     The same computation SDPA's math path does in training, but with :mod:`muppets.nn.dropout`'s
-    cheaper mask. q, k, v: ``(B, heads, T, hd)`` -> ``(B, heads, T, hd)``.
+    cheaper mask, and the scale and mask folded into one ``baddbmm``.
+    q, k, v: ``(B, heads, T, hd)`` -> ``(B, heads, T, hd)``.
     """
-    T = q.shape[-2]
-    scores = (q * q.shape[-1] ** -0.5) @ k.transpose(-2, -1)  # (B, heads, T, T)
+    B, heads, T, hd = q.shape
     mask = _merge_causal(attn_mask, T, causal)
     if mask is None and causal:
         mask = torch.ones(T, T, dtype=torch.bool, device=q.device).tril()
-    if mask is not None:
-        scores = scores.masked_fill(~mask, float("-inf"))
+    if mask is None:
+        bias = q.new_zeros(1, 1, 1)
+    else:  # additive mask, broadcast over heads: (B*heads, 1 or T, T)
+        bias = q.new_zeros(mask.shape).masked_fill_(~mask, float("-inf"))
+        bias = bias.expand(B, heads, *bias.shape[-2:]).reshape(B * heads, *bias.shape[-2:])
+    scores = torch.baddbmm(bias, q.reshape(B * heads, T, hd), k.reshape(B * heads, T, hd).transpose(1, 2),
+                           alpha=hd ** -0.5)  # (B*heads, T, T)
     probs = fast_dropout(torch.softmax(scores, dim=-1), p, True)
-    return probs @ v
+    return (probs @ v.reshape(B * heads, T, hd)).view(B, heads, T, hd)

@@ -15,14 +15,22 @@ import torch.nn.functional as F
 _I64 = (-(2**63), 2**63 - 1)
 
 
-def dropout_mask(shape: torch.Size, p: float, device: torch.device) -> torch.Tensor:
-    """Bool keep-mask of ``shape``: each element True with probability ``1 - p`` (to 2^-16)."""
+def _uniform16(shape: torch.Size, device: torch.device) -> torch.Tensor:
+    """int16 values uniform on [-32768, 32767]: four per 64-bit draw of the global generator."""
     n = 1
     for s in shape:
         n *= s
     bits = torch.randint(*_I64, ((n + 3) // 4,), dtype=torch.int64, device=device)
-    u16 = bits.view(torch.int16)[:n].view(shape)  # uniform on [-32768, 32767]
-    return u16 >= int(round(p * 65536)) - 32768
+    return bits.view(torch.int16)[:n].view(shape)
+
+
+def _threshold(p: float) -> int:
+    return int(round(p * 65536)) - 32768
+
+
+def dropout_mask(shape: torch.Size, p: float, device: torch.device) -> torch.Tensor:
+    """Bool keep-mask of ``shape``: each element True with probability ``1 - p`` (to 2^-16)."""
+    return _uniform16(shape, device) >= _threshold(p)
 
 
 def dropout(x: torch.Tensor, p: float, training: bool) -> torch.Tensor:
@@ -31,4 +39,6 @@ def dropout(x: torch.Tensor, p: float, training: bool) -> torch.Tensor:
         return x
     if x.device.type != "cpu":
         return F.dropout(x, p, True)
-    return x * dropout_mask(x.shape, p, x.device) * (1.0 / (1.0 - p))
+    keep = _uniform16(x.shape, x.device) >= _threshold(p)
+    scale = torch.tensor(1.0 / (1.0 - p), dtype=x.dtype)
+    return x * torch.where(keep, scale, torch.zeros((), dtype=x.dtype))  # one mask pass, one multiply

@@ -1,12 +1,13 @@
-"""Fused, chunked ``cross_entropy(h @ W.T + b, y)`` for large vocabularies on a CPU.
+"""Fused ``cross_entropy(h @ W.T + b, y)`` for large vocabularies on a CPU.
 
 A 30k-way output layer over M rows materialises an ``(M, V)`` logits matrix (75 MB for 600
-rows), then reads and writes it again for log-softmax, its backward and the bias broadcast:
-memory traffic, not arithmetic, dominates. Here the rows are processed in chunks small enough
-to stay in cache, and the gradient of each chunk is formed right after its loss, while the
-logits are still hot (the idea of Liger-Kernel's fused linear cross entropy). The forward pass
-therefore stores ``dL/dh``, ``dL/dW`` and ``dL/db`` (for ``reduction="sum"``); the backward pass
-only scales them by the incoming gradient.
+rows); the usual path then reads and writes it again for log-softmax, for its backward, for the
+one-hot subtraction and the bias broadcast. Here the gradient is formed in the forward pass,
+right after the loss, in place in the logits buffer (the idea of Liger-Kernel's fused linear
+cross entropy): ``softmax - onehot`` overwrites the logits and feeds the two gradient matmuls
+at once. The forward pass therefore stores ``dL/dh``, ``dL/dW`` and ``dL/db`` (for
+``reduction="sum"``); the backward pass only scales them by the incoming gradient. Rows are
+processed in chunks of ``chunk_rows`` to bound memory for very large batches.
 """
 
 from __future__ import annotations
@@ -24,22 +25,27 @@ class _LinearCrossEntropy(torch.autograd.Function):
         loss = h.new_zeros((), dtype=acc)
         correct = torch.zeros((), dtype=torch.long)
         grad_h = torch.empty_like(h) if need_grad else None
-        grad_w = torch.zeros_like(weight) if need_grad else None
-        grad_b = torch.zeros_like(bias) if need_grad else None
+        grad_w = torch.empty_like(weight) if need_grad else None  # written by the first chunk
+        grad_b = torch.empty_like(bias) if need_grad else None
         for start in range(0, M, chunk_rows):
             hc, yc = h[start:start + chunk_rows], targets[start:start + chunk_rows]
             logits = torch.addmm(bias, hc, weight.t()).to(acc)  # (m, V)
-            lse = torch.logsumexp(logits, dim=-1)  # (m,)
+            top, arg = logits.max(-1)  # (m,): max for stability and argmax for accuracy, one pass
+            correct += (arg == yc).sum()
             picked = logits.gather(1, yc[:, None]).squeeze(1)  # (m,)
-            loss += (lse - picked).sum()
-            correct += (logits.argmax(-1) == yc).sum()
+            total = logits.sub_(top[:, None]).exp_().sum(-1)  # exp(z - max) in place; (m,)
+            loss += (top + total.log() - picked).sum()
             if need_grad:
-                probs = logits.sub_(lse[:, None]).exp_()  # softmax, in place: (m, V)
+                probs = logits.mul_(total.reciprocal()[:, None])  # softmax, in place: (m, V)
                 probs[torch.arange(len(yc)), yc] -= 1.0  # d(loss)/d(logits)
                 probs = probs.to(h.dtype)
-                grad_h[start:start + chunk_rows] = probs @ weight  # (m, H)
-                grad_w.addmm_(probs.t(), hc)  # (V, H)
-                grad_b += probs.sum(0)
+                torch.mm(probs, weight, out=grad_h[start:start + chunk_rows])  # (m, H)
+                if start == 0:
+                    torch.mm(probs.t(), hc, out=grad_w)  # (V, H)
+                    torch.sum(probs, 0, out=grad_b)
+                else:
+                    grad_w.addmm_(probs.t(), hc)
+                    grad_b += probs.sum(0)
         ctx.save_for_backward(grad_h, grad_w, grad_b)
         ctx.mark_non_differentiable(correct)
         return loss, correct
@@ -56,13 +62,15 @@ def linear_cross_entropy(
     weight: torch.Tensor,
     bias: torch.Tensor,
     targets: torch.Tensor,
-    chunk_rows: int = 64,
+    chunk_rows: int = 1024,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Summed cross entropy of ``h @ weight.T + bias`` against ``targets``, and #argmax hits.
 
     Args:
         h: ``(M, H)`` hidden rows; weight: ``(V, H)``; bias: ``(V,)``; targets: ``(M,)`` in ``[0, V)``.
-        chunk_rows: rows per chunk; ``chunk_rows * V * 4`` bytes should fit in the L2/L3 cache.
+        chunk_rows: rows per chunk; bounds the ``(chunk_rows, V)`` logits held at once. On a
+            2-core EPYC one chunk for BERT's ~600 masked rows per batch measured fastest
+            (fewer passes over ``W``); the gradient is still formed in the forward pass.
 
     Returns:
         ``(loss_sum, correct)``: a differentiable scalar and a long scalar (no gradient).
