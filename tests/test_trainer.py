@@ -276,3 +276,21 @@ def test_two_process_ddp_equals_one_process(tmp_path: Path) -> None:
     rng = load_file(str(tmp_path / "ddp" / ckpt / "rng.safetensors"))
     assert {"torch.cpu", "torch.cpu.rank0", "torch.cpu.rank1"} <= rng.keys()
     assert not math.isnan(ddp["losses"][-1])
+
+
+def test_max_minutes_budget_evaluates_checkpoints_and_stops(tmp_path: Path) -> None:
+    evaluated: list[int] = []
+
+    def evaluate(model: torch.nn.Module) -> dict[str, float]:
+        evaluated.append(1)
+        return {"x": 1.0}
+
+    config = toy_config(steps=50, max_minutes=1e-9)
+    trainer = Trainer(ToyModel(), ToyData(config.batch_size, config.accumulation), config, tmp_path,
+                      evaluate=evaluate)
+    result = trainer.train(resume=False)
+    assert result.stopped_early and result.step == 1 and evaluated
+    assert (tmp_path / "checkpoints" / "step-00000001").is_dir()
+    again = Trainer(ToyModel(), ToyData(config.batch_size, config.accumulation),
+                    toy_config(steps=3), tmp_path).train()  # resumes from the budget checkpoint
+    assert again.step == 3 and not again.stopped_early
