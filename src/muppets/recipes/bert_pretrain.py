@@ -203,12 +203,13 @@ def run(cfg: PretrainConfig, resume: bool = True) -> dict:
     """Tokenizer -> corpus -> pretraining -> ``<run_dir>/final`` (HF format). Returns a summary."""
     run_dir = Path(cfg.run_dir)
     dist = init_distributed()
-    if dist.is_main:
+    if dist.is_main:  # rank 0 trains / prepares; the others wait, then open what it wrote
         tok = ensure_tokenizer(cfg, run_dir)
-        ensure_corpus(cfg, tok, run_dir)
+        corpus = ensure_corpus(cfg, tok, run_dir)
     barrier()
-    tok = ensure_tokenizer(cfg, run_dir)
-    corpus = ensure_corpus(cfg, tok, run_dir)
+    if not dist.is_main:
+        tok = ensure_tokenizer(cfg, run_dir)
+        corpus = ensure_corpus(cfg, tok, run_dir)
     torch.manual_seed(cfg.train.seed)
     model = build_model(cfg, tok).to(_device(cfg.device, dist.local_rank))
     data = BertPretrainingData(corpus, special_ids(tok), cfg.data, cfg.train.batch_size,
