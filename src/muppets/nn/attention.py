@@ -7,6 +7,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from muppets.nn.dropout import dropout as fast_dropout
+from muppets.nn.kv_cache import LayerCache
 
 
 class SelfAttention(nn.Module):
@@ -29,15 +30,21 @@ class SelfAttention(nn.Module):
         self.qkv = nn.Linear(hidden_size, 3 * hidden_size)  # rows: [q; k; v]
         self.out = nn.Linear(hidden_size, hidden_size)
 
-    def forward(self, x: torch.Tensor, attn_mask: torch.Tensor | None = None) -> torch.Tensor:
-        """x: ``(B, T, H)``; attn_mask: ``(B, 1, 1, T)`` bool, True = may attend, or None.
+    def forward(self, x: torch.Tensor, attn_mask: torch.Tensor | None = None,
+                cache: LayerCache | None = None) -> torch.Tensor:
+        """x: ``(B, T, H)`` -> ``(B, T, H)``.
 
-        Returns ``(B, T, H)``.
+        attn_mask: bool, True = may attend. Without a cache ``(B, 1, 1, T)`` padding (the causal
+        part is added here); with a ``cache`` the full ``(B, 1, T, S)`` mask over the ``S``
+        cached + new keys (see :meth:`muppets.nn.kv_cache.KVCache.advance`), or None.
         """
         B, T, H = x.shape
         qkv = self.qkv(x).view(B, T, 3, self.num_heads, self.head_dim)  # (B, T, 3, heads, hd)
         q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # each (B, heads, T, hd)
-        if self.training and self.dropout > 0.0:
+        if cache is not None:
+            k, v = cache.append(k, v)  # (B, heads, S, hd)
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask)
+        elif self.training and self.dropout > 0.0:
             y = _attention_with_dropout(q, k, v, attn_mask, self.dropout, self.causal)
         else:
             y = F.scaled_dot_product_attention(

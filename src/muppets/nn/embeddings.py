@@ -33,10 +33,17 @@ class InputEmbeddings(nn.Module):
         self.norm = nn.LayerNorm(hidden_size, eps=eps) if layer_norm else None
         self.dropout = dropout
 
-    def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
-        """input_ids, token_type_ids: ``(B, T)`` -> ``(B, T, H)``."""
+    def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None,
+                position_ids: torch.Tensor | None = None) -> torch.Tensor:
+        """input_ids, token_type_ids, position_ids: ``(B, T)`` -> ``(B, T, H)``.
+
+        Positions default to ``0 .. T-1``; decoding with a KV cache passes its own.
+        """
         T = input_ids.shape[1]
-        x = self.tokens(input_ids) + self.positions.weight[:T]  # (B, T, H) + (T, H)
+        if position_ids is None:
+            x = self.tokens(input_ids) + self.positions.weight[:T]  # (B, T, H) + (T, H)
+        else:
+            x = self.tokens(input_ids) + self.positions(position_ids)  # (B, T, H)
         if self.segments is not None:
             if token_type_ids is None:
                 x = x + self.segments.weight[0]

@@ -19,6 +19,7 @@ from muppets.data.shards import TokenCorpus
 from muppets.errors import ConfigError
 from muppets.objectives.mlm import IGNORE, MaskingConfig, mask_sequence
 from muppets.objectives.nsp import PairPlan, plan_pairs
+from muppets.train.distributed import rank_shares
 
 log = logging.getLogger(__name__)
 
@@ -89,11 +90,7 @@ class BertPretrainingData:
     # --- building examples -------------------------------------------------------------
     def shares(self, world: int) -> tuple[int, int]:
         """Sequences per rank and per micro-batch; the global batch must divide evenly."""
-        if self.batch_size % (world * self.accumulation):
-            raise ConfigError(f"batch_size {self.batch_size} is not divisible by world size {world}"
-                              f" x accumulation {self.accumulation}")
-        per_rank = self.batch_size // world
-        return per_rank, per_rank // self.accumulation
+        return rank_shares(self.batch_size, world, self.accumulation)
 
     def batch(self, examples: range) -> dict[str, torch.Tensor]:
         """Collate global examples ``examples`` into one padded batch."""

@@ -138,3 +138,12 @@ def barrier() -> None:
     """Wait until every rank gets here (no-op with one process)."""
     if _active():
         dist.barrier()
+
+
+def rank_shares(batch_size: int, world: int, accumulation: int) -> tuple[int, int]:
+    """Examples per rank and per micro-batch of a global batch; it must divide evenly."""
+    if batch_size % (world * accumulation):
+        raise ConfigError(f"batch_size {batch_size} is not divisible by world size {world}"
+                          f" x accumulation {accumulation}")
+    per_rank = batch_size // world
+    return per_rank, per_rank // accumulation

@@ -1,0 +1,149 @@
+"""Hugging Face GPT-2 (and GPT-1 ``openai-gpt``) directories <-> :class:`GPTLanguageModel`.
+
+Hugging Face stores GPT weights in ``Conv1D`` layers whose weight is ``(in, out)``, the
+transpose of ``nn.Linear``; the key map below marks those and transposes them both ways. We
+write ``config.json`` + ``model.safetensors`` that ``GPT2LMHeadModel.from_pretrained`` (or
+``OpenAIGPTLMHeadModel``) loads with no missing or unexpected weights (the LM head is tied to the
+token embeddings, so it is not stored), and we read both ``…LMHeadModel`` checkpoints
+(``transformer.`` prefix) and bare ``GPT2Model`` ones (no prefix, e.g. the original ``gpt2``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import torch
+
+from muppets.config import write_json_atomic
+from muppets.errors import CheckpointError
+from muppets.interop.safetensors_io import read_weights, write_weights
+from muppets.models.gpt import GPTConfig, GPTLanguageModel
+
+log = logging.getLogger(__name__)
+
+_CONFIG_MAP = {  # ours -> HF config.json, per model_type
+    "gpt2": {"vocab_size": "vocab_size", "max_position_embeddings": "n_positions",
+             "hidden_size": "n_embd", "num_layers": "n_layer", "num_heads": "n_head",
+             "hidden_dropout": "resid_pdrop", "embedding_dropout": "embd_pdrop",
+             "attention_dropout": "attn_pdrop", "layer_norm_eps": "layer_norm_epsilon",
+             "initializer_range": "initializer_range", "hidden_act": "activation_function"},
+    "openai-gpt": {"vocab_size": "vocab_size", "max_position_embeddings": "n_positions",
+                   "hidden_size": "n_embd", "num_layers": "n_layer", "num_heads": "n_head",
+                   "hidden_dropout": "resid_pdrop", "embedding_dropout": "embd_pdrop",
+                   "attention_dropout": "attn_pdrop", "layer_norm_eps": "layer_norm_epsilon",
+                   "initializer_range": "initializer_range", "hidden_act": "afn"},
+}
+_MODEL_TYPE = {"gpt2": "gpt2", "gpt": "openai-gpt"}  # our variant -> HF model_type
+_ARCH = {"gpt2": "GPT2LMHeadModel", "openai-gpt": "OpenAIGPTLMHeadModel"}
+_EMBEDDINGS = {"gpt2": ("wte", "wpe"), "openai-gpt": ("tokens_embed", "positions_embed")}
+_UNSUPPORTED = {"scale_attn_by_inverse_layer_idx": True, "add_cross_attention": True,
+                "scale_attn_weights": False}  # GPT-2 options whose maths we do not implement
+_IGNORED_HF_KEYS = ("attn.bias", "attn.masked_bias", "lm_head.weight", "position_ids")
+
+
+def config_to_hf(cfg: GPTConfig) -> dict:
+    """Our config as an HF ``config.json`` dict."""
+    model_type = _MODEL_TYPE[cfg.variant]
+    out = {hf: getattr(cfg, ours) for ours, hf in _CONFIG_MAP[model_type].items()}
+    out.update(model_type=model_type, architectures=[_ARCH[model_type]], tie_word_embeddings=True,
+               eos_token_id=cfg.eos_token_id)
+    if model_type == "gpt2":
+        out.update(n_inner=cfg.intermediate_size, n_ctx=cfg.max_position_embeddings,
+                   bos_token_id=cfg.eos_token_id)
+    elif cfg.intermediate_size != 4 * cfg.hidden_size:
+        raise CheckpointError(f"openai-gpt directories need intermediate_size = 4 * hidden_size, "
+                              f"not {cfg.intermediate_size}")
+    return out
+
+
+def config_from_hf(data: dict, source: str = "config.json") -> GPTConfig:
+    """An HF ``gpt2`` / ``openai-gpt`` ``config.json`` dict as our :class:`GPTConfig`."""
+    model_type = data.get("model_type")
+    if model_type not in _CONFIG_MAP:
+        raise CheckpointError(f"{source}: model_type {model_type!r} is not 'gpt2' or 'openai-gpt'")
+    for key, bad in _UNSUPPORTED.items():
+        if data.get(key, not bad) == bad:
+            raise CheckpointError(f"{source}: {key}={bad} is not supported")
+    cmap = _CONFIG_MAP[model_type]
+    missing = [hf for hf in cmap.values() if hf not in data and hf not in ("afn", "activation_function")]
+    if missing:
+        raise CheckpointError(f"{source}: missing keys {missing}")
+    kwargs = {ours: data[hf] for ours, hf in cmap.items() if hf in data}
+    kwargs["variant"] = "gpt2" if model_type == "gpt2" else "gpt"
+    kwargs["intermediate_size"] = data.get("n_inner") or 4 * data["n_embd"]
+    eos = data.get("eos_token_id")
+    kwargs["eos_token_id"] = eos if isinstance(eos, int) else -1  # GPT-1 has none: the last id
+    return GPTConfig(**kwargs)
+
+
+def param_map(cfg: GPTConfig) -> dict[str, tuple[str, bool]]:
+    """Our parameter name -> (HF name without the ``transformer.`` prefix, transposed?)."""
+    wte, wpe = _EMBEDDINGS[_MODEL_TYPE[cfg.variant]]
+    out = {"backbone.embeddings.tokens.weight": (wte + ".weight", False),
+           "backbone.embeddings.positions.weight": (wpe + ".weight", False)}
+    if cfg.variant == "gpt2":
+        out.update({f"backbone.final_norm.{p}": (f"ln_f.{p}", False) for p in ("weight", "bias")})
+    for i in range(cfg.num_layers):
+        ours, hf = f"backbone.layers.{i}.", f"h.{i}."
+        modules = {"attn.qkv": ("attn.c_attn", True), "attn.out": ("attn.c_proj", True),
+                   "attn_norm": ("ln_1", False), "ffn.up": ("mlp.c_fc", True),
+                   "ffn.down": ("mlp.c_proj", True), "ffn_norm": ("ln_2", False)}
+        for name, (hf_name, conv) in modules.items():
+            out[f"{ours}{name}.weight"] = (f"{hf}{hf_name}.weight", conv)
+            out[f"{ours}{name}.bias"] = (f"{hf}{hf_name}.bias", False)
+    return out
+
+
+def to_hf_state(model: GPTLanguageModel) -> dict[str, torch.Tensor]:
+    """Our weights under HF ``GPT2LMHeadModel`` names, Conv1D weights transposed."""
+    ours = model.state_dict()
+    return {"transformer." + hf: (ours[name].t() if conv else ours[name]).contiguous()
+            for name, (hf, conv) in param_map(model.cfg).items()}
+
+
+def from_hf_state(hf: dict[str, torch.Tensor], cfg: GPTConfig, source: str) -> dict[str, torch.Tensor]:
+    """HF tensors (``transformer.``-prefixed or bare) -> our state dict; every weight must be there."""
+    hf = {k.removeprefix("transformer."): v for k, v in hf.items()}
+    mapping = param_map(cfg)
+    missing = [h for h, _ in mapping.values() if h not in hf]
+    if missing:
+        raise CheckpointError(f"{source}: missing weights {missing[:5]} (+{max(0, len(missing) - 5)} more)")
+    used = {h for h, _ in mapping.values()}
+    unused = [k for k in hf if k not in used and not k.endswith(_IGNORED_HF_KEYS)]
+    if unused:
+        raise CheckpointError(f"{source}: unexpected weights {unused[:5]} (+{max(0, len(unused) - 5)} more)")
+    return {name: hf[h].t() if conv else hf[h] for name, (h, conv) in mapping.items()}
+
+
+def save_hf_gpt(model: GPTLanguageModel, directory: str | Path, tokenizer=None) -> Path:
+    """Write config.json, model.safetensors and (given one) the tokenizer's files."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    write_weights(to_hf_state(model), directory / "model.safetensors", metadata={"format": "pt"})
+    write_json_atomic(directory / "config.json", config_to_hf(model.cfg))
+    if tokenizer is not None:
+        tokenizer.save(directory)
+    return directory
+
+
+def load_hf_gpt(directory: str | Path, **config_overrides) -> GPTLanguageModel:
+    """Load an HF GPT-2 / GPT-1 directory (safetensors) as a :class:`GPTLanguageModel`."""
+    directory = Path(directory)
+    cfg_path = directory / "config.json"
+    if not cfg_path.is_file():
+        raise CheckpointError(f"{directory}: no config.json (is this a Hugging Face model directory?)")
+    data = json.loads(cfg_path.read_text(encoding="utf-8"))
+    cfg = config_from_hf(data, str(cfg_path))
+    if config_overrides:
+        cfg = GPTConfig(**{**cfg.__dict__, **config_overrides})
+    model = GPTLanguageModel(cfg)
+    state = from_hf_state(read_weights(directory), cfg, str(directory))
+    own = model.state_dict()
+    for name, tensor in state.items():
+        if tensor.shape != own[name].shape:
+            raise CheckpointError(f"{directory}: {name} has shape {tuple(tensor.shape)}, "
+                                  f"config implies {tuple(own[name].shape)}")
+    model.load_state_dict(state, strict=True)
+    return model

@@ -1,0 +1,227 @@
+"""GPT (Radford et al. 2018) and GPT-2 (Radford et al. 2019): left-to-right transformer decoders.
+
+Both are stacks of the shared :class:`~muppets.nn.block.TransformerBlock` with causal attention
+over learned position embeddings, and a language-model head tied to the token embeddings.
+
+* ``variant="gpt"`` — GPT-1: post-LN blocks (``x = LN(x + sublayer(x))``), no final LayerNorm,
+  512 positions.
+* ``variant="gpt2"`` — GPT-2 (§2.3): pre-LN blocks (``x = x + sublayer(LN(x))``), a LayerNorm
+  after the last block, residual output projections initialised with std
+  ``0.02 / sqrt(2 · n_layer)``, 1024 positions.
+
+The backbone answers DESIGN.md's contract (``Encoded``: embedding output first, top layer last;
+for GPT-2 the top layer is after the final LayerNorm, as in Hugging Face's hidden states).
+Training computes the LM loss fused with the output layer (:mod:`muppets.nn.linear_ce`), so the
+``(B, T, V)`` logits are never materialised; decoding uses a :class:`~muppets.nn.kv_cache.KVCache`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from muppets.config import from_dict
+from muppets.errors import ConfigError
+from muppets.nn.block import BlockConfig, TransformerBlock, init_weights
+from muppets.nn.embeddings import InputEmbeddings
+from muppets.nn.encoded import Encoded
+from muppets.nn.feedforward import activation
+from muppets.nn.kv_cache import KVCache
+from muppets.nn.linear_ce import linear_cross_entropy
+
+IGNORE = -100  # label of a position that has no next-token target
+VARIANTS = ("gpt", "gpt2")
+
+
+@dataclass
+class GPTConfig:
+    variant: str = "gpt2"  # gpt (GPT-1: post-LN, no final LN) | gpt2 (pre-LN + final LN, scaled residual init)
+    vocab_size: int = 50257  # byte-level BPE vocabulary (GPT-2: 50,257 with <|endoftext|> = 50256)
+    max_position_embeddings: int = 1024  # context length n_ctx (GPT-1: 512)
+    hidden_size: int = 768  # model width H
+    num_layers: int = 12  # decoder blocks L
+    num_heads: int = 12  # attention heads A
+    intermediate_size: int = 3072  # feed-forward inner width (4H)
+    hidden_dropout: float = 0.1  # dropout on sub-layer outputs (resid_pdrop)
+    embedding_dropout: float = 0.1  # dropout on token + position embeddings (embd_pdrop)
+    attention_dropout: float = 0.1  # dropout on attention probabilities (attn_pdrop)
+    layer_norm_eps: float = 1e-5  # LayerNorm epsilon
+    initializer_range: float = 0.02  # std of the normal weight initialisation
+    hidden_act: str = "gelu_new"  # feed-forward activation (GPT-2: tanh-approximated GELU)
+    eos_token_id: int = -1  # <|endoftext|>: document separator, end of generation; -1 = the last id (GPT-2: 50256)
+
+    def __post_init__(self) -> None:
+        if self.variant not in VARIANTS:
+            raise ConfigError(f"variant: {self.variant!r} is not one of {', '.join(VARIANTS)}")
+        if self.hidden_size % self.num_heads:
+            raise ConfigError(f"hidden_size {self.hidden_size} is not divisible by num_heads {self.num_heads}")
+        if self.eos_token_id == -1:
+            self.eos_token_id = self.vocab_size - 1
+        if not 0 <= self.eos_token_id < self.vocab_size:
+            raise ConfigError(f"eos_token_id {self.eos_token_id} is outside the vocabulary of {self.vocab_size}")
+        activation(self.hidden_act)
+
+    @classmethod
+    def preset(cls, name: str, **overrides) -> "GPTConfig":
+        """A named size (``gpt-tiny`` … ``gpt2-medium``), with field overrides."""
+        if name not in GPT_PRESETS:
+            raise ConfigError(f"unknown GPT preset {name!r}; choose one of {', '.join(GPT_PRESETS)}")
+        variant, L, H, ctx = GPT_PRESETS[name]
+        base = dict(variant=variant, num_layers=L, hidden_size=H, num_heads=max(1, H // 64),
+                    intermediate_size=4 * H, max_position_embeddings=ctx)
+        if variant == "gpt":
+            base["hidden_act"] = "gelu"
+        return from_dict(cls, {**base, **overrides})
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden_size // self.num_heads
+
+    def block(self) -> BlockConfig:
+        return BlockConfig(
+            hidden_size=self.hidden_size, num_heads=self.num_heads,
+            intermediate_size=self.intermediate_size, hidden_dropout=self.hidden_dropout,
+            attention_dropout=self.attention_dropout, layer_norm_eps=self.layer_norm_eps,
+            norm_first=self.variant == "gpt2", causal=True, act=self.hidden_act,
+        )
+
+
+# name -> (variant, layers, hidden, context). gpt-tiny/mini/small are our CPU sizes; "gpt" is
+# GPT-1 (117M), "gpt2" the 124M GPT-2 and "gpt2-medium" the 355M one.
+GPT_PRESETS: dict[str, tuple[str, int, int, int]] = {
+    "gpt-tiny": ("gpt2", 2, 128, 1024),
+    "gpt-mini": ("gpt2", 4, 256, 1024),
+    "gpt-small": ("gpt2", 6, 512, 1024),
+    "gpt": ("gpt", 12, 768, 512),
+    "gpt2": ("gpt2", 12, 768, 1024),
+    "gpt2-medium": ("gpt2", 24, 1024, 1024),
+}
+
+
+class GPTBackbone(nn.Module):
+    """Token + position embeddings, L causal blocks (+ final LN for GPT-2); returns ``Encoded``."""
+
+    def __init__(self, cfg: GPTConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.embeddings = InputEmbeddings(
+            cfg.vocab_size, cfg.hidden_size, cfg.max_position_embeddings, type_vocab_size=0,
+            layer_norm=False, dropout=cfg.embedding_dropout,
+        )
+        self.layers = nn.ModuleList(TransformerBlock(cfg.block()) for _ in range(cfg.num_layers))
+        self.final_norm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps) if cfg.variant == "gpt2" else None
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                cache: KVCache | None = None) -> Encoded:
+        """input_ids, attention_mask ``(B, T)`` -> Encoded with L+1 ``(B, T, H)`` layers.
+
+        Without a cache, positions are ``0 .. T-1`` (pad on the right). With a ``cache`` the
+        ids continue what it holds; positions count real tokens, so left-padded prompts work.
+        """
+        T = input_ids.shape[1]
+        mask = torch.ones_like(input_ids, dtype=torch.bool) if attention_mask is None else attention_mask.bool()
+        if cache is None:
+            self._check_length(T)
+            positions, attn = None, None if attention_mask is None or bool(mask.all()) else mask[:, None, None, :]
+        else:
+            self._check_length(cache.length + T)
+            positions, attn = cache.advance(mask)  # (B, T), (B, 1, T, S) or None
+        x = self.embeddings(input_ids, position_ids=positions)  # (B, T, H)
+        layers = [x]
+        for i, block in enumerate(self.layers):
+            x = block(x, attn, None if cache is None else cache.layers[i])
+            layers.append(x)
+        if self.final_norm is not None:
+            layers[-1] = self.final_norm(x)
+        return Encoded(layers=layers, mask=mask)
+
+    def _check_length(self, T: int) -> None:
+        if T > self.cfg.max_position_embeddings:
+            raise ValueError(f"sequence length {T} exceeds max_position_embeddings {self.cfg.max_position_embeddings}")
+
+    def new_cache(self, batch: int, max_len: int) -> KVCache:
+        """An empty cache for ``batch`` rows of up to ``max_len`` tokens (prompt included)."""
+        p = self.embeddings.tokens.weight
+        return KVCache(batch, self.cfg.num_layers, self.cfg.num_heads, self.cfg.head_dim,
+                       min(max_len, self.cfg.max_position_embeddings), p.dtype, p.device)
+
+
+@dataclass
+class LMOutput:
+    """What :class:`GPTLanguageModel` returns.
+
+    logits: ``(B, T, V)`` when no labels are given (None with labels: the loss is fused).
+    loss_sums / counts / correct: for the ``lm`` term, the summed next-token cross entropy, the
+        number of predicted tokens and how many the argmax got right.
+    """
+
+    encoded: Encoded
+    logits: torch.Tensor | None
+    loss_sums: dict[str, torch.Tensor] = field(default_factory=dict)
+    counts: dict[str, torch.Tensor] = field(default_factory=dict)
+    correct: dict[str, torch.Tensor] = field(default_factory=dict)
+
+
+class GPTLanguageModel(nn.Module):
+    """Backbone + LM head tied to the token embeddings (no bias), as in GPT and GPT-2."""
+
+    def __init__(self, cfg: GPTConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.backbone = GPTBackbone(cfg)
+        self.register_buffer("lm_bias", torch.zeros(cfg.vocab_size), persistent=False)  # the fused loss takes a bias
+        init_gpt_weights(self, cfg)
+
+    @property
+    def lm_weight(self) -> torch.Tensor:
+        return self.backbone.embeddings.tokens.weight  # (V, H), tied
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                labels: torch.Tensor | None = None) -> LMOutput:
+        """input_ids, attention_mask, labels ``(B, T)``.
+
+        ``labels`` are aligned with the inputs (pass ``labels=input_ids``): position ``t`` is
+        scored on ``labels[:, t + 1]``; ``-100`` (and padding, if you set it so) is skipped.
+        """
+        encoded = self.backbone(input_ids, attention_mask)
+        hidden = encoded.last  # (B, T, H)
+        if labels is None:
+            return LMOutput(encoded, F.linear(hidden, self.lm_weight))  # (B, T, V)
+        rows, targets = _next_token_rows(hidden, labels)  # (M, H), (M,)
+        loss, correct = linear_cross_entropy(rows, self.lm_weight, self.lm_bias, targets)
+        return LMOutput(encoded, None, {"lm": loss}, {"lm": torch.tensor(float(targets.numel()))},
+                        {"lm": correct})
+
+    @torch.no_grad()
+    def next_token_logits(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None,
+                          cache: KVCache) -> torch.Tensor:
+        """Feed ``(B, T)`` new tokens through the cache; the logits of the last one ``(B, V)``."""
+        hidden = self.backbone(input_ids, attention_mask, cache).last[:, -1]  # (B, H)
+        return F.linear(hidden, self.lm_weight)  # (B, V)
+
+
+def _next_token_rows(hidden: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rows of ``hidden (B, T, H)`` that predict a label at ``t + 1``: ``(M, H)`` and ``(M,)``."""
+    H = hidden.shape[-1]
+    h = hidden[:, :-1].reshape(-1, H)  # (B*(T-1), H)
+    y = labels[:, 1:].reshape(-1)  # (B*(T-1),)
+    keep = y != IGNORE
+    if bool(keep.all()):
+        return h, y
+    return h[keep], y[keep]
+
+
+def init_gpt_weights(model: nn.Module, cfg: GPTConfig) -> None:
+    """N(0, 0.02) everywhere (:func:`~muppets.nn.block.init_weights`); for GPT-2 the residual
+    output projections (attention out, feed-forward down) get std ``0.02 / sqrt(2L)`` (§2.3)."""
+    init_weights(model, cfg.initializer_range)
+    if cfg.variant != "gpt2":
+        return
+    std = cfg.initializer_range / math.sqrt(2 * cfg.num_layers)
+    for name, p in model.named_parameters():
+        if name.endswith(("attn.out.weight", "ffn.down.weight")):
+            nn.init.normal_(p, 0.0, std)

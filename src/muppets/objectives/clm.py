@@ -1,0 +1,120 @@
+"""Causal language modelling batches (GPT) from a prepared corpus, as a deterministic step source.
+
+The training documents are laid end to end, each followed by the end-of-text token, into one
+token stream (GPT-2 packs its WebText this way); training sequences are blocks of ``block_size``
+tokens cut from it, consecutive blocks overlapping by one token so that every token of the
+stream is a next-token target exactly once per epoch. The block order is a permutation drawn
+from ``(seed, epoch)``, so a batch is a pure function of ``(seed, step)`` (exact resume, DDP
+slices), as in :mod:`muppets.objectives.mlm_nsp`, whose held-out document split is reused.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+import torch
+
+from muppets.data.shards import TokenCorpus
+from muppets.errors import ConfigError
+from muppets.objectives.mlm_nsp import split_documents
+from muppets.train.distributed import rank_shares
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class CLMDataConfig:
+    block_size: int = 128  # tokens per training sequence (block_size - 1 next-token targets)
+    eval_fraction: float = 0.02  # share of documents held out for evaluation (at least 1)
+    eval_blocks: int = 256  # held-out blocks scored at every evaluation (spread over the held-out stream)
+    split_seed: int = 1234  # fixes which documents are held out, independent of the run seed
+
+    def __post_init__(self) -> None:
+        if self.block_size < 2:
+            raise ConfigError(f"block_size: {self.block_size} is too short (at least 2 tokens)")
+
+
+def document_stream(corpus: TokenCorpus, docs: np.ndarray, eos_id: int) -> np.ndarray:
+    """Documents ``docs`` concatenated, each followed by ``eos_id``: ``(N,)`` int64."""
+    parts = []
+    for d in docs:
+        parts.append(np.asarray(corpus.document_tokens(int(d)), dtype=np.int64))
+        parts.append(np.array([eos_id], dtype=np.int64))
+    return np.concatenate(parts) if parts else np.zeros(0, np.int64)
+
+
+class CausalLMData:
+    """The trainer's ``StepData`` for left-to-right LM pretraining (batches of ``input_ids`` and
+    ``labels``, the model shifting labels by one)."""
+
+    def __init__(self, corpus: TokenCorpus, eos_id: int, cfg: CLMDataConfig, batch_size: int,
+                 accumulation: int, seed: int) -> None:
+        if not 0 <= eos_id < corpus.vocab_size:
+            raise ConfigError(f"eos id {eos_id} is outside the corpus vocabulary of {corpus.vocab_size}")
+        self.cfg, self.batch_size, self.accumulation, self.seed = cfg, batch_size, accumulation, seed
+        train_docs, self.eval_docs = split_documents(corpus.num_documents, cfg.eval_fraction, cfg.split_seed)
+        self.stream = document_stream(corpus, train_docs, eos_id)  # (N,)
+        self.eval_stream = document_stream(corpus, self.eval_docs, eos_id)
+        self.epoch_size = num_blocks(len(self.stream), cfg.block_size)
+        if self.epoch_size == 0:
+            raise ConfigError(f"{corpus.directory}: {len(self.stream)} training tokens do not fill one "
+                              f"block of {cfg.block_size}")
+        log.info("LM data: %d train / %d held-out documents, %d + %d tokens, %d blocks of %d per epoch",
+                 len(train_docs), len(self.eval_docs), len(self.stream), len(self.eval_stream),
+                 self.epoch_size, cfg.block_size)
+
+    @lru_cache(maxsize=2)
+    def _order(self, epoch: int) -> np.ndarray:
+        return np.random.default_rng([self.seed, 19, epoch]).permutation(self.epoch_size)
+
+    # --- StepData protocol -------------------------------------------------------------
+    def micro_batches(self, step: int, rank: int, world: int) -> list[dict[str, torch.Tensor]]:
+        per_rank, per_micro = rank_shares(self.batch_size, world, self.accumulation)
+        first = step * self.batch_size + rank * per_rank
+        return [self.batch(range(first + k * per_micro, first + (k + 1) * per_micro))
+                for k in range(self.accumulation)]
+
+    def normalizers(self, batch: dict[str, torch.Tensor]) -> dict[str, float]:
+        return {"lm": float(batch["labels"][:, 1:].numel())}
+
+    def num_tokens(self, batch: dict[str, torch.Tensor]) -> int:
+        return int(batch["input_ids"].numel())
+
+    # --- blocks --------------------------------------------------------------------------
+    def batch(self, examples: range) -> dict[str, torch.Tensor]:
+        """Global examples ``examples`` (``g = step * batch_size + i``) as ``(B, T)`` tensors."""
+        rows = []
+        for g in examples:
+            epoch, pos = divmod(g, self.epoch_size)
+            rows.append(block(self.stream, int(self._order(epoch)[pos]), self.cfg.block_size))
+        ids = torch.from_numpy(np.stack(rows))  # (B, T)
+        return {"input_ids": ids, "labels": ids}
+
+    def eval_batches(self, batch_size: int) -> list[dict[str, torch.Tensor]]:
+        """Fixed held-out batches: up to ``eval_blocks`` blocks spread evenly over the held-out stream."""
+        n = num_blocks(len(self.eval_stream), self.cfg.block_size)
+        if n == 0:
+            raise ConfigError(f"the held-out documents ({len(self.eval_stream)} tokens) do not fill one "
+                              f"block of {self.cfg.block_size}; raise eval_fraction")
+        picks = np.unique(np.linspace(0, n - 1, min(n, self.cfg.eval_blocks)).round().astype(np.int64))
+        rows = [block(self.eval_stream, int(i), self.cfg.block_size) for i in picks]
+        out = []
+        for i in range(0, len(rows), batch_size):
+            ids = torch.from_numpy(np.stack(rows[i:i + batch_size]))
+            out.append({"input_ids": ids, "labels": ids})
+        return out
+
+
+def num_blocks(n_tokens: int, block_size: int) -> int:
+    """Blocks of ``block_size`` overlapping by one token that fit in ``n_tokens``."""
+    return max(0, (n_tokens - 1) // (block_size - 1))
+
+
+def block(stream: np.ndarray, i: int, block_size: int) -> np.ndarray:
+    """Block ``i``: ``stream[i * (T - 1) : i * (T - 1) + T]`` (its first token is the previous
+    block's last, so it is context only)."""
+    start = i * (block_size - 1)
+    return stream[start:start + block_size]
