@@ -56,10 +56,11 @@ def _data_prepare(args: argparse.Namespace) -> int:
 
 
 def _pretrain(args: argparse.Namespace) -> int:
-    from muppets.recipes import bert_pretrain
+    from muppets.recipes import pick_recipe
 
-    cfg = bert_pretrain.load_config(args.config, args.overrides)
-    summary = bert_pretrain.run(cfg, resume=not args.fresh)
+    recipe = pick_recipe(args.config, args.overrides)
+    cfg = recipe.load_config(args.config, args.overrides)
+    summary = recipe.run(cfg, resume=not args.fresh)
     from muppets.train.distributed import dist_info
 
     if dist_info().is_main:
@@ -75,6 +76,10 @@ def _print_pretrain_summary(summary: dict) -> None:
         print(f"held-out MLM accuracy {ev['mlm_accuracy']:.4f}  perplexity {ev['mlm_perplexity']:.1f}"
               + (f"   (unigram baseline: accuracy {base['mlm_accuracy']:.4f}, perplexity "
                  f"{base['mlm_perplexity']:.1f})" if base else ""))
+    if "lm_perplexity" in ev:
+        print(f"held-out next-token perplexity {ev['lm_perplexity']:.1f}  accuracy {ev['lm_accuracy']:.4f}"
+              + (f"   (unigram baseline: perplexity {base['lm_perplexity']:.1f}, accuracy "
+                 f"{base['lm_accuracy']:.4f})" if base else ""))
     if "nsp_accuracy" in ev:
         print(f"held-out NSP accuracy {ev['nsp_accuracy']:.4f}"
               + (f"   (majority class: {base['nsp_accuracy']:.4f})" if "nsp_accuracy" in base else ""))
@@ -149,6 +154,35 @@ def _print_metrics(table: dict[str, dict[str, float]]) -> None:
             print(f"  {split:<5} {name:<16} {value:10.4f}")
 
 
+def _generate(args: argparse.Namespace) -> int:
+    import torch
+
+    from muppets.generate import GenerationConfig, generate_text
+    from muppets.interop.hf_gpt import load_hf_gpt
+    from muppets.paths import resolve_data_path
+    from muppets.tokenizers import ByteLevelBPETokenizer
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    model_dir = resolve_data_path(args.model)
+    model, tok = load_hf_gpt(model_dir).eval(), ByteLevelBPETokenizer.load(model_dir)
+    cfg = GenerationConfig(max_new_tokens=args.max_new_tokens, do_sample=args.sample,
+                           temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
+                           num_beams=args.num_beams, length_penalty=args.length_penalty,
+                           repetition_penalty=args.repetition_penalty, stop=args.stop or [],
+                           seed=args.seed)
+    if len(args.prompts) == 1 and cfg.num_beams == 1:  # stream one prompt to the terminal
+        sys.stdout.write(args.prompts[0])
+        sys.stdout.flush()
+        generate_text(model, tok, args.prompts, cfg,
+                      stream=lambda row, text: (sys.stdout.write(text), sys.stdout.flush()))
+        sys.stdout.write("\n")
+        return 0
+    for prompt, text in zip(args.prompts, generate_text(model, tok, args.prompts, cfg)):
+        print(prompt + text)
+    return 0
+
+
 def _add_task_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("task", help="registered task name (e.g. sst2, conll2003, squad) or your train file")
     p.add_argument("overrides", nargs="*", help="FinetuneConfig key=value overrides, e.g. lr=3e-5 task.kind=pair")
@@ -185,7 +219,8 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--overwrite", action="store_true")
     d.set_defaults(func=_data_prepare)
 
-    p = sub.add_parser("pretrain", help="pretrain BERT (MLM + NSP) from a YAML config")
+    p = sub.add_parser("pretrain", help="pretrain BERT (MLM + NSP) or GPT (causal LM; a gpt-… "
+                       "model.preset) from a YAML config")
     p.add_argument("config", nargs="?", help="YAML/JSON config (see configs/)")
     p.add_argument("overrides", nargs="*", help="dotted key=value overrides, e.g. train.steps=100")
     p.add_argument("--fresh", action="store_true", help="ignore existing checkpoints in run_dir")
@@ -196,6 +231,22 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--seeds", help="comma-separated seeds: one run each (run_dir/seed-N) + mean ± std")
     f.add_argument("--fresh", action="store_true", help="ignore existing checkpoints in run_dir")
     f.set_defaults(func=_finetune)
+
+    g = sub.add_parser("generate", help="continue prompts with a GPT / GPT-2 model (KV cache)")
+    g.add_argument("prompts", nargs="+", help="one or more prompts (one is streamed as it is generated)")
+    g.add_argument("--model", required=True, help="HF GPT-2 directory (e.g. a pretraining run's final/)")
+    g.add_argument("--max-new-tokens", type=int, default=64)
+    g.add_argument("--sample", action="store_true", help="sample instead of taking the most likely token")
+    g.add_argument("--temperature", type=float, default=1.0)
+    g.add_argument("--top-k", type=int, default=0)
+    g.add_argument("--top-p", type=float, default=1.0)
+    g.add_argument("--num-beams", type=int, default=1)
+    g.add_argument("--length-penalty", type=float, default=1.0)
+    g.add_argument("--repetition-penalty", type=float, default=1.0)
+    g.add_argument("--stop", action="append", help="stop string (repeatable); the output ends before it")
+    g.add_argument("--seed", type=int, help="seed for --sample")
+    g.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = default)")
+    g.set_defaults(func=_generate)
 
     e = sub.add_parser("evaluate", help="score a fine-tuned model on a task split")
     _add_task_args(e)

@@ -28,19 +28,57 @@ from muppets.nn.encoded import Encoded
 from muppets.nn.pooler import Pooler
 
 KINDS = ("classify", "pair", "regress", "tag", "span", "choice")
+POOLS = ("first", "last")  # sentence vector: BERT [CLS] pooler | GPT last token
+
+
+def last_token(encoded: Encoded) -> torch.Tensor:
+    """The top-layer state of each row's last real token (right padding): ``(B, H)``.
+
+    A left-to-right model has read the whole input only there: GPT's classifiers read the
+    final ``extract`` token (Radford et al. 2018, §3.3).
+    """
+    last = encoded.mask.long().sum(1).clamp(min=1) - 1  # (B,)
+    return encoded.last[torch.arange(last.shape[0], device=last.device), last]  # (B, H)
+
+
+class SentenceVector(nn.Module):
+    """The vector a sentence-level head reads: ``(B, T, H)`` Encoded -> ``(B, H)``.
+
+    ``first``: BERT's pooler, ``tanh(W h_[CLS] + b)``. ``last``: GPT's final-token state, as is.
+    ``orderings > 1``: the input rows come in groups (GPT similarity: both orders of a text
+    pair, §3.3) whose vectors are added: ``(B * orderings, H) -> (B, H)``.
+    """
+
+    def __init__(self, hidden_size: int, pool: str = "first", orderings: int = 1) -> None:
+        super().__init__()
+        if pool not in POOLS:
+            raise ValueError(f"pool must be one of {POOLS}, not {pool!r}")
+        self.pool, self.orderings = pool, orderings
+        self.pooler = Pooler(hidden_size) if pool == "first" else None
+
+    def forward(self, encoded: Encoded) -> torch.Tensor:
+        v = self.pooler(encoded.last) if self.pooler is not None else last_token(encoded)  # (B*R, H)
+        if self.orderings > 1:
+            v = v.view(-1, self.orderings, v.shape[-1]).sum(1)  # (B, H)
+        return v
 
 
 class ClassificationHead(nn.Module):
-    """Pooled ``[CLS]`` -> dropout -> ``(B, num_labels)`` logits (``num_labels=1``: a regression)."""
+    """Sentence vector -> dropout -> ``(B, num_labels)`` logits (``num_labels=1``: a regression)."""
 
-    def __init__(self, hidden_size: int, num_labels: int, dropout_p: float = 0.1) -> None:
+    def __init__(self, hidden_size: int, num_labels: int, dropout_p: float = 0.1,
+                 pool: str = "first", orderings: int = 1) -> None:
         super().__init__()
-        self.pooler = Pooler(hidden_size)
+        self.vector = SentenceVector(hidden_size, pool, orderings)
         self.classifier = nn.Linear(hidden_size, num_labels)
         self.dropout_p = dropout_p
 
+    @property
+    def pooler(self) -> Pooler | None:
+        return self.vector.pooler
+
     def forward(self, encoded: Encoded) -> torch.Tensor:
-        pooled = dropout(self.pooler(encoded.last), self.dropout_p, self.training)  # (B, H)
+        pooled = dropout(self.vector(encoded), self.dropout_p, self.training)  # (B, H)
         return self.classifier(pooled)  # (B, C)
 
 
@@ -68,36 +106,40 @@ class SpanHead(nn.Module):
 
 
 class ChoiceHead(nn.Module):
-    """Pooled vector of each ``(context, choice)`` row -> one score; reshaped to ``(B, C)``.
+    """Sentence vector of each ``(context, choice)`` row -> one score; reshaped to ``(B, C)``
+    by :class:`TaskModel` (the backbone sees ``B * C`` rows)."""
 
-    The backbone sees ``B * C`` rows; ``num_choices`` is taken from the labels' caller via
-    :meth:`scores`.
-    """
-
-    def __init__(self, hidden_size: int, dropout_p: float = 0.1) -> None:
+    def __init__(self, hidden_size: int, dropout_p: float = 0.1, pool: str = "first") -> None:
         super().__init__()
-        self.pooler = Pooler(hidden_size)
+        self.vector = SentenceVector(hidden_size, pool)
         self.classifier = nn.Linear(hidden_size, 1)
         self.dropout_p = dropout_p
 
+    @property
+    def pooler(self) -> Pooler | None:
+        return self.vector.pooler
+
     def forward(self, encoded: Encoded) -> torch.Tensor:
-        pooled = dropout(self.pooler(encoded.last), self.dropout_p, self.training)  # (B*C, H)
+        pooled = dropout(self.vector(encoded), self.dropout_p, self.training)  # (B*C, H)
         return self.classifier(pooled).squeeze(-1)  # (B*C,)
 
 
 def build_head(kind: str, hidden_size: int, num_labels: int = 0, dropout_p: float = 0.1,
-               init_std: float = 0.02) -> nn.Module:
-    """The head for a task ``kind`` (see :data:`KINDS`), freshly initialised."""
+               init_std: float = 0.02, pool: str = "first", orderings: int = 1) -> nn.Module:
+    """The head for a task ``kind`` (see :data:`KINDS`), freshly initialised.
+
+    ``pool`` / ``orderings``: how sentence-level heads read the backbone (see :class:`SentenceVector`).
+    """
     if kind in ("classify", "pair"):
-        head: nn.Module = ClassificationHead(hidden_size, num_labels, dropout_p)
+        head: nn.Module = ClassificationHead(hidden_size, num_labels, dropout_p, pool, orderings)
     elif kind == "regress":
-        head = ClassificationHead(hidden_size, 1, dropout_p)
+        head = ClassificationHead(hidden_size, 1, dropout_p, pool, orderings)
     elif kind == "tag":
         head = TaggingHead(hidden_size, num_labels, dropout_p)
     elif kind == "span":
         head = SpanHead(hidden_size)
     elif kind == "choice":
-        head = ChoiceHead(hidden_size, dropout_p)
+        head = ChoiceHead(hidden_size, dropout_p, pool)
     else:
         raise ValueError(f"unknown task kind {kind!r}; expected one of {KINDS}")
     init_weights(head, init_std)
@@ -149,13 +191,19 @@ class TaskModel(nn.Module):
         """Inputs ``(B, T)``; for ``choice`` ``(B, C, T)`` (each choice a row). See
         :func:`task_loss` for the labels of each kind."""
         shape = input_ids.shape
-        if self.kind == "choice":  # (B, C, T) -> (B*C, T)
+        if input_ids.dim() == 3:  # choices, or orderings of a pair: (B, R, T) -> (B*R, T)
             input_ids, token_type_ids, attention_mask = (
                 None if x is None else x.reshape(-1, shape[-1]) for x in (input_ids, token_type_ids, attention_mask))
-        logits = self.head(self.backbone(input_ids, token_type_ids, attention_mask))
+        encoded = self.backbone(input_ids, token_type_ids, attention_mask)
+        logits = self.head(encoded)
         if self.kind == "choice":
             logits = logits.view(shape[0], shape[1])  # (B, C)
         elif self.kind == "regress":
             logits = logits.squeeze(-1)  # (B,)
-        loss = None if labels is None else task_loss(self.kind, logits, labels)
+        loss = None if labels is None else self.loss(logits, labels, encoded, input_ids)
         return TaskOutput(logits=logits, loss=loss)
+
+    def loss(self, logits: torch.Tensor, labels: torch.Tensor, encoded: Encoded,
+             input_ids: torch.Tensor) -> torch.Tensor:
+        """The training loss: :func:`task_loss` (subclasses add terms, e.g. GPT's auxiliary LM)."""
+        return task_loss(self.kind, logits, labels)

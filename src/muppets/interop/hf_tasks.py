@@ -23,7 +23,7 @@ from muppets.models.bert import BertBackbone, BertConfig
 
 log = logging.getLogger(__name__)
 
-_POOLED = {"head.pooler.dense": "bert.pooler.dense", "head.classifier": "classifier"}
+_POOLED = {"head.vector.pooler.dense": "bert.pooler.dense", "head.classifier": "classifier"}
 TASK_HEADS: dict[str, tuple[dict[str, str], str]] = {  # kind -> (head modules ours -> HF, architecture)
     "classify": (_POOLED, "BertForSequenceClassification"),
     "pair": (_POOLED, "BertForSequenceClassification"),

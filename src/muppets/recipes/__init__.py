@@ -1,1 +1,24 @@
-"""End-to-end recipes: configs that tie tokenizer, corpus, model and trainer together."""
+"""Pretraining recipes: ``bert_pretrain`` (MLM + NSP) and ``gpt_pretrain`` (causal LM).
+
+:func:`pick_recipe` chooses one for ``muppets pretrain CONFIG key=value …`` from the
+``model.preset`` the file and overrides name (a GPT preset -> ``gpt_pretrain``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import ModuleType
+
+
+def pick_recipe(config: str | Path | None, overrides: list[str]) -> ModuleType:
+    """The recipe module for a config file + overrides (BERT unless the preset is a GPT one)."""
+    from muppets.config import load_file
+    from muppets.models.gpt import GPT_PRESETS
+    from muppets.recipes import bert_pretrain, gpt_pretrain
+
+    preset = ((load_file(config) if config else {}).get("model") or {}).get("preset", "")
+    for item in overrides:
+        key, _, value = item.partition("=")
+        if key.strip() == "model.preset":
+            preset = value.strip()
+    return gpt_pretrain if preset in GPT_PRESETS else bert_pretrain

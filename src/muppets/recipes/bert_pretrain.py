@@ -9,7 +9,6 @@ tokenizer and corpus while the other ranks wait.
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 from dataclasses import dataclass, field
@@ -19,14 +18,14 @@ import numpy as np
 import torch
 
 from muppets.config import apply_overrides, from_dict, load_file, to_dict, write_json_atomic
-from muppets.data.prepare import prepare_corpus
 from muppets.data.readers import iter_documents
-from muppets.data.shards import TokenCorpus, tokenizer_fingerprint
+from muppets.data.shards import TokenCorpus
 from muppets.errors import ConfigError
 from muppets.interop.hf_bert import load_hf_bert, save_hf_bert
 from muppets.models.bert import BertConfig, BertForPreTraining
 from muppets.objectives.mlm import IGNORE
 from muppets.objectives.mlm_nsp import BertPretrainingData, PretrainDataConfig, SpecialIds
+from muppets.recipes.common import CorpusSection, pick_device, prepare_once
 from muppets.paths import resolve_data_path
 from muppets.tokenizers.wordpiece import WordPieceTokenizer
 from muppets.train import TrainConfig, Trainer
@@ -49,15 +48,6 @@ class TokenizerSection:
     lowercase: bool = True  # lower-case (and strip accents) before WordPiece
     min_frequency: int = 2  # pieces seen fewer times are not added
     max_documents: int = 0  # train on at most this many documents (0 = all)
-
-
-@dataclass
-class CorpusSection:
-    inputs: list[str] = field(default_factory=lambda: ["data:english-corpus/books", "data:english-corpus/wiki"])  # files/dirs; data:… = shared data
-    format: str = "auto"  # auto | text | gutenberg | wikiextractor | jsonl
-    prepared: str = ""  # prepared corpus directory ("" = <run_dir>/corpus)
-    workers: int = 0  # tokenizer processes (0 = one per CPU)
-    errors: str = "strict"  # strict | skip | replace: what to do with undecodable or empty input
 
 
 @dataclass
@@ -110,17 +100,7 @@ def _training_texts(cfg: PretrainConfig):
 
 def ensure_corpus(cfg: PretrainConfig, tok: WordPieceTokenizer, run_dir: Path) -> TokenCorpus:
     """Open the prepared corpus, preparing it first unless it exists for this tokenizer."""
-    out = Path(cfg.corpus.prepared) if cfg.corpus.prepared else run_dir / "corpus"
-    fingerprint = tokenizer_fingerprint(tok.to_json())
-    if (out / "meta.json").is_file():
-        meta = json.loads((out / "meta.json").read_text())
-        if meta.get("tokenizer_sha256") == fingerprint:
-            return TokenCorpus(out)
-        log.warning("%s was prepared with another tokenizer; preparing it again", out)
-    prepare_corpus([resolve_data_path(p) for p in cfg.corpus.inputs], tok, out,
-                   fmt=cfg.corpus.format, workers=cfg.corpus.workers or None,
-                   errors=cfg.corpus.errors, overwrite=True)
-    return TokenCorpus(out)
+    return prepare_once(cfg.corpus, tok, run_dir)
 
 
 def build_model(cfg: PretrainConfig, tok: WordPieceTokenizer) -> BertForPreTraining:
@@ -211,7 +191,7 @@ def run(cfg: PretrainConfig, resume: bool = True) -> dict:
         tok = ensure_tokenizer(cfg, run_dir)
         corpus = ensure_corpus(cfg, tok, run_dir)
     torch.manual_seed(cfg.train.seed)
-    model = build_model(cfg, tok).to(_device(cfg.device, dist.local_rank))
+    model = build_model(cfg, tok).to(pick_device(cfg.device, dist.local_rank))
     data = BertPretrainingData(corpus, special_ids(tok), cfg.data, cfg.train.batch_size,
                                cfg.train.accumulation, cfg.train.seed, tok.is_continuation)
     trainer = Trainer(model, data, cfg.train, run_dir, evaluate=evaluator(data, cfg.eval_batch_size),
@@ -228,9 +208,3 @@ def run(cfg: PretrainConfig, resume: bool = True) -> dict:
         summary["unigram_baseline"] = unigram_baseline(data, cfg.eval_batch_size)
         write_json_atomic(run_dir / "summary.json", summary)
     return summary
-
-
-def _device(name: str, local_rank: int) -> torch.device:
-    if name == "auto":
-        return torch.device(f"cuda:{local_rank}" if torch.cuda.is_available() else "cpu")
-    return torch.device(name)
