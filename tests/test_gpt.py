@@ -334,3 +334,23 @@ def test_config_errors():
         GenerationConfig(num_beams=2, do_sample=True)
     with pytest.raises(ConfigError, match="prompt"):
         generate(tiny(), [[]])
+
+
+def test_decode_weight_copy_follows_weight_updates():
+    model = tiny(init=0.02)
+    ids = torch.randint(0, V, (2, 5))
+
+    def both():
+        with torch.no_grad():
+            cached = model.next_token_logits(ids, None, model.backbone.new_cache(2, 8))
+            return cached, model(ids).logits[:, -1]
+
+    a, ref = both()
+    assert torch.allclose(a, ref, atol=1e-5)
+    with torch.no_grad():
+        model.lm_weight.mul_(1.5)  # in place (an optimizer step): the copy must be remade
+    b, ref = both()
+    assert torch.allclose(b, ref, atol=1e-5) and not torch.allclose(a, b)
+    model.load_state_dict({k: v * 0.5 for k, v in model.state_dict().items()})
+    c, ref = both()
+    assert torch.allclose(c, ref, atol=1e-5)

@@ -19,7 +19,7 @@ import torch
 from muppets.config import write_json_atomic
 from muppets.errors import CheckpointError
 from muppets.interop.safetensors_io import read_weights, write_weights
-from muppets.models.gpt import GPTConfig, GPTLanguageModel
+from muppets.models.gpt import GPTBackbone, GPTConfig, GPTLanguageModel
 
 log = logging.getLogger(__name__)
 
@@ -96,9 +96,12 @@ def param_map(cfg: GPTConfig) -> dict[str, tuple[str, bool]]:
     return out
 
 
-def to_hf_state(model: GPTLanguageModel) -> dict[str, torch.Tensor]:
-    """Our weights under HF ``GPT2LMHeadModel`` names, Conv1D weights transposed."""
+def to_hf_state(model: GPTLanguageModel | GPTBackbone) -> dict[str, torch.Tensor]:
+    """Our weights (a whole LM, or just its backbone) under HF ``GPT2LMHeadModel`` names,
+    Conv1D weights transposed."""
     ours = model.state_dict()
+    if isinstance(model, GPTBackbone):
+        ours = {"backbone." + k: v for k, v in ours.items()}
     return {"transformer." + hf: (ours[name].t() if conv else ours[name]).contiguous()
             for name, (hf, conv) in param_map(model.cfg).items()}
 
@@ -117,8 +120,9 @@ def from_hf_state(hf: dict[str, torch.Tensor], cfg: GPTConfig, source: str) -> d
     return {name: hf[h].t() if conv else hf[h] for name, (h, conv) in mapping.items()}
 
 
-def save_hf_gpt(model: GPTLanguageModel, directory: str | Path, tokenizer=None) -> Path:
-    """Write config.json, model.safetensors and (given one) the tokenizer's files."""
+def save_hf_gpt(model: GPTLanguageModel | GPTBackbone, directory: str | Path, tokenizer=None) -> Path:
+    """Write config.json, model.safetensors and (given one) the tokenizer's files; a bare
+    backbone is saved as the LM it ties its output layer to."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     write_weights(to_hf_state(model), directory / "model.safetensors", metadata={"format": "pt"})

@@ -36,6 +36,14 @@ def read_weights(directory: str | Path) -> dict[str, torch.Tensor]:
     raise CheckpointError(f"{directory}: no model.safetensors found")
 
 
+def read_file(path: str | Path) -> dict[str, torch.Tensor]:
+    """All tensors of one safetensors file (a typed error names it when unreadable)."""
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"{path}: no such safetensors file")
+    return _load(path)
+
+
 def _load(path: Path) -> dict[str, torch.Tensor]:
     try:
         return load_file(str(path))

@@ -19,12 +19,18 @@ The input layouts are BERT's (Devlin et al. 2019, §4 and Fig. 4):
 - ``choice``: one ``[CLS] context [SEP] ending [SEP]`` row per ending -> a ``(C, T)`` feature;
   the label is the gold index.
 
+A GPT model reads the same features through :class:`muppets.transfer.gpt_tasks.GPTTaskTokenizer`,
+whose ``[CLS]``, middle ``[SEP]`` and final ``[SEP]`` are GPT's ``start``, ``delim`` and
+``extract`` tokens (Radford et al. 2018, Fig. 1); with ``orderings=2`` a pair feature holds both
+orders of its texts as two rows.
+
 Features hold plain, unpadded lists; :mod:`muppets.transfer.batching` pads each batch to its own
 longest row.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -72,8 +78,11 @@ class FeatureOptions:
     max_seq_len: int = 128  # tokens per input, specials included
     doc_stride: int = 128  # span: step between window starts, in context tokens
     max_query_len: int = 64  # span: question tokens kept (BERT's max_query_length)
+    orderings: int = 1  # pair/regress: 2 = also the swapped pair, as a second row (GPT similarity, §3.3)
 
     def __post_init__(self) -> None:
+        if self.orderings not in (1, 2):
+            raise ConfigError(f"orderings={self.orderings} must be 1 or 2")
         if self.max_seq_len < 4:
             raise ConfigError(f"max_seq_len={self.max_seq_len} is too short (at least 4)")
         if self.doc_stride < 1 or self.max_query_len < 1:
@@ -86,7 +95,13 @@ def make_features(kind: str, examples: Sequence[Any], tok: WordPieceTokenizer,
                   labels: Sequence[str] = ()) -> list[Feature]:
     """Features of ``examples`` for a task ``kind``; class and tag labels index ``labels``."""
     if kind in ("classify", "pair", "regress"):
-        return text_features(examples, tok, options.max_seq_len, labels, kind == "regress")
+        feats = text_features(examples, tok, options.max_seq_len, labels, kind == "regress")
+        if options.orderings == 2 and kind != "classify":
+            swapped = [dataclasses.replace(ex, text=ex.text_b or "", text_b=ex.text) for ex in examples]
+            back = text_features(swapped, tok, options.max_seq_len, labels, kind == "regress")
+            feats = [Feature([f.input_ids, g.input_ids], [f.token_type_ids, g.token_type_ids], f.label,
+                             f.example) for f, g in zip(feats, back)]
+        return feats
     if kind == "tag":
         return tag_features(examples, tok, options.max_seq_len, labels)
     if kind == "span":

@@ -43,7 +43,7 @@ from torch import nn
 from muppets.config import apply_overrides, from_dict, load_file, to_dict, write_json_atomic
 from muppets.errors import ConfigError
 from muppets.heads import TaskModel
-from muppets.interop.hf_tasks import load_hf_task_model, save_hf_task_model, task_labels
+from muppets.interop.hf_tasks import task_labels
 from muppets.metrics import compute
 from muppets.nn.block import init_weights
 from muppets.paths import resolve_data_path
@@ -55,6 +55,8 @@ from muppets.train.checkpoint import replace_dir
 from muppets.train.distributed import barrier, init_distributed
 from muppets.transfer.batching import EpochData, loss_units
 from muppets.transfer.features import Feature, FeatureOptions, make_features
+from muppets.transfer.models import (default_orderings, load_task_model, load_tokenizer, new_task_model,
+                                     save_task_model)
 from muppets.transfer.predict import SpanOptions, decode, feature_logits, save_settings
 
 log = logging.getLogger(__name__)
@@ -83,6 +85,8 @@ class FinetuneConfig:
     init: str = "pretrained"  # pretrained | random: the model's architecture and tokenizer, weights drawn afresh (the no-pretraining baseline)
     run_dir: str = ""  # checkpoints, log, best/, predictions.jsonl, metrics.json ("" = runs/finetune/<task>)
     max_seq_len: int = 128  # tokens per input, [CLS]/[SEP] included (longer inputs are cut; tag/span: windows)
+    lm_coef: float = 0.5  # GPT models: weight of the auxiliary LM loss on the task inputs (GPT §3.3; 0 = off)
+    orderings: int = 0  # GPT pair/regress: 2 = both orders, final states added; 1 = one; 0 = 2 for mrpc/stsb/qqp
     doc_stride: int = 128  # span: step between context windows, in tokens (capped at the window length)
     max_query_len: int = 64  # span: question tokens kept
     max_answer_len: int = 30  # span: longest predicted answer, in tokens
@@ -112,14 +116,15 @@ class FinetuneConfig:
                   ("eval_batch_size", self.eval_batch_size >= 1), ("patience", self.patience >= 0),
                   ("warmup_ratio", 0.0 <= self.warmup_ratio <= 1.0), ("eval_every", self.eval_every >= 0),
                   ("max_answer_len", self.max_answer_len >= 1), ("n_best", self.n_best >= 1),
-                  ("init", self.init in ("pretrained", "random"))]
+                  ("init", self.init in ("pretrained", "random")), ("orderings", self.orderings in (0, 1, 2)),
+                  ("lm_coef", self.lm_coef >= 0.0)]
         for name, ok in checks:
             if not ok:
                 raise ConfigError(f"{name}: invalid value {getattr(self, name)!r}")
 
     @property
     def feature_options(self) -> FeatureOptions:
-        return FeatureOptions(self.max_seq_len, self.doc_stride, self.max_query_len)
+        return FeatureOptions(self.max_seq_len, self.doc_stride, self.max_query_len, self.orderings or 1)
 
     @property
     def span_options(self) -> SpanOptions:
@@ -310,7 +315,7 @@ def _saver(model: TaskModel, tok: WordPieceTokenizer, spec: TaskSpec, cfg: Finet
 
     def save() -> None:
         tmp = directory.with_name(f".tmp-{directory.name}-{os.getpid()}")
-        save_hf_task_model(model, tmp, tok, list(spec.labels))
+        save_task_model(model, tmp, tok, list(spec.labels))
         save_settings(tmp, cfg.feature_options, cfg.span_options,
                       {"task": spec.name, "metric": spec.metric, "finetune": to_dict(cfg)})
         replace_dir(tmp, directory)
@@ -351,9 +356,11 @@ class _Setup:
 
 def _setup(cfg: FinetuneConfig, data: TaskData, local_rank: int) -> _Setup:
     model_dir = resolve_model(cfg.model)
-    spec, tok = data.spec, WordPieceTokenizer.load(model_dir)
+    spec, tok = data.spec, load_tokenizer(model_dir)
+    if cfg.orderings == 0:
+        cfg.orderings = default_orderings(spec.name, spec.kind, model_dir)
     seed_everything(cfg.seed)  # the fresh head's initialisation
-    model = load_hf_task_model(model_dir, kind=spec.kind, num_labels=spec.num_labels or None)
+    model = new_task_model(model_dir, spec.kind, spec.num_labels or None, tok, cfg.orderings, cfg.lm_coef)
     if cfg.init == "random":  # every weight, backbone and head, from the model's own initialiser
         init_weights(model, model.backbone.cfg.initializer_range)
         log.info("init=random: %s's weights replaced by a fresh initialisation", model_dir)
@@ -428,8 +435,8 @@ def _evaluator(tok: WordPieceTokenizer, spec: TaskSpec, dev: list, cfg: Finetune
 
 def _final_predictions(run_dir: Path, data: TaskData, cfg: FinetuneConfig) -> dict:
     """Reload ``best/``; predict dev and test; write predictions.jsonl; return their metrics."""
-    best = load_hf_task_model(run_dir / "best")
-    tok = WordPieceTokenizer.load(run_dir / "best")
+    best = load_task_model(run_dir / "best")
+    tok = load_tokenizer(run_dir / "best")
     out, lines = {}, []
     for split in ("dev", "test"):
         examples = _limit(data.splits.get(split, []), cfg.max_eval_examples)
@@ -513,10 +520,12 @@ def evaluate_model(task: TaskSection, model: str, split: str = "dev", cfg: Finet
     if saved_labels and saved_labels != list(data.spec.labels):
         raise ConfigError(f"{model_dir} was trained with labels {saved_labels}; task "
                           f"{data.spec.name!r} has {data.spec.labels}")
-    net = load_hf_task_model(model_dir, kind=data.spec.kind, num_labels=data.spec.num_labels or None)
+    if saved is not None:
+        cfg = dataclasses.replace(cfg, orderings=saved.orderings)
+    net = load_task_model(model_dir, kind=data.spec.kind, num_labels=data.spec.num_labels or None)
     _check_length(cfg, net)
     examples = _limit(data[split], cfg.max_eval_examples)
-    preds, metrics = predict_and_score(net, WordPieceTokenizer.load(model_dir), data.spec, examples, cfg)
+    preds, metrics = predict_and_score(net, load_tokenizer(model_dir), data.spec, examples, cfg)
     if predictions is not None:
         write_jsonl(Path(predictions), [prediction_record(data.spec.kind, split, ex, p)
                                         for ex, p in zip(examples, preds)])

@@ -43,9 +43,10 @@ import torch
 
 from muppets.errors import ConfigError, DataError
 from muppets.heads import TaskModel
-from muppets.interop.hf_tasks import load_hf_task_model, task_labels
+from muppets.interop.hf_tasks import task_labels
 from muppets.tasks.spec import ChoiceExample, SpanExample, TagExample, TextExample
 from muppets.tokenizers.wordpiece import WordPieceTokenizer
+from muppets.transfer.models import load_task_model, load_tokenizer
 from muppets.transfer.batching import collate, eval_batches
 from muppets.transfer.features import Feature, FeatureOptions, make_features, merge_tag_predictions
 
@@ -201,7 +202,8 @@ class Predictor:
     """A fine-tuned model directory, ready to predict on raw inputs.
 
     Args:
-        model_dir: an HF ``BertFor…`` directory with its tokenizer (e.g. ``<run_dir>/best``).
+        model_dir: a fine-tuned model directory with its tokenizer (e.g. ``<run_dir>/best``):
+            an HF ``BertFor…`` directory or a GPT task model (:mod:`muppets.transfer.gpt_tasks`).
         batch_size: inputs per forward pass.
         device: torch device name.
         features, span: override the settings saved with the model (default: the saved ones;
@@ -211,8 +213,8 @@ class Predictor:
     def __init__(self, model_dir: str | Path, batch_size: int = 64, device: str = "cpu",
                  features: FeatureOptions | None = None, span: SpanOptions | None = None) -> None:
         self.model_dir = Path(model_dir)
-        self.tokenizer = WordPieceTokenizer.load(self.model_dir)
-        self.model = load_hf_task_model(self.model_dir).to(device).eval()
+        self.tokenizer = load_tokenizer(self.model_dir)
+        self.model = load_task_model(self.model_dir).to(device).eval()
         self.kind = self.model.kind
         self.labels = model_labels(self.model_dir, self.model)
         saved_features, saved_span = load_settings(self.model_dir)

@@ -1,0 +1,246 @@
+"""GPT-mini training and generation speed: muppets vs transformers' GPT2LMHeadModel, same run.
+
+Both sides start from the same weights: muppets builds ``GPTLanguageModel`` (gpt-mini =
+L4/H256/A4, vocab 50257, context 1024), writes it with ``save_hf_gpt`` and transformers loads
+that directory with ``GPT2LMHeadModel.from_pretrained`` (its default attention, SDPA).
+
+Training: the same random token batches (32 x 128, ``labels = input_ids``), train mode (dropout
+0.1) on both, gradient clipping to 1.0 on both, AdamW lr 1e-4, weight decay 0.01. muppets uses
+its own optimizer (``build_optimizer``: fused AdamW, no decay on biases/norms); transformers a
+plain loop (``torch.optim.AdamW(model.parameters())``, ``loss.backward(); opt.step()``) unless
+``--same-optimizer`` gives it muppets' fused AdamW too. Blocks of steps alternate between the
+two so both see the same machine load; tokens/s (B x T per step) come from the median step.
+
+Generation: 16-token random prompts, 64 new tokens, greedy, no end-of-text stopping, KV cache,
+at batch 1 and batch 32 (32 different prompts): ``muppets.generate.generate`` vs
+``GPT2LMHeadModel.generate``, both under ``torch.inference_mode()``. The new token ids must be
+identical; repetitions alternate between the two; new tokens/s from the median call.
+
+    python benchmarks/gpt_speed.py --out benchmarks/results/gpt_speed.json
+    # smoke run (seconds):
+    OMP_NUM_THREADS=1 python benchmarks/gpt_speed.py --preset gpt-tiny --batch-size 4 --seq-len 32 \\
+        --train-steps 2 --block 1 --gen-reps 1 --no-peak --out /tmp/gpt_speed.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import platform
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from muppets.generate import GenerationConfig, generate
+from muppets.interop.hf_gpt import save_hf_gpt
+from muppets.models.gpt import GPTConfig, GPTLanguageModel
+from muppets.train.optim import build_optimizer
+
+from finetune_speed import timed
+from pretrain_speed import Runner, matmul_peak
+
+PROMPT_LEN, NEW_TOKENS = 16, 64
+TARGETS = {"training": 1.3, "generation_batch_1": 3.0, "generation_batch_32": 1.2}  # the issue's criteria
+
+
+def build_pair(cfg: GPTConfig, workdir: Path, seed: int = 0):
+    """Our model and transformers' GPT2LMHeadModel with the same weights (via an HF directory)."""
+    import transformers
+
+    torch.manual_seed(seed)
+    ours = GPTLanguageModel(cfg)
+    path = save_hf_gpt(ours, workdir / f"gpt-{seed}")
+    hf = transformers.GPT2LMHeadModel.from_pretrained(path)
+    return ours, hf
+
+
+def model_flops(cfg: GPTConfig, B: int, T: int) -> float:
+    """Training matmul FLOPs of one step (3 x forward): projections, FFN, full T x T attention
+    scores (the causal half is computed too) and the tied 50257-way head on B x (T-1) rows."""
+    H, I, L, V = cfg.hidden_size, cfg.intermediate_size, cfg.num_layers, cfg.vocab_size
+    per_token = L * (2 * H * 3 * H + 2 * H * H + 2 * 2 * H * I + 2 * 2 * T * H)
+    return 3.0 * (B * T * per_token + B * (T - 1) * 2 * H * V)
+
+
+def muppets_loss(model, ids):
+    out = model(ids, labels=ids)
+    return out.loss_sums["lm"] / out.counts["lm"]
+
+
+def hf_loss(model, ids):
+    return model(input_ids=ids, labels=ids).loss
+
+
+def eval_loss_gap(ours, hf, ids: torch.Tensor) -> float:
+    """|loss_muppets - loss_transformers| in eval mode on ``ids``: the two start from the same model."""
+    ours.eval(), hf.eval()
+    with torch.inference_mode():
+        gap = abs(float(muppets_loss(ours, ids)) - float(hf_loss(hf, ids)))
+    ours.train(), hf.train()
+    return gap
+
+
+def training_speed(cfg: GPTConfig, workdir: Path, args) -> dict:
+    ours_model, hf_model = build_pair(cfg, workdir)
+    rounds = math.ceil(args.train_steps / args.block)
+    g = torch.Generator().manual_seed(1)
+    batches = [torch.randint(0, cfg.vocab_size, (args.batch_size, args.seq_len), generator=g)
+               for _ in range(rounds * args.block + 2)]
+    gap = eval_loss_gap(ours_model, hf_model, batches[0][:4])
+    opt_ours, _ = build_optimizer(ours_model, lr=1e-4, weight_decay=0.01, betas=[0.9, 0.999], eps=1e-8)
+    if args.same_optimizer:
+        opt_hf, _ = build_optimizer(hf_model, lr=1e-4, weight_decay=0.01, betas=[0.9, 0.999], eps=1e-8)
+    else:
+        opt_hf = torch.optim.AdamW(hf_model.parameters(), lr=1e-4, weight_decay=0.01)
+    ours = Runner("muppets", ours_model.train(), opt_ours, muppets_loss)
+    hf = Runner("transformers", hf_model.train(), opt_hf, hf_loss)
+    for b in batches[-2:]:  # warm-up
+        ours.step(b), hf.step(b)
+    ours.times.clear(), hf.times.clear()
+    for r in range(rounds):
+        pair = [ours, hf] if r % 2 == 0 else [hf, ours]
+        for runner in pair:
+            for i in range(r * args.block, (r + 1) * args.block):
+                runner.step(batches[i])
+    return training_report(cfg, args, ours, hf, gap)
+
+
+def training_report(cfg: GPTConfig, args, ours: Runner, hf: Runner, gap: float) -> dict:
+    tokens = args.batch_size * args.seq_len
+    t_ours, t_hf = statistics.median(ours.times), statistics.median(hf.times)
+    result = {
+        "batch": [args.batch_size, args.seq_len], "tokens_per_step": tokens,
+        "steps_timed_each": len(ours.times), "block": args.block,
+        "optimizer_transformers": "muppets fused AdamW" if args.same_optimizer else "torch.optim.AdamW (default)",
+        "eval_loss_gap_at_start": gap,
+        "step_s_muppets": t_ours, "step_s_transformers": t_hf,
+        "tokens_per_s_muppets": tokens / t_ours, "tokens_per_s_transformers": tokens / t_hf,
+        "speedup": t_hf / t_ours, "target": TARGETS["training"],
+        "model_gflop_per_step": model_flops(cfg, args.batch_size, args.seq_len) / 1e9,
+        "first_losses": {"muppets": ours.losses[:3], "transformers": hf.losses[:3]},
+    }
+    if not args.no_peak:
+        peak = matmul_peak()
+        result["matmul_peak_gflops"] = peak
+        result["mfu_muppets"] = result["model_gflop_per_step"] / t_ours / peak
+    return result
+
+
+def hf_generate(hf, prompts: list[list[int]], pad_id: int) -> list[list[int]]:
+    """transformers' greedy KV-cached generate of exactly NEW_TOKENS per prompt (equal lengths)."""
+    ids = torch.tensor(prompts)
+    out = hf.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=NEW_TOKENS,
+                      do_sample=False, pad_token_id=pad_id, eos_token_id=None)
+    return out[:, ids.shape[1]:].tolist()
+
+
+def generation_speed(cfg: GPTConfig, workdir: Path, args) -> dict:
+    ours, hf = build_pair(cfg, workdir, seed=2)
+    ours.eval(), hf.eval()
+    hf.generation_config.eos_token_id = None  # never stop early: exactly NEW_TOKENS per row
+    g = torch.Generator().manual_seed(3)
+    gen_cfg = GenerationConfig(max_new_tokens=NEW_TOKENS, stop_at_eos=False)
+    result = {}
+    for B in args.gen_batch_sizes:
+        prompts = torch.randint(0, cfg.vocab_size - 1, (B, PROMPT_LEN), generator=g).tolist()
+        run = {"muppets": lambda: generate(ours, prompts, gen_cfg),
+               "transformers": lambda: hf_generate(hf, prompts, cfg.eos_token_id)}
+        times: dict[str, list[float]] = {k: [] for k in run}
+        with torch.inference_mode():
+            outs = {k: fn() for k, fn in run.items()}  # warm-up, and the ids to compare
+            for rep in range(args.gen_reps):
+                for name in (list(run) if rep % 2 == 0 else list(run)[::-1]):
+                    times[name].append(timed(run[name]))
+        result[f"batch_{B}"] = generation_report(B, times, outs)
+    return result
+
+
+def generation_report(B: int, times: dict[str, list[float]], outs: dict[str, list[list[int]]]) -> dict:
+    t_ours, t_hf = statistics.median(times["muppets"]), statistics.median(times["transformers"])
+    same_rows = sum(a == b for a, b in zip(outs["muppets"], outs["transformers"]))
+    return {
+        "prompts": B, "prompt_tokens": PROMPT_LEN, "new_tokens": NEW_TOKENS, "reps": len(times["muppets"]),
+        "identical": same_rows == B and all(len(r) == NEW_TOKENS for r in outs["muppets"]),
+        "rows_identical": same_rows,
+        "call_s_muppets": t_ours, "call_s_transformers": t_hf,
+        "new_tokens_per_s_muppets": B * NEW_TOKENS / t_ours,
+        "new_tokens_per_s_transformers": B * NEW_TOKENS / t_hf,
+        "speedup": t_hf / t_ours, "target": TARGETS.get(f"generation_batch_{B}"),
+    }
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def parse_args() -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--train-steps", type=int, default=30, help="timed training steps per library (rounded up to whole blocks)")
+    ap.add_argument("--block", type=int, default=5, help="consecutive steps per library before switching")
+    ap.add_argument("--gen-reps", type=int, default=10, help="timed generate calls per library and batch size")
+    ap.add_argument("--gen-batch-sizes", type=lambda s: [int(x) for x in s.split(",")], default=[1, 32])
+    ap.add_argument("--threads", type=int, help="torch threads (default: torch's choice)")
+    ap.add_argument("--preset", default="gpt-mini", help="GPT preset (gpt-tiny for smoke runs)")
+    ap.add_argument("--batch-size", type=int, default=32)
+    ap.add_argument("--seq-len", type=int, default=128)
+    ap.add_argument("--same-optimizer", action="store_true", help="give transformers muppets' fused AdamW")
+    ap.add_argument("--no-peak", action="store_true", help="skip the matmul peak / MFU measurement")
+    ap.add_argument("--skip-train", action="store_true")
+    ap.add_argument("--skip-generate", action="store_true")
+    ap.add_argument("--out", type=Path)
+    return ap.parse_args()
+
+
+def main() -> None:
+    import transformers
+
+    args = parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    transformers.logging.set_verbosity_error()
+    transformers.logging.disable_progress_bar()
+    cfg = GPTConfig.preset(args.preset)
+    result = {
+        "date": time.strftime("%Y-%m-%d %H:%M"), "cpu": cpu_model(), "threads": torch.get_num_threads(),
+        "torch": torch.__version__, "transformers": transformers.__version__,
+        "model": f"{args.preset} L{cfg.num_layers}/H{cfg.hidden_size}/A{cfg.num_heads}, vocab {cfg.vocab_size}",
+    }
+    with tempfile.TemporaryDirectory() as tmp:
+        if not args.skip_train:
+            result["training"] = training_speed(cfg, Path(tmp), args)
+        if not args.skip_generate:
+            result["generation"] = generation_speed(cfg, Path(tmp), args)
+    print_summary(result)
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(result, indent=2) + "\n")
+
+
+def print_summary(result: dict) -> None:
+    sections = {"": {k: v for k, v in result.items() if not isinstance(v, dict)},
+                "training": result.get("training"), **(result.get("generation") or {})}
+    for name, section in sections.items():
+        if section:
+            print(f"\n[{name}]" if name else "")
+            for k, v in section.items():
+                print(f"  {k:32s} {v:.4g}" if isinstance(v, float) else f"  {k:32s} {v}")
+    for name, target in TARGETS.items():
+        section = result.get("training") if name == "training" else (result.get("generation") or {}).get(
+            name.removeprefix("generation_"))
+        if section:
+            ok = "met" if section["speedup"] >= target else "NOT met"
+            print(f"{name:24s} {section['speedup']:.2f}x (target >= {target}x): {ok}")
+
+
+if __name__ == "__main__":
+    main()
