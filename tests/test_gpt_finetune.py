@@ -1,0 +1,138 @@
+"""GPT-style fine-tuning (GPT §3.3) on the shared task pipeline: task-token layouts, both
+orderings, last-token head, auxiliary LM loss, every task kind trains / saves / predicts, and
+the saved backbone stays a GPT-2 directory transformers loads."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from muppets.heads import last_token
+from muppets.interop.hf_gpt import save_hf_gpt
+from muppets.models.gpt import GPTConfig, GPTLanguageModel
+from muppets.tokenizers import ByteLevelBPETokenizer
+from muppets.transfer import Predictor
+from muppets.transfer.features import FeatureOptions, make_features
+from muppets.transfer.finetune import FinetuneConfig, run
+from muppets.transfer.gpt_tasks import TASK_TOKENS, GPTTaskTokenizer, build_gpt_task_model
+from muppets.transfer.models import default_orderings, family
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from test_finetune import CORPUS, TASKS, text_task  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def gpt_dir(tmp_path_factory) -> Path:
+    """A tiny random GPT-2 with a BPE trained on the toy corpus, as an HF directory."""
+    tok = ByteLevelBPETokenizer.train(CORPUS, vocab_size=320, min_frequency=1)
+    torch.manual_seed(0)
+    cfg = GPTConfig(vocab_size=tok.vocab_size, max_position_embeddings=96, hidden_size=32, num_layers=2,
+                    num_heads=4, intermediate_size=64, eos_token_id=tok.eos_id)
+    return save_hf_gpt(GPTLanguageModel(cfg), tmp_path_factory.mktemp("tiny-gpt"), tok)
+
+
+def cfg_for(model_dir: Path, run_dir: Path, **kw) -> FinetuneConfig:
+    base = dict(model=str(model_dir), run_dir=str(run_dir), max_seq_len=48, batch_size=8, epochs=1,
+                lr=3e-3, warmup_ratio=0.0, progress=False, log_every=0, eval_batch_size=16, device="cpu")
+    return FinetuneConfig(**{**base, **kw})
+
+
+def test_task_tokens_and_layouts(gpt_dir):
+    tok = GPTTaskTokenizer.load(gpt_dir)
+    start, delim, extract = (tok.bpe.token_to_id(t) for t in TASK_TOKENS)
+    assert (tok.cls_id, tok.sep_id, tok.extract_id) == (start, delim, extract)
+    assert tok.vocab_size == ByteLevelBPETokenizer.load(gpt_dir).vocab_size + 3
+    one, _ = tok.encode_for_model_batch(["good movie", "a b"], ["bad", "c"], 48)
+    assert one["input_ids"][0] == start and one["input_ids"][-1] == extract
+    assert one["input_ids"].count(delim) == 1 and set(one["token_type_ids"]) == {0}
+    assert tok.decode(one["input_ids"][1:one["input_ids"].index(delim)]) == " good movie"
+    cut = tok.encode_for_model_batch(["good " * 40], None, 10)[0]["input_ids"]
+    assert len(cut) == 10 and cut[-1] == extract
+    data = text_task("pair", n=4)
+    both = make_features("pair", data["train"], tok, FeatureOptions(48, orderings=2), ["0", "1"])
+    ex = data["train"][0]
+    first, second = both[0].input_ids
+    assert tok.decode(first[1:first.index(delim)]) == " " + ex.text
+    assert tok.decode(second[1:second.index(delim)]) == " " + ex.text_b
+
+
+def test_orderings_default_and_family(gpt_dir, tmp_path):
+    assert family(gpt_dir) == "gpt"
+    assert default_orderings("stsb", "regress", gpt_dir) == 2
+    assert default_orderings("rte", "pair", gpt_dir) == 1
+    assert default_orderings("sst2", "classify", gpt_dir) == 1
+
+
+def test_last_token_reads_the_extract_position():
+    from muppets.nn.encoded import Encoded
+    hidden = torch.arange(2 * 4 * 3, dtype=torch.float).view(2, 4, 3)
+    mask = torch.tensor([[1, 1, 1, 0], [1, 1, 1, 1]], dtype=torch.bool)
+    out = last_token(Encoded([hidden], mask))
+    assert torch.equal(out, torch.stack([hidden[0, 2], hidden[1, 3]]))
+
+
+def test_aux_lm_loss_is_the_models_lm_loss(gpt_dir):
+    tok = GPTTaskTokenizer.load(gpt_dir)
+    model = build_gpt_task_model(gpt_dir, "classify", 2, tok, lm_coef=0.5).eval()
+    feats = make_features("classify", text_task("classify", n=4)["train"], tok, FeatureOptions(48), ["0", "1"])
+    from muppets.transfer.batching import collate
+    batch = collate(feats, tok.pad_id)
+    with torch.no_grad():
+        out = model(**batch)
+        enc = model.backbone(batch["input_ids"], None, batch["attention_mask"])
+        logits = enc.last @ model.backbone.gpt.embeddings.tokens.weight.T  # (B, T, V)
+        keep = batch["attention_mask"][:, 1:].bool()
+        lm = F.cross_entropy(logits[:, :-1][keep], batch["input_ids"][:, 1:][keep])
+        task = F.cross_entropy(out.logits, batch["labels"])
+    assert out.loss.item() == pytest.approx(task.item() + 0.5 * lm.item(), rel=1e-5)
+    model.lm_coef = 0.0
+    with torch.no_grad():
+        assert model(**batch).loss.item() == pytest.approx(task.item(), rel=1e-5)
+
+
+@pytest.mark.parametrize("kind", ["classify", "pair", "regress", "tag", "span", "choice"])
+def test_every_kind_trains_saves_and_predicts(kind, gpt_dir, tmp_path):
+    data = TASKS[kind]()
+    orderings = 2 if kind in ("pair", "regress") else 0
+    summary = run(cfg_for(gpt_dir, tmp_path, epochs=2, orderings=orderings), data=data)
+    assert summary["steps"] == 2 * summary["steps_per_epoch"] and summary["dev"]
+    saved = [json.loads(x)["prediction"] for x in (tmp_path / "predictions.jsonl").read_text().splitlines()
+             if json.loads(x)["split"] == "dev"]
+    pred = Predictor(tmp_path / "best")
+    assert pred.features.orderings == (orderings or 1)
+    inputs = {"classify": lambda e: e.text, "pair": lambda e: (e.text, e.text_b),
+              "regress": lambda e: (e.text, e.text_b), "tag": lambda e: e.tokens,
+              "span": lambda e: (e.question, e.context), "choice": lambda e: (e.context, e.endings)}[kind]
+    out = pred.predict([inputs(e) for e in data["dev"]])
+    if kind == "span":
+        assert [o["answer"] for o in out] == saved
+    elif kind == "regress":
+        assert np.allclose(out, saved, atol=1e-5)
+    else:
+        assert out == saved
+
+
+def test_classify_learns_and_backbone_loads_in_transformers(gpt_dir, tmp_path):
+    transformers = pytest.importorskip("transformers")
+    transformers.logging.set_verbosity_error()
+    summary = run(cfg_for(gpt_dir, tmp_path, epochs=8, lr=3e-3), data=text_task("classify", n=48))
+    assert summary["dev"]["accuracy"] >= 0.9
+    hf = transformers.GPT2LMHeadModel.from_pretrained(tmp_path / "best").eval()
+    assert hf.config.vocab_size == GPTTaskTokenizer.load(gpt_dir).vocab_size
+    hf_tok = transformers.AutoTokenizer.from_pretrained(tmp_path / "best")
+    assert hf_tok.convert_tokens_to_ids("<|extract|>") == Predictor(tmp_path / "best").tokenizer.extract_id
