@@ -354,3 +354,11 @@ def test_decode_weight_copy_follows_weight_updates():
     model.load_state_dict({k: v * 0.5 for k, v in model.state_dict().items()})
     c, ref = both()
     assert torch.allclose(c, ref, atol=1e-5)
+
+
+def test_generation_stops_at_the_last_position():
+    model = tiny()  # 64 positions
+    out = generate(model, [[1] * 60], GenerationConfig(max_new_tokens=10, stop_at_eos=False))
+    assert len(out[0]) == 4
+    with pytest.raises(ConfigError, match="positions"):
+        generate(model, [[1] * 64], GenerationConfig(max_new_tokens=1))

@@ -183,6 +183,33 @@ def _generate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _zeroshot(args: argparse.Namespace) -> int:
+    import json
+
+    import torch
+
+    from muppets.interop.hf_gpt import load_hf_gpt
+    from muppets.paths import resolve_data_path
+    from muppets.tokenizers import ByteLevelBPETokenizer
+    from muppets.transfer import zeroshot
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    model_dir = resolve_data_path(args.model)
+    model, tok = load_hf_gpt(model_dir).eval(), ByteLevelBPETokenizer.load(model_dir)
+    if args.task == "summarize":
+        text = Path(args.input).read_text(encoding="utf-8") if args.input else sys.stdin.read()
+        print(zeroshot.summarize(model, tok, [text], seed=args.seed)[0])
+        return 0
+    result = zeroshot.evaluate(args.task, model, tok, limit=args.limit, shots=args.shots, seed=args.seed)
+    result["model"] = str(model_dir)
+    if args.out:
+        from muppets.config import write_json_atomic
+        write_json_atomic(Path(args.out), result)
+    print(json.dumps(result, indent=2))
+    return 0
+
+
 def _add_task_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("task", help="registered task name (e.g. sst2, conll2003, squad) or your train file")
     p.add_argument("overrides", nargs="*", help="FinetuneConfig key=value overrides, e.g. lr=3e-5 task.kind=pair")
@@ -247,6 +274,18 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--seed", type=int, help="seed for --sample")
     g.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = default)")
     g.set_defaults(func=_generate)
+
+    z = sub.add_parser("zeroshot", help="prompt a GPT model with no training: hellaswag (LM "
+                       "likelihood), squad (Q/A), translate (few-shot en=fr), summarize (TL;DR:)")
+    z.add_argument("task", choices=["hellaswag", "squad", "translate", "summarize"])
+    z.add_argument("--model", required=True, help="HF GPT-2 directory")
+    z.add_argument("--limit", type=int, default=0, help="score the first N items (0 = all)")
+    z.add_argument("--shots", type=int, default=0, help="solved examples in the prompt (squad, translate)")
+    z.add_argument("--seed", type=int, default=0)
+    z.add_argument("--input", help="summarize: text file (default: standard input)")
+    z.add_argument("--out", help="write the metrics JSON here")
+    z.add_argument("--threads", type=int, default=0)
+    z.set_defaults(func=_zeroshot)
 
     e = sub.add_parser("evaluate", help="score a fine-tuned model on a task split")
     _add_task_args(e)

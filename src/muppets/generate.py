@@ -19,12 +19,16 @@ Usage::
 
 from __future__ import annotations
 
+import dataclasses
+import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import torch
 
 from muppets.errors import ConfigError
+
+log = logging.getLogger(__name__)
 
 OnToken = Callable[[int, int], None]  # (row, token id), called as each token is chosen
 
@@ -121,6 +125,14 @@ def generate(model, prompts: Sequence[Sequence[int]], cfg: GenerationConfig | No
         should_stop: called with ``(row, new tokens so far)`` after each token; True ends the row.
     """
     cfg = cfg or GenerationConfig()
+    room = model.cfg.max_position_embeddings - max((len(p) for p in prompts), default=0)
+    if room < cfg.max_new_tokens:  # the position table ends: generate what fits
+        if room < 1:
+            raise ConfigError(f"a prompt fills all {model.cfg.max_position_embeddings} positions; "
+                              "shorten it to leave room for new tokens")
+        log.info("max_new_tokens %d capped at %d: the model has %d positions", cfg.max_new_tokens,
+                 room, model.cfg.max_position_embeddings)
+        cfg = dataclasses.replace(cfg, max_new_tokens=room)
     was_training = model.training
     model.eval()
     try:
