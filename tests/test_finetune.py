@@ -41,11 +41,8 @@ CORPUS = [" ".join(POS + NEG + FILLER), "unbelievably unremarkable paris london 
 
 
 @pytest.fixture(autouse=True)
-def _few_threads():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
+def _one_thread(one_thread):
     yield
-    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="module")

@@ -20,11 +20,8 @@ V = 99
 
 
 @pytest.fixture(autouse=True)
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
+def _one_thread(one_thread):
     yield
-    torch.set_num_threads(threads)
 
 
 def tiny(variant: str = "gpt2", init: float = 0.3, **kw) -> GPTLanguageModel:

@@ -28,11 +28,8 @@ TINY = {"hidden_size": 32, "num_heads": 2, "intermediate_size": 64, "num_layers"
 
 
 @pytest.fixture(autouse=True)
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
+def _one_thread(one_thread):
     yield
-    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="module")

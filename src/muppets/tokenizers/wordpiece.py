@@ -500,14 +500,9 @@ class WordPieceTokenizer:
     def encode_for_model_batch(self, texts: Sequence[str], text_pairs: Sequence[str] | None = None,
                                max_length: int | None = None) -> list[dict[str, list[int]]]:
         """:meth:`encode_for_model` for many inputs at once, via the Rust batch encoder."""
-        if text_pairs is not None and len(text_pairs) != len(texts):
-            raise ConfigError(f"{len(texts)} texts but {len(text_pairs)} text_pairs")
-        n_special = 2 if text_pairs is None else 3
-        if max_length is not None and max_length < n_special:
-            raise ConfigError(f"max_length={max_length} cannot hold the {n_special} special tokens")
+        budget = content_budget(texts, text_pairs, max_length)
         firsts = self.encode_batch(texts)
         seconds = [None] * len(firsts) if text_pairs is None else self.encode_batch(text_pairs)
-        budget = None if max_length is None else max_length - n_special
         return [self._features(a, b, budget) for a, b in zip(firsts, seconds)]
 
     def _features(self, first: list[int], second: list[int] | None,
@@ -583,6 +578,18 @@ def _replay(counts: Counter[str], chunk: int = 4096) -> Iterator[str]:
             n = min(remaining, chunk)
             yield " ".join([word] * n)
             remaining -= n
+
+
+def content_budget(texts: Sequence[str], text_pairs: Sequence[str] | None,
+                   max_length: int | None) -> int | None:
+    """Text tokens that fit in ``max_length`` beside the 2 (single) or 3 (pair) special tokens
+    of a model input (None = no limit); checks the pair lists match."""
+    if text_pairs is not None and len(text_pairs) != len(texts):
+        raise ConfigError(f"{len(texts)} texts but {len(text_pairs)} text_pairs")
+    n_special = 2 if text_pairs is None else 3
+    if max_length is not None and max_length < n_special:
+        raise ConfigError(f"max_length={max_length} cannot hold the {n_special} special tokens")
+    return None if max_length is None else max_length - n_special
 
 
 def _longest_first(first: list[int], second: list[int] | None,

@@ -31,7 +31,7 @@ from torch import nn
 from tokenizers import AddedToken
 
 from muppets.config import write_json_atomic
-from muppets.errors import CheckpointError, ConfigError
+from muppets.errors import CheckpointError
 from muppets.heads import KINDS, TaskModel, build_head, task_loss
 from muppets.interop.hf_gpt import config_to_hf, load_hf_gpt, save_hf_gpt
 from muppets.interop.safetensors_io import read_file, write_weights
@@ -39,7 +39,7 @@ from muppets.models.gpt import GPTBackbone, resize_token_embeddings
 from muppets.nn.encoded import Encoded
 from muppets.nn.linear_ce import linear_cross_entropy
 from muppets.tokenizers.bpe import ByteLevelBPETokenizer
-from muppets.tokenizers.wordpiece import _longest_first
+from muppets.tokenizers.wordpiece import _longest_first, content_budget
 
 log = logging.getLogger(__name__)
 
@@ -90,14 +90,9 @@ class GPTTaskTokenizer:
     def encode_for_model_batch(self, texts: Sequence[str], text_pairs: Sequence[str] | None = None,
                                max_length: int | None = None) -> list[dict[str, list[int]]]:
         """``start a (delim b) extract``, cut longest-first to ``max_length``; no segments."""
-        if text_pairs is not None and len(text_pairs) != len(texts):
-            raise ConfigError(f"{len(texts)} texts but {len(text_pairs)} text_pairs")
-        n_special = 2 if text_pairs is None else 3
-        if max_length is not None and max_length < n_special:
-            raise ConfigError(f"max_length={max_length} cannot hold the {n_special} task tokens")
+        budget = content_budget(texts, text_pairs, max_length)
         firsts = self.encode_batch(texts)
         seconds = [None] * len(firsts) if text_pairs is None else self.encode_batch(text_pairs)
-        budget = None if max_length is None else max_length - n_special
         out = []
         for a, b in zip(firsts, seconds):
             if budget is not None:
