@@ -438,3 +438,21 @@ def test_model_may_be_a_pretraining_run_dir(model_dir, tmp_path):
     shutil.copytree(model_dir, run_dir / "final")
     assert resolve_model(str(run_dir)) == run_dir / "final"
     assert resolve_model(str(model_dir)) == model_dir
+
+
+def test_mean_pooling_trains_saves_and_predicts(model_dir, tmp_path):
+    from muppets.heads import mean_tokens
+    from muppets.nn.encoded import Encoded
+    hidden = torch.arange(12, dtype=torch.float).view(1, 4, 3)
+    enc = Encoded([hidden], torch.tensor([[True, True, False, False]]))
+    assert torch.equal(mean_tokens(enc), hidden[0, :2].mean(0, keepdim=True))
+    data = text_task("classify")
+    summary = run(cfg_for(model_dir, tmp_path, epochs=6, lr=1e-2, pool="mean"), data=data)
+    assert summary["dev"]["accuracy"] >= 0.9
+    pred = Predictor(tmp_path / "best")
+    assert pred.model.head.vector.pool == "mean" and pred.model.head.pooler is None
+    saved = [json.loads(x)["prediction"] for x in (tmp_path / "predictions.jsonl").read_text().splitlines()
+             if json.loads(x)["split"] == "dev"]
+    assert pred.predict([ex.text for ex in data["dev"]]) == saved
+    with pytest.raises(Exception, match="pool"):
+        cfg_for(model_dir, tmp_path, pool="max")

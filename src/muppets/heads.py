@@ -28,7 +28,7 @@ from muppets.nn.encoded import Encoded
 from muppets.nn.pooler import Pooler
 
 KINDS = ("classify", "pair", "regress", "tag", "span", "choice")
-POOLS = ("first", "last")  # sentence vector: BERT [CLS] pooler | GPT last token
+POOLS = ("first", "last", "mean")  # sentence vector: BERT [CLS] pooler | GPT last token | token mean
 
 
 def last_token(encoded: Encoded) -> torch.Tensor:
@@ -41,10 +41,18 @@ def last_token(encoded: Encoded) -> torch.Tensor:
     return encoded.last[torch.arange(last.shape[0], device=last.device), last]  # (B, H)
 
 
+def mean_tokens(encoded: Encoded) -> torch.Tensor:
+    """The top layer averaged over each row's real tokens: ``(B, H)``."""
+    mask = encoded.mask.to(encoded.last.dtype)[..., None]  # (B, T, 1)
+    return (encoded.last * mask).sum(1) / mask.sum(1).clamp(min=1.0)
+
+
 class SentenceVector(nn.Module):
     """The vector a sentence-level head reads: ``(B, T, H)`` Encoded -> ``(B, H)``.
 
     ``first``: BERT's pooler, ``tanh(W h_[CLS] + b)``. ``last``: GPT's final-token state, as is.
+    ``mean``: the mean of the top layer over the real tokens (how sentence-transformers models
+    such as all-MiniLM-L6-v2 were trained to be read).
     ``orderings > 1``: the input rows come in groups (GPT similarity: both orders of a text
     pair, §3.3) whose vectors are added: ``(B * orderings, H) -> (B, H)``.
     """
@@ -57,7 +65,12 @@ class SentenceVector(nn.Module):
         self.pooler = Pooler(hidden_size) if pool == "first" else None
 
     def forward(self, encoded: Encoded) -> torch.Tensor:
-        v = self.pooler(encoded.last) if self.pooler is not None else last_token(encoded)  # (B*R, H)
+        if self.pooler is not None:
+            v = self.pooler(encoded.last)  # (B*R, H)
+        elif self.pool == "mean":
+            v = mean_tokens(encoded)
+        else:
+            v = last_token(encoded)
         if self.orderings > 1:
             v = v.view(-1, self.orderings, v.shape[-1]).sum(1)  # (B, H)
         return v

@@ -44,8 +44,12 @@ def save_hf_task_model(model: TaskModel, directory: str | Path, tokenizer=None,
     directory = Path(directory)
     heads, arch = TASK_HEADS[model.kind]
     cfg = model.backbone.cfg
+    own = model.state_dict()
+    heads = {ours: hf for ours, hf in heads.items() if f"{ours}.weight" in own}  # pool=mean: no pooler
     write_weights(to_hf_state(model, cfg, heads, {}), directory / "model.safetensors", {"format": "pt"})
-    hf = {**config_to_hf(cfg), "architectures": [arch], "muppets_task": {"kind": model.kind, "labels": labels or []}}
+    pool = getattr(getattr(model.head, "vector", None), "pool", "first")
+    hf = {**config_to_hf(cfg), "architectures": [arch],
+          "muppets_task": {"kind": model.kind, "labels": labels or [], "pool": pool}}
     if model.kind in ("classify", "pair", "tag"):
         names = labels or [f"LABEL_{i}" for i in range(model.head.classifier.out_features)]
         hf["id2label"] = {str(i): n for i, n in enumerate(names)}
@@ -59,7 +63,7 @@ def save_hf_task_model(model: TaskModel, directory: str | Path, tokenizer=None,
 
 
 def load_hf_task_model(directory: str | Path, kind: str | None = None, num_labels: int | None = None,
-                       dropout_p: float | None = None) -> TaskModel:
+                       dropout_p: float | None = None, pool: str | None = None) -> TaskModel:
     """A task model from an HF BERT directory: backbone always, head when the file has it.
 
     Args:
@@ -67,6 +71,9 @@ def load_hf_task_model(directory: str | Path, kind: str | None = None, num_label
             by muppets or by transformers' ``BertFor…`` classes.
         num_labels: size of a fresh classification/tagging head (default: the config's labels).
         dropout_p: head dropout (default: the config's hidden dropout).
+        pool: sentence vector of classify/pair/regress/choice heads (``first`` = BERT's pooler,
+            ``mean``; default: as saved, else ``first``). Only ``first`` is what transformers'
+            ``BertFor…`` classes compute.
     """
     directory = Path(directory)
     data = _read_config(directory)
@@ -74,8 +81,9 @@ def load_hf_task_model(directory: str | Path, kind: str | None = None, num_label
     cfg = config_from_hf(data, str(directory / "config.json"))
     labels = data.get("muppets_task", {}).get("labels") or [data["id2label"][k] for k in sorted(data.get("id2label", {}), key=int)]
     n = num_labels or len(labels) or 2
+    pool = pool or data.get("muppets_task", {}).get("pool") or "first"
     head = build_head(kind, cfg.hidden_size, n, cfg.hidden_dropout if dropout_p is None else dropout_p,
-                      cfg.initializer_range)
+                      cfg.initializer_range, pool=pool)
     model = TaskModel(BertBackbone(cfg), head, kind)
     _load_weights(model, cfg, kind, directory)
     return model
@@ -107,8 +115,9 @@ def _kind_from_config(data: dict, directory: Path) -> str:
 
 def _load_weights(model: TaskModel, cfg: BertConfig, kind: str, directory: Path) -> None:
     heads, _ = TASK_HEADS[kind]
-    state, absent = from_hf_state(read_weights(directory), cfg, str(directory), heads, {})
     own = model.state_dict()
+    heads = {ours: hf for ours, hf in heads.items() if f"{ours}.weight" in own}  # pool=mean: no pooler
+    state, absent = from_hf_state(read_weights(directory), cfg, str(directory), heads, {})
     for name in [k for k in state if k.startswith("head.")]:
         if state[name].shape != own[name].shape:  # e.g. another label set: keep the fresh head
             log.info("%s: %s has shape %s, the head needs %s; starting it fresh", directory, name,

@@ -42,7 +42,7 @@ from torch import nn
 
 from muppets.config import apply_overrides, from_dict, load_file, to_dict, write_json_atomic
 from muppets.errors import ConfigError
-from muppets.heads import TaskModel
+from muppets.heads import POOLS, TaskModel
 from muppets.interop.hf_tasks import task_labels
 from muppets.metrics import compute
 from muppets.nn.block import init_weights
@@ -85,6 +85,7 @@ class FinetuneConfig:
     init: str = "pretrained"  # pretrained | random: the model's architecture and tokenizer, weights drawn afresh (the no-pretraining baseline)
     run_dir: str = ""  # checkpoints, log, best/, predictions.jsonl, metrics.json ("" = runs/finetune/<task>)
     max_seq_len: int = 128  # tokens per input, [CLS]/[SEP] included (longer inputs are cut; tag/span: windows)
+    pool: str = ""  # sentence vector of classify/pair/regress/choice heads: first ([CLS] pooler) | mean | last; "" = BERT first, GPT last
     lm_coef: float = 0.5  # GPT models: weight of the auxiliary LM loss on the task inputs (GPT §3.3; 0 = off)
     orderings: int = 0  # GPT pair/regress: 2 = both orders, final states added; 1 = one; 0 = 2 for mrpc/stsb/qqp
     doc_stride: int = 128  # span: step between context windows, in tokens (capped at the window length)
@@ -117,7 +118,7 @@ class FinetuneConfig:
                   ("warmup_ratio", 0.0 <= self.warmup_ratio <= 1.0), ("eval_every", self.eval_every >= 0),
                   ("max_answer_len", self.max_answer_len >= 1), ("n_best", self.n_best >= 1),
                   ("init", self.init in ("pretrained", "random")), ("orderings", self.orderings in (0, 1, 2)),
-                  ("lm_coef", self.lm_coef >= 0.0)]
+                  ("lm_coef", self.lm_coef >= 0.0), ("pool", self.pool in ("", *POOLS))]
         for name, ok in checks:
             if not ok:
                 raise ConfigError(f"{name}: invalid value {getattr(self, name)!r}")
@@ -360,7 +361,8 @@ def _setup(cfg: FinetuneConfig, data: TaskData, local_rank: int) -> _Setup:
     if cfg.orderings == 0:
         cfg.orderings = default_orderings(spec.name, spec.kind, model_dir)
     seed_everything(cfg.seed)  # the fresh head's initialisation
-    model = new_task_model(model_dir, spec.kind, spec.num_labels or None, tok, cfg.orderings, cfg.lm_coef)
+    model = new_task_model(model_dir, spec.kind, spec.num_labels or None, tok, cfg.orderings, cfg.lm_coef,
+                           cfg.pool or None)
     if cfg.init == "random":  # every weight, backbone and head, from the model's own initialiser
         init_weights(model, model.backbone.cfg.initializer_range)
         log.info("init=random: %s's weights replaced by a fresh initialisation", model_dir)

@@ -144,14 +144,14 @@ class GPTTaskModel(TaskModel):
 
 def build_gpt_task_model(directory: str | Path, kind: str, num_labels: int, tok: GPTTaskTokenizer,
                          orderings: int = 1, lm_coef: float = 0.5,
-                         dropout_p: float | None = None) -> GPTTaskModel:
+                         dropout_p: float | None = None, pool: str = "last") -> GPTTaskModel:
     """A fresh task model on an HF GPT-2 / GPT-1 directory, the embeddings grown for ``tok``."""
     lm = load_hf_gpt(directory)
     if tok.vocab_size > lm.cfg.vocab_size:
         resize_token_embeddings(lm, tok.vocab_size)
     cfg = lm.cfg
     head = build_head(kind, cfg.hidden_size, num_labels, cfg.hidden_dropout if dropout_p is None else dropout_p,
-                      cfg.initializer_range, pool="last", orderings=orderings)
+                      cfg.initializer_range, pool=pool, orderings=orderings)
     return GPTTaskModel(lm.backbone, head, kind, lm_coef)
 
 
@@ -166,7 +166,7 @@ def save_gpt_task_model(model: GPTTaskModel, directory: str | Path, tok: GPTTask
     vector = getattr(model.head, "vector", None)
     hf = {**config_to_hf(gpt.cfg), "muppets_task": {
         "kind": model.kind, "labels": list(labels), "lm_coef": model.lm_coef,
-        "orderings": getattr(vector, "orderings", 1),
+        "orderings": getattr(vector, "orderings", 1), "pool": getattr(vector, "pool", "last"),
         "num_labels": _num_labels(model)}}
     write_json_atomic(directory / "config.json", hf)
     return directory
@@ -181,7 +181,7 @@ def load_gpt_task_model(directory: str | Path) -> GPTTaskModel:
     lm = load_hf_gpt(directory)
     cfg = lm.cfg
     head = build_head(task["kind"], cfg.hidden_size, task.get("num_labels", 0), cfg.hidden_dropout,
-                      cfg.initializer_range, pool="last", orderings=task.get("orderings", 1))
+                      cfg.initializer_range, pool=task.get("pool", "last"), orderings=task.get("orderings", 1))
     head.load_state_dict(read_file(directory / HEAD_FILE))
     return GPTTaskModel(lm.backbone, head, task["kind"], task.get("lm_coef", 0.0))
 

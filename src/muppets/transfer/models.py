@@ -47,12 +47,14 @@ def default_orderings(task_name: str, kind: str, directory: str | Path) -> int:
 
 def new_task_model(directory: str | Path, kind: str, num_labels: int | None,
                    tok: WordPieceTokenizer | GPTTaskTokenizer, orderings: int = 1,
-                   lm_coef: float = 0.5) -> TaskModel:
-    """A task model to fine-tune: the directory's backbone (and head, when it fits) + a head."""
+                   lm_coef: float = 0.5, pool: str | None = None) -> TaskModel:
+    """A task model to fine-tune: the directory's backbone (and head, when it fits) + a head.
+    ``pool``: the sentence vector (default: BERT ``first``, GPT ``last``)."""
     if family(directory) == "gpt":
         assert isinstance(tok, GPTTaskTokenizer)
-        return build_gpt_task_model(directory, kind, num_labels or 0, tok, orderings, lm_coef)
-    return load_hf_task_model(directory, kind=kind, num_labels=num_labels)
+        return build_gpt_task_model(directory, kind, num_labels or 0, tok, orderings, lm_coef,
+                                    pool=pool or "last")
+    return load_hf_task_model(directory, kind=kind, num_labels=num_labels, pool=pool)
 
 
 def load_task_model(directory: str | Path, kind: str | None = None,
