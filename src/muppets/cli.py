@@ -80,10 +80,13 @@ def _print_pretrain_summary(summary: dict) -> None:
         print(f"held-out next-token perplexity {ev['lm_perplexity']:.1f}  accuracy {ev['lm_accuracy']:.4f}"
               + (f"   (unigram baseline: perplexity {base['lm_perplexity']:.1f}, accuracy "
                  f"{base['lm_accuracy']:.4f})" if base else ""))
+    if "fwd_perplexity" in ev:
+        print(f"held-out biLM perplexity forward {ev['fwd_perplexity']:.1f}  backward {ev['bwd_perplexity']:.1f}"
+              + (f"   (unigram baseline: {base['fwd_perplexity']:.1f} / {base['bwd_perplexity']:.1f})" if base else ""))
     if "nsp_accuracy" in ev:
         print(f"held-out NSP accuracy {ev['nsp_accuracy']:.4f}"
               + (f"   (majority class: {base['nsp_accuracy']:.4f})" if "nsp_accuracy" in base else ""))
-    print(f"Hugging Face model directory: {summary['final']}")
+    print(f"{summary.get('model_kind', 'Hugging Face')} model directory: {summary['final']}")
 
 
 def _finetune_config(args: argparse.Namespace):
@@ -246,8 +249,8 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--overwrite", action="store_true")
     d.set_defaults(func=_data_prepare)
 
-    p = sub.add_parser("pretrain", help="pretrain BERT (MLM + NSP) or GPT (causal LM; a gpt-… "
-                       "model.preset) from a YAML config")
+    p = sub.add_parser("pretrain", help="pretrain BERT (MLM + NSP), GPT (causal LM; a gpt-… "
+                       "model.preset) or ELMo (biLM; an elmo-… model.preset) from a YAML config")
     p.add_argument("config", nargs="?", help="YAML/JSON config (see configs/)")
     p.add_argument("overrides", nargs="*", help="dotted key=value overrides, e.g. train.steps=100")
     p.add_argument("--fresh", action="store_true", help="ignore existing checkpoints in run_dir")

@@ -20,7 +20,7 @@ import torch
 from muppets.data.shards import TokenCorpus
 from muppets.errors import ConfigError
 from muppets.objectives.mlm_nsp import split_documents
-from muppets.train.distributed import rank_shares
+from muppets.train.distributed import micro_batch_ranges
 
 log = logging.getLogger(__name__)
 
@@ -72,10 +72,7 @@ class CausalLMData:
 
     # --- StepData protocol -------------------------------------------------------------
     def micro_batches(self, step: int, rank: int, world: int) -> list[dict[str, torch.Tensor]]:
-        per_rank, per_micro = rank_shares(self.batch_size, world, self.accumulation)
-        first = step * self.batch_size + rank * per_rank
-        return [self.batch(range(first + k * per_micro, first + (k + 1) * per_micro))
-                for k in range(self.accumulation)]
+        return [self.batch(r) for r in micro_batch_ranges(step, rank, world, self.batch_size, self.accumulation)]
 
     def normalizers(self, batch: dict[str, torch.Tensor]) -> dict[str, float]:
         return {"lm": float(batch["labels"][:, 1:].numel())}

@@ -19,7 +19,7 @@ from muppets.data.shards import TokenCorpus
 from muppets.errors import ConfigError
 from muppets.objectives.mlm import IGNORE, MaskingConfig, mask_sequence
 from muppets.objectives.nsp import PairPlan, plan_pairs
-from muppets.train.distributed import rank_shares
+from muppets.train.distributed import micro_batch_ranges, rank_shares
 
 log = logging.getLogger(__name__)
 
@@ -73,10 +73,7 @@ class BertPretrainingData:
 
     # --- StepData protocol -------------------------------------------------------------
     def micro_batches(self, step: int, rank: int, world: int) -> list[dict[str, torch.Tensor]]:
-        per_rank, per_micro = self.shares(world)
-        first = step * self.batch_size + rank * per_rank
-        return [self.batch(range(first + k * per_micro, first + (k + 1) * per_micro))
-                for k in range(self.accumulation)]
+        return [self.batch(r) for r in micro_batch_ranges(step, rank, world, self.batch_size, self.accumulation)]
 
     def normalizers(self, batch: dict[str, torch.Tensor]) -> dict[str, float]:
         out = {"mlm": float((batch["mlm_labels"] != IGNORE).sum())}

@@ -1,7 +1,9 @@
-"""Pretraining recipes: ``bert_pretrain`` (MLM + NSP) and ``gpt_pretrain`` (causal LM).
+"""Pretraining recipes: ``bert_pretrain`` (MLM + NSP), ``gpt_pretrain`` (causal LM) and
+``elmo_pretrain`` (character-input biLM).
 
 :func:`pick_recipe` chooses one for ``muppets pretrain CONFIG key=value …`` from the
-``model.preset`` the file and overrides name (a GPT preset -> ``gpt_pretrain``).
+``model.preset`` the file and overrides name (a GPT preset -> ``gpt_pretrain``, an ELMo preset
+-> ``elmo_pretrain``, else BERT).
 """
 
 from __future__ import annotations
@@ -11,14 +13,17 @@ from types import ModuleType
 
 
 def pick_recipe(config: str | Path | None, overrides: list[str]) -> ModuleType:
-    """The recipe module for a config file + overrides (BERT unless the preset is a GPT one)."""
+    """The recipe module for a config file + overrides (BERT unless the preset is a GPT or ELMo one)."""
     from muppets.config import load_file
+    from muppets.models.elmo import ELMO_PRESETS
     from muppets.models.gpt import GPT_PRESETS
-    from muppets.recipes import bert_pretrain, gpt_pretrain
+    from muppets.recipes import bert_pretrain, elmo_pretrain, gpt_pretrain
 
     preset = ((load_file(config) if config else {}).get("model") or {}).get("preset", "")
     for item in overrides:
         key, _, value = item.partition("=")
         if key.strip() == "model.preset":
             preset = value.strip()
-    return gpt_pretrain if preset in GPT_PRESETS else bert_pretrain
+    if preset in GPT_PRESETS:
+        return gpt_pretrain
+    return elmo_pretrain if preset in ELMO_PRESETS else bert_pretrain

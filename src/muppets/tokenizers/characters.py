@@ -82,7 +82,8 @@ class CharacterMapper:
             return np.zeros((0, self.max_chars), np.int16)
         return np.stack([self.word_ids(w) for w in words])
 
-    def batch(self, sentences: Sequence[Sequence[str]], add_boundaries: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+    def batch(self, sentences: Sequence[Sequence[str]],
+              add_boundaries: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
         """Tokenised sentences -> ``char_ids (B, T, max_chars)`` long and ``mask (B, T)`` bool.
 
         With ``add_boundaries`` each sentence is framed as ``<s> w1 … wn </s>``, as ELMo reads

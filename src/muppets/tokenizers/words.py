@@ -81,7 +81,7 @@ class WordVocab:
                       key=lambda w: (-counter[w], w))
         if max_size:
             kept = kept[: max(0, max_size - 4)]
-        unk = sum(c for w, c in counter.items() if w not in set(kept))
+        unk = sum(counter.values()) - sum(counter[w] for w in kept)  # every word not kept is <unk>
         words = settings.specials + kept
         counts = [0, unk, 0, 0] + [counter[w] for w in kept]
         return cls(words, counts, settings)

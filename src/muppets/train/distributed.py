@@ -147,3 +147,11 @@ def rank_shares(batch_size: int, world: int, accumulation: int) -> tuple[int, in
                           f" x accumulation {accumulation}")
     per_rank = batch_size // world
     return per_rank, per_rank // accumulation
+
+
+def micro_batch_ranges(step: int, rank: int, world: int, batch_size: int, accumulation: int) -> list[range]:
+    """Global example numbers (``g = step * batch_size + i``) of this rank's micro-batches of
+    update ``step``: the rank's contiguous share of the global batch, cut into ``accumulation``."""
+    per_rank, per_micro = rank_shares(batch_size, world, accumulation)
+    first = step * batch_size + rank * per_rank
+    return [range(first + k * per_micro, first + (k + 1) * per_micro) for k in range(accumulation)]

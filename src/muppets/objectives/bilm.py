@@ -1,0 +1,200 @@
+"""Bidirectional LM batches (ELMo) from a prepared word-id corpus, as a deterministic step source.
+
+**Stream.** Every sentence of the corpus is framed ``<s> w_1 … w_n </s>`` (as ELMo reads
+sentences, in training and at feature time) and a document is its sentences in order.
+
+**Windows.** Training examples are windows of ``window`` consecutive tokens of one document,
+consecutive windows overlapping by one token; a document's last window is shorter (padded).
+With that overlap every token of a document is a forward target exactly once per epoch (the
+first token of a window is context only) and a backward target exactly once (the last token of
+a window is context only), and no window mixes two documents. bilm-tf cut 20-token windows and
+carried the LSTM state from one batch to the next; ours is stateless, so that a batch is a pure
+function of ``(seed, step)`` (exact resume, DDP slices, as :mod:`muppets.objectives.clm`) — and
+the windows are longer (default 32) so that most sentences are seen whole with context.
+
+**Targets.** ``next_ids[t] = x_{t+1}`` (forward LM), ``prev_ids[t] = x_{t−1}`` (backward LM),
+-100 where there is none. Two targets are certain and carry no information, so they are not
+scored: ``<s>`` after ``</s>`` (forward) and ``</s>`` before ``<s>`` (backward). Perplexity thus
+counts every word plus one sentence boundary per sentence and direction, as usual for LMs.
+
+**Words and characters.** The input is characters, the output a softmax over words. The
+corpus holds ids of a large :class:`~muppets.tokenizers.words.WordVocab` (e.g. every word seen
+once, up to a cap), so that the character input keeps the spelling of almost every word; the
+vocabulary is sorted by frequency, so the softmax over its first ``softmax_size`` ids is the
+most frequent words (plus the specials), and rarer targets become ``<unk>`` — but their
+characters still reach the char CNN. Only words beyond the vocabulary cap lose their spelling.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+import torch
+
+from muppets.data.shards import TokenCorpus, tokenizer_fingerprint
+from muppets.errors import ConfigError, DataError
+from muppets.objectives.mlm_nsp import split_documents
+from muppets.tokenizers.characters import CharacterMapper
+from muppets.tokenizers.words import WordVocab
+from muppets.train.distributed import micro_batch_ranges
+
+log = logging.getLogger(__name__)
+
+IGNORE = -100  # target of a position that predicts nothing
+
+
+@dataclass
+class BiLMDataConfig:
+    window: int = 32  # tokens per training window (consecutive <s> … </s> sentences of one document)
+    eval_fraction: float = 0.02  # share of documents held out for evaluation (at least 1)
+    eval_windows: int = 256  # held-out windows scored at every evaluation (spread over the held-out documents)
+    split_seed: int = 1234  # fixes which documents are held out, independent of the run seed
+
+    def __post_init__(self) -> None:
+        if self.window < 3:
+            raise ConfigError(f"data.window: {self.window} is too short (at least 3 tokens)")
+
+
+def bracketed_stream(corpus: TokenCorpus, bos_id: int, eos_id: int) -> tuple[np.ndarray, np.ndarray]:
+    """The corpus with each sentence framed ``<s> … </s>``: ``(N + 2S,)`` int32, and every
+    document's ``[start, stop)`` in it, ``(D, 2)`` int64."""
+    S, N = corpus.num_sentences, corpus.num_tokens
+    ends = np.asarray(corpus.sentence_ends, dtype=np.int64)  # (S,)
+    bos_at = ends - corpus.sentence_lengths + 2 * np.arange(S)  # (S,) where sentence i's <s> lands
+    eos_at = ends + 2 * np.arange(S) + 1  # (S,)
+    stream = np.empty(N + 2 * S, np.int32)
+    is_word = np.ones(N + 2 * S, bool)
+    is_word[bos_at] = is_word[eos_at] = False
+    stream[is_word] = corpus.tokens
+    stream[bos_at], stream[eos_at] = bos_id, eos_id
+    first, stop = corpus.doc_sentence_bounds.T  # (D,) each
+    return stream, np.stack([bos_at[first], eos_at[stop - 1] + 1], axis=1)
+
+
+def windows(bounds: np.ndarray, window: int) -> tuple[np.ndarray, np.ndarray]:
+    """Windows of ``window`` tokens overlapping by one inside each ``[start, stop)`` of ``bounds (D, 2)``.
+
+    Returns ``starts (W,)`` and ``lengths (W,)`` (the last window of a document may be shorter,
+    but holds at least 2 tokens, so it has a target).
+    """
+    start, stop = bounds[:, 0], bounds[:, 1]
+    per_doc = np.maximum(stop - start - 2, 0) // (window - 1) + 1  # ceil((n - 1) / (window - 1))
+    first = np.cumsum(per_doc) - per_doc  # (D,) index of each document's first window
+    k = np.arange(int(per_doc.sum())) - np.repeat(first, per_doc)  # (W,) window number inside its document
+    starts = np.repeat(start, per_doc) + k * (window - 1)
+    lengths = np.minimum(window, np.repeat(stop, per_doc) - starts)
+    return starts, lengths
+
+
+class BiLMData:
+    """The trainer's ``StepData`` for biLM pretraining: batches of ``char_ids (B, T, C)``,
+    ``mask (B, T)``, ``next_ids (B, T)`` and ``prev_ids (B, T)`` (the model's forward arguments).
+
+    Args:
+        corpus: prepared with ``vocab`` as the tokenizer (checked by fingerprint).
+        vocab: the input vocabulary; its words' characters are the model input.
+        softmax_size: the output vocabulary is ids ``0 … softmax_size − 1``; rarer targets -> ``<unk>``.
+        max_chars: characters per token (the model's ``max_chars``).
+    """
+
+    def __init__(self, corpus: TokenCorpus, vocab: WordVocab, cfg: BiLMDataConfig, batch_size: int,
+                 accumulation: int, seed: int, softmax_size: int, max_chars: int = 50) -> None:
+        _check_corpus(corpus, vocab, softmax_size)
+        self.cfg, self.batch_size, self.accumulation, self.seed = cfg, batch_size, accumulation, seed
+        self.vocab, self.softmax_size = vocab, softmax_size
+        words = vocab.settings
+        mapper = CharacterMapper(max_chars, words.bos_token, words.eos_token, words.pad_token)
+        self.char_table = mapper.encode_words(vocab.words)  # (V_in, C) int16
+        self.stream, bounds = bracketed_stream(corpus, vocab.bos_id, vocab.eos_id)
+        train_docs, self.eval_docs = split_documents(corpus.num_documents, cfg.eval_fraction, cfg.split_seed)
+        self.train_bounds = bounds[train_docs]  # (D_train, 2)
+        self.train_windows = windows(self.train_bounds, cfg.window)
+        self.eval_windows = windows(bounds[self.eval_docs], cfg.window)
+        self.epoch_size = len(self.train_windows[0])
+        log.info("biLM data: %d train / %d held-out documents, %d + %d windows of <= %d tokens; softmax over "
+                 "%d of %d words", len(train_docs), len(self.eval_docs), self.epoch_size,
+                 len(self.eval_windows[0]), cfg.window, softmax_size, len(vocab))
+
+    @lru_cache(maxsize=2)
+    def _order(self, epoch: int) -> np.ndarray:
+        return np.random.default_rng([self.seed, 23, epoch]).permutation(self.epoch_size)
+
+    # --- StepData protocol -------------------------------------------------------------
+    def micro_batches(self, step: int, rank: int, world: int) -> list[dict[str, torch.Tensor]]:
+        return [self.batch(r) for r in micro_batch_ranges(step, rank, world, self.batch_size, self.accumulation)]
+
+    def normalizers(self, batch: dict[str, torch.Tensor]) -> dict[str, float]:
+        return {"fwd": float((batch["next_ids"] != IGNORE).sum()), "bwd": float((batch["prev_ids"] != IGNORE).sum())}
+
+    def num_tokens(self, batch: dict[str, torch.Tensor]) -> int:
+        return int(batch["mask"].sum())
+
+    # --- windows -> batches --------------------------------------------------------------
+    def batch(self, examples: range) -> dict[str, torch.Tensor]:
+        """Global examples ``g = step * batch_size + i`` -> one padded batch."""
+        starts, lengths = self.train_windows
+        picks = []
+        for g in examples:
+            epoch, pos = divmod(g, self.epoch_size)
+            picks.append(int(self._order(epoch)[pos]))
+        return self.collate([self.stream[starts[i]:starts[i] + lengths[i]] for i in picks])
+
+    def eval_batches(self, batch_size: int) -> list[dict[str, torch.Tensor]]:
+        """Fixed held-out batches: up to ``eval_windows`` windows spread evenly over the held-out documents."""
+        starts, lengths = self.eval_windows
+        n = len(starts)
+        picks = np.unique(np.linspace(0, n - 1, min(n, self.cfg.eval_windows)).round().astype(np.int64))
+        rows = [self.stream[starts[i]:starts[i] + lengths[i]] for i in picks]
+        return [self.collate(rows[i:i + batch_size]) for i in range(0, len(rows), batch_size)]
+
+    def collate(self, rows: list[np.ndarray]) -> dict[str, torch.Tensor]:
+        """Word-id windows -> right-padded ``char_ids``, ``mask``, ``next_ids``, ``prev_ids``."""
+        B, T = len(rows), max(len(r) for r in rows)
+        ids = np.zeros((B, T), np.int64)  # <pad> = 0, whose character row is all 0
+        mask = np.zeros((B, T), bool)
+        for i, r in enumerate(rows):
+            ids[i, :len(r)], mask[i, :len(r)] = r, True
+        next_ids, prev_ids = lm_targets(ids, mask, self.softmax_size, self.vocab)
+        return {"char_ids": torch.from_numpy(self.char_table[ids].astype(np.int64)),  # (B, T, C)
+                "mask": torch.from_numpy(mask), "next_ids": torch.from_numpy(next_ids),
+                "prev_ids": torch.from_numpy(prev_ids)}
+
+    def token_counts(self) -> np.ndarray:
+        """``(softmax_size,)`` count of each output word (rarer words as ``<unk>``) over the tokens of
+        the training documents, ``<s>`` and ``</s>`` included: a unigram baseline's counts."""
+        counts = np.zeros(self.softmax_size, np.int64)
+        for start, stop in self.train_bounds:
+            ids = self.stream[start:stop].astype(np.int64)
+            ids = np.where(ids < self.softmax_size, ids, self.vocab.unk_id)
+            counts += np.bincount(ids, minlength=self.softmax_size)
+        return counts
+
+
+def lm_targets(ids: np.ndarray, mask: np.ndarray, softmax_size: int, vocab: WordVocab) -> tuple[np.ndarray, np.ndarray]:
+    """``(B, T)`` word ids -> forward targets ``x_{t+1}`` and backward targets ``x_{t−1}`` in the
+    softmax vocabulary, -100 where there is none or where it is certain (see the module doc)."""
+    out = np.where(ids < softmax_size, ids, vocab.unk_id)  # (B, T)
+    both = mask[:, 1:] & mask[:, :-1]  # (B, T-1) position pairs (t, t+1) that are both real
+    next_ids = np.full_like(ids, IGNORE)
+    prev_ids = np.full_like(ids, IGNORE)
+    next_ids[:, :-1] = np.where(both & (out[:, 1:] != vocab.bos_id), out[:, 1:], IGNORE)
+    prev_ids[:, 1:] = np.where(both & (out[:, :-1] != vocab.eos_id), out[:, :-1], IGNORE)
+    return next_ids, prev_ids
+
+
+def _check_corpus(corpus: TokenCorpus, vocab: WordVocab, softmax_size: int) -> None:
+    meta = corpus.directory / "meta.json"
+    if corpus.vocab_size != len(vocab):
+        raise DataError(f"the corpus has a vocabulary of {corpus.vocab_size} ids, the word vocabulary "
+                        f"{len(vocab)}", path=meta, value=corpus.vocab_size)
+    if corpus.meta.get("tokenizer_sha256") != tokenizer_fingerprint(vocab.to_json()):
+        raise DataError("the corpus was prepared with another word vocabulary", path=meta,
+                        value=corpus.meta.get("tokenizer_sha256"))
+    if not 5 <= softmax_size <= len(vocab):
+        raise ConfigError(f"softmax size {softmax_size} must be in [5, {len(vocab)}] (the vocabulary size)")
+    if corpus.num_documents < 2:
+        raise DataError("a biLM corpus needs at least 2 documents (one is held out)", path=meta,
+                        value=corpus.num_documents)
