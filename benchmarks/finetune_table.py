@@ -26,7 +26,7 @@ TASKS = {
 BACKBONES = ["minilm", "minilm-mean", "bert-mini", "random"]
 
 
-def cell(summary: dict | None, split: str, keys: list[str]) -> str:
+def cell(summary: dict | None, split: str, keys: list[str], scale: float = 100.0) -> str:
     if summary is None or split not in summary:
         return "—"
     parts = []
@@ -36,7 +36,8 @@ def cell(summary: dict | None, split: str, keys: list[str]) -> str:
             parts.append("?")
             continue
         n = len(stats["values"])
-        parts.append(f"{100 * stats['mean']:.2f} ± {100 * stats['std']:.2f}" if n > 1 else f"{100 * stats['mean']:.2f} (n=1)")
+        mean, std = scale * stats["mean"], scale * stats["std"]
+        parts.append(f"{mean:.2f} ± {std:.2f}" if n > 1 else f"{mean:.2f} (n=1)")
     return " / ".join(parts)
 
 
@@ -55,7 +56,8 @@ def main() -> None:
     print("| task | " + " | ".join(cols) + " |")
     print("|---|" + "---|" * len(cols))
     for task, (split, keys, label) in TASKS.items():
-        print(f"| {label} | " + " | ".join(cell(found.get(task, {}).get(b), split, keys) for b in cols) + " |")
+        scale = 1.0 if task == "squad" else 100.0  # the official SQuAD script reports percent already
+        print(f"| {label} | " + " | ".join(cell(found.get(task, {}).get(b), split, keys, scale) for b in cols) + " |")
     if args.out:
         args.out.write_text(json.dumps(found, indent=2) + "\n")
 
