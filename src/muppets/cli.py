@@ -187,8 +187,6 @@ def _generate(args: argparse.Namespace) -> int:
 
 
 def _zeroshot(args: argparse.Namespace) -> int:
-    import json
-
     import torch
 
     from muppets.interop.hf_gpt import load_hf_gpt
@@ -210,6 +208,77 @@ def _zeroshot(args: argparse.Namespace) -> int:
         from muppets.config import write_json_atomic
         write_json_atomic(Path(args.out), result)
     print(json.dumps(result, indent=2))
+    return 0
+
+
+def _word2vec_train(args: argparse.Namespace) -> int:
+    from muppets.recipes import word2vec_train
+
+    cfg = word2vec_train.load_config(args.config, args.overrides)
+    s = word2vec_train.run(cfg, resume=not args.fresh)
+    state = "stopped by the time budget" if s["stopped_early"] else "finished"
+    print(f"\nword2vec {state}: {s['words']:,} words, {s['effective_words']:,} trained in {s['seconds']:.1f} s "
+          f"({s['words_per_second']:,.0f} words/s, {s['backend']} kernel), {s['epochs_done']:.2f} epochs")
+    _print_vector_scores(s.get("scores", {}))
+    print(f"vectors: {s['vectors']}  (model: {s['run_dir']}/model)")
+    return 0
+
+
+def _print_vector_scores(scores: dict[str, float]) -> None:
+    for key, name in (("wordsim353", "WordSim-353"), ("simlex999", "SimLex-999")):
+        if f"{key}_spearman" in scores:
+            print(f"{name} Spearman {scores[f'{key}_spearman']:.4f}  ({100 * scores[f'{key}_oov_ratio']:.1f}% of "
+                  "the pairs out of vocabulary)")
+    if "analogy_accuracy" in scores:
+        print(f"Google analogies accuracy {scores['analogy_accuracy']:.4f} over {scores['analogy_questions']:.0f} "
+              f"questions ({100 * scores['analogy_oov_ratio']:.1f}% out of vocabulary)")
+
+
+def _nnlm_train(args: argparse.Namespace) -> int:
+    from muppets.recipes import nnlm_pretrain
+
+    summary = nnlm_pretrain.run(nnlm_pretrain.load_config(args.config, args.overrides), resume=not args.fresh)
+    _print_pretrain_summary(summary)
+    print(f"embeddings: {summary['embeddings']}")
+    return 0
+
+
+def _load_vectors(args: argparse.Namespace):
+    from muppets.vectors import WordVectors
+
+    return WordVectors.load(args.vectors, fmt=args.format, limit=args.limit or None)
+
+
+def _vectors_similar(args: argparse.Namespace) -> int:
+    wv = _load_vectors(args)
+    for word, score in wv.most_similar(positive=args.words, negative=args.negative, topn=args.topn,
+                                       restrict_vocab=args.restrict or None):
+        print(f"{score:.4f}  {word}")
+    return 0
+
+
+def _vectors_analogy(args: argparse.Namespace) -> int:
+    wv = _load_vectors(args)
+    for word, score in wv.most_similar(positive=[args.b, args.c], negative=[args.a], topn=args.topn,
+                                       restrict_vocab=args.restrict or None):
+        print(f"{score:.4f}  {word}")
+    return 0
+
+
+def _vectors_evaluate(args: argparse.Namespace) -> int:
+    from muppets.evaluation.word_vectors import evaluate_standard
+
+    scores = evaluate_standard(_load_vectors(args), restrict_vocab=args.restrict or None)
+    _print_vector_scores(scores)
+    if args.out:
+        Path(args.out).write_text(json.dumps(scores, indent=2) + "\n")
+    return 0
+
+
+def _vectors_convert(args: argparse.Namespace) -> int:
+    wv = _load_vectors(args)
+    path = wv.save(args.out, binary=args.to == "binary")
+    print(f"{len(wv):,} x {wv.vector_size} vectors -> {path} (word2vec {args.to})")
     return 0
 
 
@@ -255,6 +324,48 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("overrides", nargs="*", help="dotted key=value overrides, e.g. train.steps=100")
     p.add_argument("--fresh", action="store_true", help="ignore existing checkpoints in run_dir")
     p.set_defaults(func=_pretrain)
+
+    w2v = sub.add_parser("word2vec", help="static word vectors: skip-gram / CBOW with negative sampling")
+    w = w2v.add_subparsers(dest="action", required=True).add_parser(
+        "train", help="train word2vec on a corpus (config + key=value overrides, e.g. word2vec.sg=false)")
+    w.add_argument("config", nargs="?", help="YAML/JSON Word2VecRunConfig (e.g. configs/word2vec-sg.yaml)")
+    w.add_argument("overrides", nargs="*", help="dotted key=value overrides, e.g. word2vec.epochs=1 word2vec.workers=2")
+    w.add_argument("--fresh", action="store_true", help="ignore existing checkpoints in run_dir")
+    w.set_defaults(func=_word2vec_train)
+
+    nn_ = sub.add_parser("nnlm", help="Bengio et al. (2003)'s neural n-gram language model")
+    n = nn_.add_subparsers(dest="action", required=True).add_parser(
+        "train", help="train an NNLM on a corpus (config + key=value overrides)")
+    n.add_argument("config", nargs="?", help="YAML/JSON NNLMRunConfig (e.g. configs/nnlm-small.yaml)")
+    n.add_argument("overrides", nargs="*", help="dotted key=value overrides, e.g. train.steps=100 model.preset=nnlm-base")
+    n.add_argument("--fresh", action="store_true", help="ignore existing checkpoints in run_dir")
+    n.set_defaults(func=_nnlm_train)
+
+    vec = sub.add_parser("vectors", help="query, score and convert word-vector files "
+                         "(word2vec text/binary, GloVe)").add_subparsers(dest="action", required=True)
+    for name, func, text in (("similar", _vectors_similar, "nearest words (cosine) to WORDS' mean"),
+                             ("analogy", _vectors_analogy, "A is to B as C is to ? (3CosAdd)"),
+                             ("evaluate", _vectors_evaluate, "WordSim-353, SimLex-999, Google analogies"),
+                             ("convert", _vectors_convert, "rewrite in the word2vec text or binary format")):
+        v = vec.add_parser(name, help=text)
+        if name == "similar":
+            v.add_argument("words", nargs="+")
+            v.add_argument("--negative", nargs="*", default=[], help="words to subtract")
+        if name == "analogy":
+            for letter in "abc":
+                v.add_argument(letter)
+        if name in ("similar", "analogy"):
+            v.add_argument("--topn", type=int, default=10)
+        if name == "evaluate":
+            v.add_argument("--out", help="write the scores JSON here")
+        if name == "convert":
+            v.add_argument("--to", choices=["text", "binary"], required=True)
+            v.add_argument("--out", required=True)
+        v.add_argument("--vectors", required=True, help="vector file")
+        v.add_argument("--format", default="auto", choices=["auto", "word2vec-text", "word2vec-binary", "glove"])
+        v.add_argument("--limit", type=int, default=0, help="read only the first N vectors (0 = all)")
+        v.add_argument("--restrict", type=int, default=300_000, help="search the N most frequent words (0 = all)")
+        v.set_defaults(func=func)
 
     f = sub.add_parser("finetune", help="fine-tune a BERT model on a task")
     _add_task_args(f)
@@ -305,7 +416,7 @@ def main(argv: list[str] | None = None) -> int:
         if getattr(args, "overrides", None) is None or not all("=" in x for x in extra):
             parser.error(f"unrecognized arguments: {' '.join(extra)}")
         args.overrides = [*args.overrides, *extra]
-    if args.command == "pretrain" and args.config and "=" in args.config:
+    if args.command in ("pretrain", "word2vec", "nnlm") and getattr(args, "config", None) and "=" in args.config:
         args.overrides, args.config = [args.config, *args.overrides], None
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)

@@ -1,5 +1,6 @@
 """Pretraining recipes: ``bert_pretrain`` (MLM + NSP), ``gpt_pretrain`` (causal LM) and
-``elmo_pretrain`` (character-input biLM).
+``elmo_pretrain`` (character-input biLM), ``nnlm_pretrain`` (Bengio et al. 2003); word2vec
+has its own ``word2vec_train`` (``muppets word2vec train``).
 
 :func:`pick_recipe` chooses one for ``muppets pretrain CONFIG key=value …`` from the
 ``model.preset`` the file and overrides name (a GPT preset -> ``gpt_pretrain``, an ELMo preset
@@ -17,7 +18,8 @@ def pick_recipe(config: str | Path | None, overrides: list[str]) -> ModuleType:
     from muppets.config import load_file
     from muppets.models.elmo import ELMO_PRESETS
     from muppets.models.gpt import GPT_PRESETS
-    from muppets.recipes import bert_pretrain, elmo_pretrain, gpt_pretrain
+    from muppets.models.nnlm import NNLM_PRESETS
+    from muppets.recipes import bert_pretrain, elmo_pretrain, gpt_pretrain, nnlm_pretrain
 
     preset = ((load_file(config) if config else {}).get("model") or {}).get("preset", "")
     for item in overrides:
@@ -26,4 +28,6 @@ def pick_recipe(config: str | Path | None, overrides: list[str]) -> ModuleType:
             preset = value.strip()
     if preset in GPT_PRESETS:
         return gpt_pretrain
+    if preset in NNLM_PRESETS:
+        return nnlm_pretrain
     return elmo_pretrain if preset in ELMO_PRESETS else bert_pretrain

@@ -1,0 +1,1 @@
+"""Intrinsic evaluations of representations (word similarity, analogies)."""
