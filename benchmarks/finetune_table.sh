@@ -13,7 +13,8 @@
 # Settings are the same for every backbone of a size: lr 5e-5 for MiniLM (L6/H384), 1e-4 for
 # bert-mini and random (L4/H256); 3 epochs, batch 32, max_seq_len 128; SQuAD 384/128 windows,
 # 2 epochs (MiniLM: 1, for time); HellaSwag 1 epoch on the first 3,000 of its 8,034 training
-# items (time); 3 seeds, but 1 for SQuAD and HellaSwag. SEEDS=… overrides the seeds.
+# items (time); 3 seeds, but 1 for SQuAD and HellaSwag. SEEDS=… overrides the seeds;
+# EXTRA=lr=1e-4,epochs=5 adds overrides (comma-separated) and TAG=-lr1e-4 names such a variant's run directory.
 # THREADS=N sets torch threads per run (default: leave as is).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -36,6 +37,7 @@ for task in $tasks; do
     hellaswag) seeds=${SEEDS:-1}; extra=(epochs=1 max_train_examples=3000) ;;
   esac
   [ -n "${THREADS:-}" ] && extra+=(threads="$THREADS")
+  [ -n "${EXTRA:-}" ] && IFS=, read -ra more <<< "$EXTRA" && extra+=("${more[@]}")
   .venv/bin/muppets finetune "$task" --seeds "$seeds" "${model[@]}" "${extra[@]}" \
-      run_dir="runs/ft-$task-$backbone" progress=false > "runs/ft-$task-$backbone.log" 2>&1
+      run_dir="runs/ft-$task-$backbone${TAG:-}" progress=false > "runs/ft-$task-$backbone${TAG:-}.log" 2>&1
 done
