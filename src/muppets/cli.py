@@ -282,6 +282,13 @@ def _vectors_convert(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_run_args(p: argparse.ArgumentParser, config_help: str, example: str) -> None:
+    """CONFIG, key=value overrides and --fresh: the arguments of every training command."""
+    p.add_argument("config", nargs="?", help=config_help)
+    p.add_argument("overrides", nargs="*", help=f"dotted key=value overrides, e.g. {example}")
+    p.add_argument("--fresh", action="store_true", help="ignore existing checkpoints in run_dir")
+
+
 def _add_task_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("task", help="registered task name (e.g. sst2, conll2003, squad) or your train file")
     p.add_argument("overrides", nargs="*", help="FinetuneConfig key=value overrides, e.g. lr=3e-5 task.kind=pair")
@@ -320,25 +327,20 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("pretrain", help="pretrain BERT (MLM + NSP), GPT (causal LM; a gpt-… "
                        "model.preset) or ELMo (biLM; an elmo-… model.preset) from a YAML config")
-    p.add_argument("config", nargs="?", help="YAML/JSON config (see configs/)")
-    p.add_argument("overrides", nargs="*", help="dotted key=value overrides, e.g. train.steps=100")
-    p.add_argument("--fresh", action="store_true", help="ignore existing checkpoints in run_dir")
+    _add_run_args(p, "YAML/JSON config (see configs/)", "train.steps=100")
     p.set_defaults(func=_pretrain)
 
     w2v = sub.add_parser("word2vec", help="static word vectors: skip-gram / CBOW with negative sampling")
     w = w2v.add_subparsers(dest="action", required=True).add_parser(
         "train", help="train word2vec on a corpus (config + key=value overrides, e.g. word2vec.sg=false)")
-    w.add_argument("config", nargs="?", help="YAML/JSON Word2VecRunConfig (e.g. configs/word2vec-sg.yaml)")
-    w.add_argument("overrides", nargs="*", help="dotted key=value overrides, e.g. word2vec.epochs=1 word2vec.workers=2")
-    w.add_argument("--fresh", action="store_true", help="ignore existing checkpoints in run_dir")
+    _add_run_args(w, "YAML/JSON Word2VecRunConfig (e.g. configs/word2vec-sg.yaml)",
+                  "word2vec.epochs=1 word2vec.workers=2")
     w.set_defaults(func=_word2vec_train)
 
     nn_ = sub.add_parser("nnlm", help="Bengio et al. (2003)'s neural n-gram language model")
     n = nn_.add_subparsers(dest="action", required=True).add_parser(
         "train", help="train an NNLM on a corpus (config + key=value overrides)")
-    n.add_argument("config", nargs="?", help="YAML/JSON NNLMRunConfig (e.g. configs/nnlm-small.yaml)")
-    n.add_argument("overrides", nargs="*", help="dotted key=value overrides, e.g. train.steps=100 model.preset=nnlm-base")
-    n.add_argument("--fresh", action="store_true", help="ignore existing checkpoints in run_dir")
+    _add_run_args(n, "YAML/JSON NNLMRunConfig (e.g. configs/nnlm-small.yaml)", "train.steps=100 model.preset=nnlm-base")
     n.set_defaults(func=_nnlm_train)
 
     vec = sub.add_parser("vectors", help="query, score and convert word-vector files "

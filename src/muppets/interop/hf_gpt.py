@@ -120,13 +120,14 @@ def from_hf_state(hf: dict[str, torch.Tensor], cfg: GPTConfig, source: str) -> d
     return {name: hf[h].t() if conv else hf[h] for name, (h, conv) in mapping.items()}
 
 
-def save_hf_gpt(model: GPTLanguageModel | GPTBackbone, directory: str | Path, tokenizer=None) -> Path:
-    """Write config.json, model.safetensors and (given one) the tokenizer's files; a bare
-    backbone is saved as the LM it ties its output layer to."""
+def save_hf_gpt(model: GPTLanguageModel | GPTBackbone, directory: str | Path, tokenizer=None,
+                extra_config: dict | None = None) -> Path:
+    """Write config.json (plus ``extra_config`` keys), model.safetensors and (given one) the
+    tokenizer's files; a bare backbone is saved as the LM it ties its output layer to."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     write_weights(to_hf_state(model), directory / "model.safetensors", metadata={"format": "pt"})
-    write_json_atomic(directory / "config.json", config_to_hf(model.cfg))
+    write_json_atomic(directory / "config.json", {**config_to_hf(model.cfg), **(extra_config or {})})
     if tokenizer is not None:
         tokenizer.save(directory)
     return directory

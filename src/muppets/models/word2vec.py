@@ -55,7 +55,8 @@ from torch.nn import functional as F
 
 from muppets.config import from_dict, write_json_atomic
 from muppets.data.shards import TokenCorpus
-from muppets.errors import CheckpointError, ConfigError, DataError
+from muppets.errors import CheckpointError, ConfigError
+from muppets.tokenizers.words import read_word_counts
 from muppets.nn.encoded import Encoded
 from muppets.objectives.word2vec import TrainingVocab, Word2VecExamples
 from muppets.train.checkpoint import replace_dir, write_latest
@@ -290,7 +291,7 @@ class Word2VecModel(nn.Module):
             if not (directory / name).is_file():
                 raise CheckpointError(f"{directory}: no {name} (not a saved word2vec model)")
         cfg = from_dict(Word2VecConfig, json.loads((directory / CONFIG_FILE).read_text(encoding="utf-8")))
-        words, counts = _read_word_counts(directory / WORDS_FILE)
+        words, counts = read_word_counts(directory / WORDS_FILE)
         model = cls(cfg, words, counts)
         try:
             model.load_state_dict(load_file(str(directory / VECTORS_FILE)))
@@ -298,18 +299,6 @@ class Word2VecModel(nn.Module):
             raise CheckpointError(f"{directory / VECTORS_FILE}: does not fit {len(words)} words x "
                                   f"{cfg.vector_size}: {err}") from err
         return model
-
-
-def _read_word_counts(path: Path) -> tuple[list[str], list[int]]:
-    """``word<TAB>count`` lines; a malformed line raises DataError naming the file and line."""
-    words, counts = [], []
-    for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        word, tab, count = line.rpartition("\t")
-        if not tab or not count.isdigit():
-            raise DataError("expected 'word<TAB>count'", path=path, line=lineno, value=line[:60])
-        words.append(word)
-        counts.append(int(count))
-    return words, counts
 
 
 # ----------------------------------------------------------------------------- training

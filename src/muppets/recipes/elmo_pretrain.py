@@ -27,21 +27,20 @@ import json
 import logging
 import math
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 import numpy as np
 import torch
 
 from muppets.config import apply_overrides, from_dict, load_file, to_dict, write_json_atomic
-from muppets.data.readers import iter_documents
 from muppets.data.shards import TokenCorpus
 from muppets.errors import CheckpointError
 from muppets.interop.safetensors_io import read_weights, write_weights
 from muppets.models.elmo import ElmoConfig, ElmoLanguageModel
 from muppets.objectives.bilm import BiLMData, BiLMDataConfig
-from muppets.paths import resolve_data_path
 from muppets.recipes.common import CorpusSection, pick_device, prepare_once
+from muppets.recipes.word_vocab import WordVocabSection, ensure_word_vocab
 from muppets.tokenizers.words import WordVocab
 from muppets.train import TrainConfig, Trainer
 from muppets.train.checkpoint import replace_dir
@@ -59,20 +58,17 @@ class ElmoModelSection:
 
 
 @dataclass
-class WordVocabSection:
-    path: str = ""  # a saved WordVocab directory ("" = count one on the corpus into <run_dir>/vocab, once)
+class ElmoVocabSection(WordVocabSection):
     min_count: int = 1  # input words seen fewer times become <unk> (and lose their characters)
-    max_size: int = 0  # cap on the input vocabulary, specials included (0 = no cap)
     lowercase: bool = False  # ELMo is cased: the char CNN sees capitals, the softmax keeps them apart
     softmax_size: int = 32768  # output words: the most frequent ids 0 … softmax_size-1 (rarer -> <unk>)
-    max_documents: int = 0  # count words in at most this many documents (0 = all)
 
 
 @dataclass
 class ElmoPretrainConfig:
     run_dir: str = "runs/elmo-small"  # checkpoints, logs, vocab, corpus and final/ go here
     model: ElmoModelSection = field(default_factory=ElmoModelSection)
-    vocab: WordVocabSection = field(default_factory=WordVocabSection)
+    vocab: ElmoVocabSection = field(default_factory=ElmoVocabSection)
     corpus: CorpusSection = field(default_factory=CorpusSection)
     data: BiLMDataConfig = field(default_factory=BiLMDataConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
@@ -92,31 +88,11 @@ def load_config(path: str | Path | None, overrides: list[str]) -> ElmoPretrainCo
 def ensure_vocab(cfg: ElmoPretrainConfig, run_dir: Path) -> WordVocab:
     """The configured vocabulary, or one counted on the corpus (reused while its settings hold)."""
     sec = cfg.vocab
-    if sec.path:
-        return WordVocab.load(resolve_data_path(sec.path))
-    out = run_dir / "vocab"
-    settings = {"inputs": cfg.corpus.inputs, "min_count": sec.min_count, "max_size": sec.max_size,
-                "lowercase": sec.lowercase, "max_documents": sec.max_documents}
-    stamp = out / "build.json"
-    if stamp.is_file() and json.loads(stamp.read_text()) == settings:
-        return WordVocab.load(out)
-    if stamp.is_file():
-        log.warning("%s was counted with other settings; counting the vocabulary again", out)
-    log.info("counting words on %s", cfg.corpus.inputs)
-    vocab = WordVocab.build(_texts(cfg), min_count=sec.min_count, max_size=sec.max_size, lowercase=sec.lowercase)
-    vocab.save(out)
-    write_json_atomic(stamp, settings)
-    log.info("word vocabulary: %d words (min_count %d); the softmax's %d cover %.2f%% of the tokens", len(vocab),
-             sec.min_count, min(sec.softmax_size, len(vocab)), 100 * softmax_coverage(vocab, sec.softmax_size))
+    base = WordVocabSection(**{f.name: getattr(sec, f.name) for f in fields(WordVocabSection)})
+    vocab = ensure_word_vocab(base, cfg.corpus, run_dir)
+    log.info("the softmax's %d words cover %.2f%% of the tokens", min(sec.softmax_size, len(vocab)),
+             100 * softmax_coverage(vocab, sec.softmax_size))
     return vocab
-
-
-def _texts(cfg: ElmoPretrainConfig):
-    inputs = [resolve_data_path(p) for p in cfg.corpus.inputs]
-    for i, doc in enumerate(iter_documents(inputs, cfg.corpus.format, errors=cfg.corpus.errors)):
-        if cfg.vocab.max_documents and i >= cfg.vocab.max_documents:
-            return
-        yield from doc.paragraphs
 
 
 def softmax_coverage(vocab: WordVocab, softmax_size: int) -> float:

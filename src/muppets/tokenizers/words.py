@@ -133,13 +133,7 @@ class WordVocab:
         path = directory / VOCAB_FILE
         if not path.is_file():
             raise ConfigError(f"{directory}: no {VOCAB_FILE} (not a word vocabulary directory)")
-        words, counts = [], []
-        for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-            word, tab, count = line.rpartition("\t")
-            if not tab or not count.isdigit():
-                raise DataError("expected 'word<TAB>count'", path=path, line=lineno, value=line[:60])
-            words.append(word)
-            counts.append(int(count))
+        words, counts = read_word_counts(path)
         settings = WordSettings(**json.loads((directory / CONFIG_FILE).read_text(encoding="utf-8"))) \
             if (directory / CONFIG_FILE).is_file() else WordSettings()
         return cls(words, counts, settings)
@@ -157,6 +151,18 @@ class WordVocab:
 
     def __repr__(self) -> str:
         return f"WordVocab(size={self.vocab_size}, lowercase={self.settings.lowercase})"
+
+
+def read_word_counts(path: Path) -> tuple[list[str], list[int]]:
+    """``word<TAB>count`` lines; a malformed line raises DataError naming the file and line."""
+    words, counts = [], []
+    for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        word, tab, count = line.rpartition("\t")
+        if not tab or not count.isdigit():
+            raise DataError("expected 'word<TAB>count'", path=path, line=lineno, value=line[:60])
+        words.append(word)
+        counts.append(int(count))
+    return words, counts
 
 
 def split_words(text: str, lowercase: bool = True) -> list[str]:

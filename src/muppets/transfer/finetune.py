@@ -358,8 +358,6 @@ class _Setup:
 def _setup(cfg: FinetuneConfig, data: TaskData, local_rank: int) -> _Setup:
     model_dir = resolve_model(cfg.model)
     spec, tok = data.spec, load_tokenizer(model_dir)
-    if cfg.orderings == 0:
-        cfg.orderings = default_orderings(spec.name, spec.kind, model_dir)
     seed_everything(cfg.seed)  # the fresh head's initialisation
     model = new_task_model(model_dir, spec.kind, spec.num_labels or None, tok, cfg.orderings, cfg.lm_coef,
                            cfg.pool or None)
@@ -388,6 +386,9 @@ def run(cfg: FinetuneConfig, resume: bool = True, data: TaskData | None = None) 
     if cfg.threads > 0:
         torch.set_num_threads(cfg.threads)
     data = data or load_task_data(cfg.task)
+    if cfg.orderings == 0:  # resolved once, so the saved settings say what training used
+        cfg = dataclasses.replace(cfg, orderings=default_orderings(data.spec.name, data.spec.kind,
+                                                                   resolve_model(cfg.model)))
     s = _setup(cfg, data, dist.local_rank)
     key, spe = primary_key(s.spec.metric), s.steps.steps_per_epoch
     save_best = _saver(s.model, s.tok, s.spec, cfg, run_dir / "best")

@@ -30,10 +30,9 @@ import torch
 from torch import nn
 from tokenizers import AddedToken
 
-from muppets.config import write_json_atomic
 from muppets.errors import CheckpointError
 from muppets.heads import KINDS, TaskModel, build_head, task_loss
-from muppets.interop.hf_gpt import config_to_hf, load_hf_gpt, save_hf_gpt
+from muppets.interop.hf_gpt import load_hf_gpt, save_hf_gpt
 from muppets.interop.safetensors_io import read_file, write_weights
 from muppets.models.gpt import GPTBackbone, resize_token_embeddings
 from muppets.nn.encoded import Encoded
@@ -159,16 +158,12 @@ def save_gpt_task_model(model: GPTTaskModel, directory: str | Path, tok: GPTTask
                         labels: Sequence[str] = ()) -> Path:
     """HF GPT-2 directory (backbone, tokenizer) + ``task_head.safetensors`` + ``muppets_task``."""
     directory = Path(directory)
-    gpt = model.backbone.gpt
-    save_hf_gpt(gpt, directory, tok)
-    head = {k: v for k, v in model.head.state_dict().items()}
-    write_weights(head, directory / HEAD_FILE, {"format": "pt"})
     vector = getattr(model.head, "vector", None)
-    hf = {**config_to_hf(gpt.cfg), "muppets_task": {
-        "kind": model.kind, "labels": list(labels), "lm_coef": model.lm_coef,
-        "orderings": getattr(vector, "orderings", 1), "pool": getattr(vector, "pool", "last"),
-        "num_labels": _num_labels(model)}}
-    write_json_atomic(directory / "config.json", hf)
+    task = {"kind": model.kind, "labels": list(labels), "lm_coef": model.lm_coef,
+            "orderings": getattr(vector, "orderings", 1), "pool": getattr(vector, "pool", "last"),
+            "num_labels": _num_labels(model)}
+    save_hf_gpt(model.backbone.gpt, directory, tok, extra_config={"muppets_task": task})
+    write_weights(dict(model.head.state_dict()), directory / HEAD_FILE, {"format": "pt"})
     return directory
 
 
