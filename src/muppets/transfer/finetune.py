@@ -108,6 +108,7 @@ class FinetuneConfig:
     max_train_examples: int = 0  # use only the first N training examples (0 = all)
     max_eval_examples: int = 0  # score only the first N dev/test examples (0 = all)
     threads: int = 0  # torch CPU threads (0 = leave as is)
+    precision: str = "fp32"  # fp32 | bf16 (autocast training forward; evaluation stays fp32) | auto
     device: str = "auto"  # auto (cuda:<local rank> if available, else cpu) | cpu | cuda:N
     log_every: int = 50  # console log every N steps
     progress: bool = True  # progress bar (on a TTY)
@@ -334,7 +335,7 @@ def _train_config(cfg: FinetuneConfig, steps: int, steps_per_epoch: int) -> Trai
         schedule="linear", clip_grad_norm=cfg.clip_grad_norm, eval_every=cfg.eval_every,
         checkpoint_every=cfg.eval_every or steps_per_epoch, keep_checkpoints=1,
         log_every=cfg.log_every, seed=cfg.seed, tensorboard=False, progress=cfg.progress,
-        threads=cfg.threads)
+        threads=cfg.threads, precision=cfg.precision)
 
 
 def _run_dir(cfg: FinetuneConfig) -> Path:
