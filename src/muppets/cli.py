@@ -5,6 +5,9 @@
     muppets pretrain configs/bert-mini.yaml train.steps=2000 train.lr=5e-4
     muppets finetune sst2 --model runs/bert-mini --seeds 1,2,3 lr=3e-5 epochs=2
     muppets evaluate sst2 --model runs/finetune/sst2/best --split dev
+    muppets embed --model runs/elmo-small --input sentences.txt --layers all --out elmo.safetensors
+    muppets features conll2003 --model minilm --layers mix --seeds 1,2,3
+    muppets polysemy bank --model runs/elmo-small --corpus data:english-corpus/books
 """
 
 from __future__ import annotations
@@ -92,21 +95,25 @@ def _print_pretrain_summary(summary: dict) -> None:
 def _finetune_config(args: argparse.Namespace):
     """The FinetuneConfig of ``finetune`` / ``evaluate``: file, then TASK and --model, then key=value."""
     from muppets.config import apply_overrides
-    from muppets.errors import ConfigError
-    from muppets.tasks import list_tasks
     from muppets.transfer import finetune
 
     cfg = finetune.load_config(args.config, [])
+    cfg = dataclasses.replace(cfg, task=_task_section(args, cfg.task), model=args.model or cfg.model)
+    return apply_overrides(cfg, args.overrides)
+
+
+def _task_section(args: argparse.Namespace, section):
+    """``section`` (a TaskSection) for TASK: a registered name, or a train file (+ --dev/--test)."""
+    from muppets.errors import ConfigError
+    from muppets.tasks import list_tasks
+
     files = {split: path for split, path in (("dev", args.dev), ("test", args.test)) if path}
     if args.task in list_tasks() and not files:
-        task = dataclasses.replace(cfg.task, name=args.task, files={})
-    elif Path(args.task).exists():
-        task = dataclasses.replace(cfg.task, files={"train": args.task, **files})
-    else:
-        raise ConfigError(f"task {args.task!r} is neither a registered task ({', '.join(list_tasks())}) "
-                          "nor an existing file")
-    cfg = dataclasses.replace(cfg, task=task, model=args.model or cfg.model)
-    return apply_overrides(cfg, args.overrides)
+        return dataclasses.replace(section, name=args.task, files={})
+    if Path(args.task).exists():
+        return dataclasses.replace(section, files={"train": args.task, **files})
+    raise ConfigError(f"task {args.task!r} is neither a registered task ({', '.join(list_tasks())}) "
+                      "nor an existing file")
 
 
 def _finetune(args: argparse.Namespace) -> int:
@@ -282,6 +289,98 @@ def _vectors_convert(args: argparse.Namespace) -> int:
     return 0
 
 
+def _embed(args: argparse.Namespace) -> int:
+    from muppets.transfer.embed import embed_file, parse_layers
+
+    _set_threads(args.threads)
+    m = embed_file(args.model, args.input, args.out, parse_layers(args.layers), args.pooling, args.batch_size,
+                   args.device, args.oov, progress=sys.stderr.isatty())
+    print(f"{m['num_sentences']:,} sentences, {m['num_words']:,} words x layers {m['layers']} x {m['dim']} "
+          f"({m['kind']} model {m['source']}) -> {m['out']}")
+    if m["kind"] in ("static", "nnlm"):
+        print(f"out of vocabulary: {m.get('oov', 0):,} of {m['words']:,} words (zero vectors)")
+    elif m.get("empty_words"):
+        print(f"{m['empty_words']:,} words gave no sub-word piece (zero vectors)")
+    return 0
+
+
+def _set_threads(threads: int) -> None:
+    if threads:
+        import torch
+
+        torch.set_num_threads(threads)
+
+
+def _features(args: argparse.Namespace) -> int:
+    from muppets.config import apply_overrides
+    from muppets.transfer import feature_based
+
+    cfg = feature_based.load_config(args.config, [])
+    cfg = dataclasses.replace(cfg, task=_task_section(args, cfg.task), model=args.model or cfg.model,
+                              layers=args.layers or cfg.layers, static=args.static or cfg.static)
+    cfg = apply_overrides(cfg, args.overrides)
+    if args.seeds:
+        s = feature_based.run_seeds(cfg, _seed_list(args.seeds), resume=not args.fresh)
+        print(f"\n{s['task']} ({cfg.model}, layers={cfg.layers}): {len(s['seeds'])} seeds (mean ± sample std)")
+        for split in ("dev", "test"):
+            for name, stats in s.get(split, {}).items():
+                print(f"  {split:<5} {name:<16} {stats['mean']:10.4f} ± {stats['std']:.4f}")
+    else:
+        s = feature_based.run(cfg, resume=not args.fresh)
+        print(f"\n{s['task']} ({cfg.model}, layers={cfg.layers}): {s['steps']} steps, best step {s['best_step']}")
+        _print_metrics({split: s[split] for split in ("dev", "test") if split in s})
+    if "mix" in s:
+        weights = ", ".join(f"{n} {w:.3f}" for n, w in zip(s["mix"]["labels"], s["mix"]["weights"]))
+        print(f"learned layer weights: {weights}  (gamma {s['mix']['gamma']:.3f})")
+    print(f"results: {Path(cfg.run_dir) if cfg.run_dir else feature_based.default_run_dir(cfg)}")
+    return 0
+
+
+def _polysemy(args: argparse.Namespace) -> int:
+    from muppets.analysis import polysemy
+    from muppets.errors import ConfigError
+    from muppets.transfer.embed import parse_layers
+    from muppets.transfer.embedders import load_embedder
+
+    _set_threads(args.threads)
+    embedder, layers = load_embedder(args.model, args.pooling, args.device), parse_layers(args.layers)
+    if args.word is None:
+        result = polysemy.score_sense_set(embedder, layers=layers)
+        print(f"sense set: {len(result['words'])} words; {embedder.kind} model {embedder.source}")
+        print(f"  {'layer':<6} {'NN sense acc':>12} {'separation':>11} {'within':>8} {'between':>8}")
+        for layer, m in result["overall"].items():
+            print(f"  {layer:<6} {m['nn_accuracy']:12.3f} {_ratio(m['separation']):>11} {m['within']:8.3f} "
+                  f"{m['between']:8.3f}")
+        if args.out:
+            from muppets.config import write_json_atomic
+            write_json_atomic(Path(args.out), result)
+        return 0
+    if args.corpus:
+        found = polysemy.collect_occurrences(args.word, args.corpus, args.limit)
+    else:
+        found = [o for o in polysemy.load_sense_set() if o.word == args.word.lower()]
+    if len(found) < 2:
+        words = sorted({o.word for o in polysemy.load_sense_set()})
+        where = "the corpus" if args.corpus else f"the sense set (its words: {', '.join(words)}; or give --corpus)"
+        raise ConfigError(f"polysemy: {args.word!r} occurs {len(found)} times in {where}; need at least 2")
+    print(f"{args.word}: {len(found)} occurrences; {embedder.kind} model {embedder.source}")
+    for row in polysemy.describe_word(embedder, found, layers):
+        line = f"layer {row['layer']}: {row['distinct_points']} distinct points, mean cosine {row['mean_cosine']:.3f}"
+        if "scores" in row:
+            line += (f", NN sense accuracy {row['scores']['nn_accuracy']:.3f}, "
+                     f"separation {_ratio(row['scores']['separation'])}")
+        print(line)
+        for group in (0, 1):
+            members = [o for o, g in zip(found, row["groups"]) if g == group]
+            if members and row["distinct_points"] > 1:
+                print(f"  group {group + 1} ({len(members)}): " + " | ".join(o.context for o in members[: args.show]))
+    return 0
+
+
+def _ratio(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.3f}"
+
+
 def _add_run_args(p: argparse.ArgumentParser, config_help: str, example: str) -> None:
     """CONFIG, key=value overrides and --fresh: the arguments of every training command."""
     p.add_argument("config", nargs="?", help=config_help)
@@ -289,11 +388,12 @@ def _add_run_args(p: argparse.ArgumentParser, config_help: str, example: str) ->
     p.add_argument("--fresh", action="store_true", help="ignore existing checkpoints in run_dir")
 
 
-def _add_task_args(p: argparse.ArgumentParser) -> None:
+def _add_task_args(p: argparse.ArgumentParser, config: str = "FinetuneConfig", example: str = "lr=3e-5 task.kind=pair",
+                   model: str = "HF BERT directory, 'minilm', or a muppets pretraining run") -> None:
     p.add_argument("task", help="registered task name (e.g. sst2, conll2003, squad) or your train file")
-    p.add_argument("overrides", nargs="*", help="FinetuneConfig key=value overrides, e.g. lr=3e-5 task.kind=pair")
-    p.add_argument("--model", help="HF BERT directory, 'minilm', or a muppets pretraining run")
-    p.add_argument("--config", help="YAML/JSON FinetuneConfig file")
+    p.add_argument("overrides", nargs="*", help=f"{config} key=value overrides, e.g. {example}")
+    p.add_argument("--model", help=model)
+    p.add_argument("--config", help=f"YAML/JSON {config} file")
     p.add_argument("--dev", help="your dev file (with a train file as TASK)")
     p.add_argument("--test", help="your test file (with a train file as TASK)")
 
@@ -408,6 +508,43 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--split", default="dev", help="split to score (default: dev)")
     e.add_argument("--predictions", help="also write the predictions to this jsonl file")
     e.set_defaults(func=_evaluate)
+
+    em = sub.add_parser("embed", help="per-word vectors of a model's layers for pre-split sentences")
+    em.add_argument("--model", required=True,
+                    help="HF BERT/GPT dir, 'minilm', ELMo/NNLM/word2vec run, or a vector file")
+    em.add_argument("--input", required=True, help="one sentence per line, words separated by spaces")
+    em.add_argument("--out", required=True, help="FILE.npy (+ FILE.json) or FILE.safetensors")
+    em.add_argument("--layers", default="all", help="'all' or layer numbers, e.g. 0,-1 (-1 = top)")
+    em.add_argument("--pooling", default="first", choices=["first", "mean", "last"],
+                    help="sub-word models: a word's first piece, the mean of its pieces, or its last piece")
+    em.add_argument("--oov", default="zero", choices=["zero", "error"], help="static vectors: unknown words")
+    em.add_argument("--batch-size", type=int, default=32)
+    em.add_argument("--device", default="cpu")
+    em.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = default)")
+    em.set_defaults(func=_embed)
+
+    fb = sub.add_parser("features", help="feature-based transfer: frozen backbone + ScalarMix + BiLSTM task model")
+    _add_task_args(fb, "FeatureConfig", "epochs=5 hidden=256 crf=false",
+                   "any model 'muppets embed' takes (HF BERT/GPT dir, minilm, ELMo/NNLM/word2vec run, vector file)")
+    fb.add_argument("--layers", help="mix | last | last4sum | last4cat | N (one layer)")
+    fb.add_argument("--static", help="word-vector file concatenated to the backbone's vectors (ELMo-style)")
+    fb.add_argument("--seeds", help="comma-separated seeds: one run each (run_dir/seed-N) + mean ± std")
+    fb.add_argument("--fresh", action="store_true", help="ignore existing checkpoints in run_dir")
+    fb.set_defaults(func=_features)
+
+    po = sub.add_parser("polysemy", help="static vs contextual vectors of an ambiguous word, or the "
+                        "sense-set score (no WORD)")
+    po.add_argument("word", nargs="?", help="the word (default: score every word of the sense set)")
+    po.add_argument("--model", required=True, help="any model 'muppets embed' takes")
+    po.add_argument("--corpus", nargs="+", help="collect the word's sentences from these files/dirs (data:… ok)")
+    po.add_argument("--limit", type=int, default=200, help="occurrences collected from the corpus at most")
+    po.add_argument("--layers", default="all", help="'all' or layer numbers, e.g. 0,-1")
+    po.add_argument("--pooling", default="first", choices=["first", "mean", "last"])
+    po.add_argument("--show", type=int, default=3, help="contexts printed per group")
+    po.add_argument("--out", help="sense-set scores: write the JSON here")
+    po.add_argument("--device", default="cpu")
+    po.add_argument("--threads", type=int, default=0)
+    po.set_defaults(func=_polysemy)
     return parser
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -34,6 +35,26 @@ def read_weights(directory: str | Path) -> dict[str, torch.Tensor]:
             "safetensors once (e.g. transformers' save_pretrained(..., safe_serialization=True))."
         )
     raise CheckpointError(f"{directory}: no model.safetensors found")
+
+
+def read_model_dir(directory: str | Path, fmt: str, what: str,
+                   build: Callable[[dict], torch.nn.Module]) -> tuple[torch.nn.Module, dict]:
+    """One of our model directories: ``config.json`` whose ``"format"`` is ``fmt``, the model
+    ``build(config)`` makes, and ``model.safetensors`` loaded into it strictly. Returns the
+    model in eval mode and the config; ``what`` names the kind in errors (``"an ELMo model"``)."""
+    directory = Path(directory)
+    path = directory / "config.json"
+    if not path.is_file():
+        raise CheckpointError(f"{directory}: no config.json (not {what} directory)")
+    meta = json.loads(path.read_text(encoding="utf-8"))
+    if meta.get("format") != fmt:
+        raise CheckpointError(f"{path}: format {meta.get('format')!r} is not {fmt!r}")
+    model = build(meta)
+    try:
+        model.load_state_dict(read_weights(directory), strict=True)
+    except RuntimeError as err:
+        raise CheckpointError(f"{directory / 'model.safetensors'}: does not fit its config.json: {err}") from err
+    return model.eval(), meta
 
 
 def read_file(path: str | Path) -> dict[str, torch.Tensor]:

@@ -23,7 +23,6 @@ routes ``elmo-…`` presets here). The stages mirror :mod:`muppets.recipes.gpt_p
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import os
@@ -35,8 +34,7 @@ import torch
 
 from muppets.config import apply_overrides, from_dict, load_file, to_dict, write_json_atomic
 from muppets.data.shards import TokenCorpus
-from muppets.errors import CheckpointError
-from muppets.interop.safetensors_io import read_weights, write_weights
+from muppets.interop.safetensors_io import read_model_dir, write_weights
 from muppets.models.elmo import ElmoConfig, ElmoLanguageModel
 from muppets.objectives.bilm import BiLMData, BiLMDataConfig
 from muppets.recipes.common import CorpusSection, pick_device, prepare_once
@@ -167,19 +165,9 @@ def save_elmo(model: ElmoLanguageModel, vocab: WordVocab, directory: str | Path,
 
 def load_elmo(directory: str | Path) -> tuple[ElmoLanguageModel, WordVocab]:
     """The biLM (in eval mode) and its word vocabulary from a :func:`save_elmo` directory."""
-    directory = Path(directory)
-    path = directory / "config.json"
-    if not path.is_file():
-        raise CheckpointError(f"{directory}: no config.json (not an ELMo model directory)")
-    meta = json.loads(path.read_text(encoding="utf-8"))
-    if meta.get("format") != FORMAT:
-        raise CheckpointError(f"{path}: format {meta.get('format')!r} is not {FORMAT!r}")
-    model = ElmoLanguageModel(from_dict(ElmoConfig, meta["model"]))
-    try:
-        model.load_state_dict(read_weights(directory), strict=True)
-    except RuntimeError as err:
-        raise CheckpointError(f"{directory / 'model.safetensors'}: does not fit its config.json: {err}") from err
-    return model.eval(), WordVocab.load(directory / "vocab")
+    model, _ = read_model_dir(directory, FORMAT, "an ELMo model",
+                              lambda meta: ElmoLanguageModel(from_dict(ElmoConfig, meta["model"])))
+    return model, WordVocab.load(Path(directory) / "vocab")
 
 
 # ----------------------------------------------------------------------------- the run

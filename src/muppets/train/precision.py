@@ -3,7 +3,7 @@
 ``bf16`` runs the forward pass under ``torch.autocast`` with bfloat16 matmuls while the weights,
 the optimizer state and the output softmax (see :mod:`muppets.nn.linear_ce`) stay in fp32. On a
 CPU with native bf16 dot products (AVX512-BF16 or AMX) a BERT-mini step is ~1.6x faster (2-core
-EPYC, measured in ``benchmarks/precision_speed.py``); on a CPU without them bf16 is emulated and
+EPYC, measured by ``benchmarks/pretrain_speed.py --bf16``); on a CPU without them bf16 is emulated and
 slower, which is why ``auto`` picks it only where the hardware has it.
 """
 

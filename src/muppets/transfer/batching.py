@@ -135,8 +135,11 @@ class EpochData:
         need = world * self.accumulation
         items += [pool[k % len(pool)] for k in range(need - len(items))]
         share = np.array_split(np.asarray(items), world)[rank]
-        return [collate([self.features[i] for i in part.tolist()], self.pad_id)
-                for part in np.array_split(share, self.accumulation)]
+        return [self.collate(part.tolist()) for part in np.array_split(share, self.accumulation)]
+
+    def collate(self, indices: list[int]) -> dict[str, torch.Tensor]:
+        """The padded micro-batch of these feature indices (a subclass may batch other inputs)."""
+        return collate([self.features[i] for i in indices], self.pad_id)
 
     def normalizers(self, batch: dict[str, torch.Tensor]) -> dict[str, float]:
         return {"task": loss_units(self.kind, batch["labels"])}
