@@ -1,10 +1,10 @@
 """Mixed precision for training: ``fp32`` | ``bf16`` | ``auto``.
 
 ``bf16`` runs the forward pass under ``torch.autocast`` with bfloat16 matmuls while the weights,
-the optimizer state and the output softmax (see :mod:`muppets.nn.linear_ce`) stay in fp32. On a
-CPU with native bf16 dot products (AVX512-BF16 or AMX) a BERT-mini step is ~1.6x faster (2-core
-EPYC, measured by ``benchmarks/pretrain_speed.py --bf16``); on a CPU without them bf16 is emulated and
-slower, which is why ``auto`` picks it only where the hardware has it.
+the optimizer state and the output softmax (see :mod:`muppets.nn.linear_ce`) stay in fp32. A
+CPU with native bf16 dot products (AVX512-BF16 or AMX) runs bf16 matmuls faster than fp32
+(``benchmarks/pretrain_speed.py --bf16`` measures a whole training step); on a CPU without
+them bf16 is emulated and slower, which is why ``auto`` picks it only where the hardware has it.
 """
 
 from __future__ import annotations
