@@ -1,29 +1,43 @@
 #!/usr/bin/env bash
 # The BERT paper's ablation at our scale (issue 4): the same compute budget spent on a
 # bidirectional MLM+NSP encoder (bert-mini, L4/H256/A4) and on a left-to-right LM of the same
-# body size (gpt-mini, L4/H256/A4), each pretrained for MINUTES of wall-clock on the same corpus
-# and machine, then fine-tuned on SST-2, CoNLL-2003 and the SQuAD split with the same settings.
-# Each model keeps its own tokenizer (WordPiece 30,522 / GPT-2 BPE 50,257): the vocabulary size
-# differs, the transformer body does not.
+# body size (gpt-mini, L4/H256/A4): each pretrained from scratch for MINUTES on ONE core (one
+# torch thread, bf16 autocast) of the same machine, the two side by side, then fine-tuned on
+# SST-2, CoNLL-2003 and the SQuAD split with the same settings (lr 1e-4, batch 32, 3 epochs;
+# SQuAD 1 epoch, 384/128 windows). Each model keeps its own tokenizer (WordPiece 30,522 /
+# GPT-2 BPE 50,257): the vocabulary differs, the transformer body does not.
 #
-#   MINUTES=60 bash benchmarks/ablation_bert_vs_gpt.sh          # ~2 h of pretraining + fine-tuning
-#   python benchmarks/finetune_table.py                          # (runs/ft-*-ablation-{bert,gpt})
+#   MINUTES=60 bash benchmarks/ablation_bert_vs_gpt.sh        # ~1 h pretraining + ~1.5 h fine-tuning
+#   python benchmarks/finetune_table.py                        # rows ablation-bert / ablation-gpt
 #
-# STEPS_BERT / STEPS_GPT set each schedule's length so that it ends near the budget (measure the
-# step time first: `muppets pretrain CONFIG train.steps=20` prints tokens/s).
+# GPT_RUN=runs/gpt-mini reuses a gpt-mini already trained that way (configs/gpt-mini.yaml with
+# train.threads=1 train.precision=bf16 for MINUTES — BENCHMARKS.md, issue 4) instead of training
+# a second one. STEPS_BERT / STEPS_GPT set each schedule's length so it ends near the budget
+# (one-thread bf16 on the 2-core EPYC: ~0.75 s per bert-mini step, ~4.4 s per gpt-mini step).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 minutes=${MINUTES:-60}
+common=(train.max_minutes="$minutes" train.threads=1 train.precision=bf16 train.progress=false)
 .venv/bin/muppets pretrain configs/bert-mini.yaml run_dir=runs/ablation-bert \
-    train.max_minutes="$minutes" train.steps="${STEPS_BERT:-3400}" > runs/ablation-bert.log 2>&1
-.venv/bin/muppets pretrain configs/gpt-mini.yaml run_dir=runs/ablation-gpt \
-    train.max_minutes="$minutes" train.steps="${STEPS_GPT:-3000}" > runs/ablation-gpt.log 2>&1
+    train.steps="${STEPS_BERT:-4800}" "${common[@]}" > runs/ablation-bert.log 2>&1 &
+bert=$!
+gpt_run=${GPT_RUN:-}
+if [ -z "$gpt_run" ]; then
+  gpt_run=runs/ablation-gpt
+  .venv/bin/muppets pretrain configs/gpt-mini.yaml run_dir="$gpt_run" \
+      train.steps="${STEPS_GPT:-820}" train.warmup_steps=100 "${common[@]}" > runs/ablation-gpt.log 2>&1
+fi
+wait "$bert"
 for name in bert gpt; do
+  model=runs/ablation-bert
+  [ "$name" = gpt ] && model=$gpt_run
   for task in sst2 conll2003 squad; do
     seeds=1,2,3
     extra=()
     [ "$task" = squad ] && seeds=1 && extra=(max_seq_len=384 doc_stride=128 epochs=1)
-    .venv/bin/muppets finetune "$task" --seeds "$seeds" model="runs/ablation-$name" lr=1e-4 "${extra[@]}" \
-        run_dir="runs/ft-$task-ablation-$name" progress=false > "runs/ft-$task-ablation-$name.log" 2>&1
+    .venv/bin/muppets finetune "$task" --seeds "$seeds" model="$model" lr=1e-4 threads=1 "${extra[@]}" \
+        run_dir="runs/ft-$task-ablation-$name" progress=false > "runs/ft-$task-ablation-$name.log" 2>&1 &
+    if [ "$(jobs -rp | wc -l)" -ge 2 ]; then wait -n || true; fi  # two runs at a time, one per core
   done
 done
+wait || true
