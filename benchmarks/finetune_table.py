@@ -23,7 +23,7 @@ TASKS = {
     "squad": ("dev", ["exact_match", "f1"], "SQuAD split (dev articles) EM / F1"),
     "hellaswag": ("dev", ["accuracy"], "HellaSwag (our dev split) acc"),
 }
-BACKBONES = ["minilm", "minilm-mean", "bert-mini", "bert-mini-2", "random", "gpt-mini", "gpt-mini-nolm",
+BACKBONES = ["minilm", "minilm-mean", "bert-mini-4", "bert-mini", "bert-mini-2", "random", "gpt-mini", "gpt-mini-nolm",
              "ablation-bert", "ablation-gpt"]
 
 
