@@ -1,5 +1,6 @@
 """What a pretrained BERT predicts for [MASK] in a few probe sentences: a quick check of whether
-it reads context or only word frequencies.
+it reads context or only word frequencies. Also prints the standard deviation of the token
+embedding matrix (a fresh BERT draws it from N(0, 0.02)).
 
     python benchmarks/mlm_probe.py runs/bert-mini/final runs/bert-mini-2/final
 """
@@ -17,8 +18,7 @@ PROBES = ["the capital of france is [MASK] .", "she opened the [MASK] and walked
           "he was born in [MASK] in 1950 ."]
 
 
-def top_predictions(model_dir: str, text: str, k: int = 6) -> list[str]:
-    model, tok = load_hf_bert(model_dir).eval(), WordPieceTokenizer.load(model_dir)
+def top_predictions(model, tok: WordPieceTokenizer, text: str, k: int = 6) -> list[str]:
     f = tok.encode_for_model(text)
     position = f["input_ids"].index(tok.mask_id)
     with torch.no_grad():
@@ -30,8 +30,11 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("models", nargs="+", help="HF BERT directories")
     for model_dir in ap.parse_args().models:
+        model, tok = load_hf_bert(model_dir).eval(), WordPieceTokenizer.load(model_dir)
+        std = model.backbone.embeddings.tokens.weight.std().item()
+        print(f"{model_dir}  token embedding std {std:.4f}")
         for text in PROBES:
-            print(f"{model_dir}  {text!r}: {' '.join(top_predictions(model_dir, text))}")
+            print(f"{model_dir}  {text!r}: {' '.join(top_predictions(model, tok, text))}")
 
 
 if __name__ == "__main__":

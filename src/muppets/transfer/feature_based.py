@@ -311,12 +311,14 @@ def default_run_dir(cfg: FeatureConfig) -> Path:
     return Path("runs") / "features" / "-".join(parts)
 
 
-def run(cfg: FeatureConfig, resume: bool = True, data: TaskData | None = None) -> dict:
-    """Embed (cached), train, keep ``best/``, score dev/test; returns (and writes) the summary."""
+def run(cfg: FeatureConfig, resume: bool = True, data: TaskData | None = None,
+        prepared: _Prepared | None = None) -> dict:
+    """Embed (cached), train, keep ``best/``, score dev/test; returns (and writes) the summary.
+    ``prepared`` (from :func:`prepare` with the same settings) skips reading the features again."""
     run_dir = Path(cfg.run_dir) if cfg.run_dir else default_run_dir(cfg)
     if cfg.threads > 0:
         torch.set_num_threads(cfg.threads)
-    p = prepare(cfg, data or load_task_data(cfg.task))
+    p = prepared or prepare(cfg, data or load_task_data(cfg.task))
     seed_everything(cfg.seed)  # the task model's initialisation
     model = FeatureTaskModel(p.model_cfg).to(cfg.device)
     steps = FeatureEpochData(p.splits["train"], p.spec.kind, cfg.batch_size, cfg.epochs, cfg.seed)
@@ -382,8 +384,11 @@ def run_seeds(cfg: FeatureConfig, seeds: Sequence[int], resume: bool = True, dat
     """One run per seed in ``<run_dir>/seed-N`` (the features are embedded once); ``summary.json``
     has every metric's mean and sample standard deviation and the mean learned mix."""
     root = Path(cfg.run_dir) if cfg.run_dir else default_run_dir(cfg)
-    data = data or load_task_data(cfg.task)
-    runs = [run(dataclasses.replace(cfg, seed=s, run_dir=str(root / f"seed-{s}")), resume, data) for s in seeds]
+    if cfg.threads > 0:
+        torch.set_num_threads(cfg.threads)
+    prepared = prepare(cfg, data or load_task_data(cfg.task))  # the seed does not change the features
+    runs = [run(dataclasses.replace(cfg, seed=s, run_dir=str(root / f"seed-{s}")), resume, prepared=prepared)
+            for s in seeds]
     summary: dict[str, Any] = {"task": runs[0]["task"], "model": cfg.model, "layers": cfg.layers,
                                "static": cfg.static or None, "seeds": list(seeds), "runs": [r["run_dir"] for r in runs]}
     for split in ("dev", "test"):
