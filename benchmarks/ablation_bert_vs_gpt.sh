@@ -10,6 +10,10 @@
 #   MINUTES=60 bash benchmarks/ablation_bert_vs_gpt.sh        # ~1 h pretraining + ~1.5 h fine-tuning
 #   python benchmarks/finetune_table.py                        # rows ablation-bert / ablation-gpt
 #
+# Fine-tuning: both sides only the task loss (the GPT side with lm_coef=0: no auxiliary LM, as
+# BERT has none), PRECISION (default bf16, autocast) for both, PARALLEL runs at a time (default 2,
+# one per core; PARALLEL=1 leaves the other core free). SKIP_PRETRAIN=1 only fine-tunes.
+#
 # GPT_RUN=runs/gpt-mini reuses a gpt-mini already trained that way (configs/gpt-mini.yaml with
 # train.threads=1 train.precision=bf16 for MINUTES — BENCHMARKS.md, issue 4) instead of training
 # a second one. STEPS_BERT / STEPS_GPT set each schedule's length so it ends near the budget
@@ -18,26 +22,32 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 minutes=${MINUTES:-60}
 common=(train.max_minutes="$minutes" train.threads=1 train.precision=bf16 train.progress=false)
-.venv/bin/muppets pretrain configs/bert-mini.yaml run_dir=runs/ablation-bert \
-    train.steps="${STEPS_BERT:-4800}" "${common[@]}" > runs/ablation-bert.log 2>&1 &
-bert=$!
-gpt_run=${GPT_RUN:-}
-if [ -z "$gpt_run" ]; then
+parallel=${PARALLEL:-2}
+precision=${PRECISION:-bf16}
+bert=""
+if [ -z "${SKIP_PRETRAIN:-}" ]; then
+  .venv/bin/muppets pretrain configs/bert-mini.yaml run_dir=runs/ablation-bert \
+      train.steps="${STEPS_BERT:-4800}" "${common[@]}" > runs/ablation-bert.log 2>&1 &
+  bert=$!
+fi
+gpt_run=${GPT_RUN:-runs/ablation-gpt}
+if [ -z "${GPT_RUN:-}" ] && [ -z "${SKIP_PRETRAIN:-}" ]; then
   gpt_run=runs/ablation-gpt
   .venv/bin/muppets pretrain configs/gpt-mini.yaml run_dir="$gpt_run" \
       train.steps="${STEPS_GPT:-820}" train.warmup_steps=100 "${common[@]}" > runs/ablation-gpt.log 2>&1
 fi
-wait "$bert"
+[ -n "$bert" ] && wait "$bert"
 for name in bert gpt; do
   model=runs/ablation-bert
   [ "$name" = gpt ] && model=$gpt_run
   for task in sst2 conll2003 squad; do
     seeds=1,2,3
-    extra=()
-    [ "$task" = squad ] && seeds=1 && extra=(max_seq_len=384 doc_stride=128 epochs=1)
+    extra=(precision="$precision")
+    [ "$name" = gpt ] && extra+=(lm_coef=0)
+    [ "$task" = squad ] && seeds=1 && extra+=(max_seq_len=384 doc_stride=128 epochs=1)
     .venv/bin/muppets finetune "$task" --seeds "$seeds" model="$model" lr=1e-4 threads=1 "${extra[@]}" \
         run_dir="runs/ft-$task-ablation-$name" progress=false > "runs/ft-$task-ablation-$name.log" 2>&1 &
-    if [ "$(jobs -rp | wc -l)" -ge 2 ]; then wait -n || true; fi  # two runs at a time, one per core
+    if [ "$(jobs -rp | wc -l)" -ge "$parallel" ]; then wait -n || true; fi  # one run per core
   done
 done
 wait || true

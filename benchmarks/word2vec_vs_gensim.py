@@ -18,7 +18,8 @@ analogy accuracy (restrict_vocab 300k, case-insensitive), computed for both by
 ``muppets.evaluation.word_vectors`` (``--gensim-eval`` also scores gensim's model with gensim's
 own functions, as a cross-check).
 
-    python benchmarks/word2vec_vs_gensim.py --out benchmarks/results/word2vec_vs_gensim.json
+    python benchmarks/word2vec_vs_gensim.py --out benchmarks/results/word2vec_vs_gensim.json \\
+        --save-vectors runs/word2vec/vectors.bin      # the vectors feature_table.py reads
     # smoke run (a minute):
     OMP_NUM_THREADS=1 python benchmarks/word2vec_vs_gensim.py --limit-docs 6 --epochs 1 \\
         --workers 1 --out /tmp/word2vec_smoke.json
@@ -73,6 +74,7 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--backend", default="auto", choices=["auto", "compiled", "eager"], help="muppets update kernel")
     p.add_argument("--rounds", type=int, default=1, help="alternate gensim / muppets this many times")
     p.add_argument("--gensim-eval", action="store_true", help="also score gensim's model with gensim's evaluation")
+    p.add_argument("--save-vectors", default="", help="also write muppets' vectors here (word2vec binary; last round)")
     p.add_argument("--work-dir", default="", help="keep the prepared corpus here (default: a temporary directory)")
     p.add_argument("--out", default="benchmarks/results/word2vec_vs_gensim.json")
     return p.parse_args()
@@ -190,13 +192,15 @@ def benchmark(args: argparse.Namespace, corpus: TokenCorpus, vocab: WordVocab, s
         rounds["gensim"].append(g_stats)
         rounds["muppets"].append(m_stats)
     speed = {k: statistics.median(r["words_per_s"] for r in v) for k, v in rounds.items()}
+    if args.save_vectors:
+        log.info("muppets vectors -> %s", m_vectors.save(args.save_vectors, binary=True))
     quality = {"gensim": evaluate_standard(g_vectors), "muppets": evaluate_standard(m_vectors)}
     if args.gensim_eval:
         quality["gensim_by_gensim"] = gensim_own_scores(g_model)
     gaps = {k: 100 * (quality["muppets"][k] - quality["gensim"][k])
             for k in ("wordsim353_spearman", "simlex999_spearman", "analogy_accuracy")}
     return {
-        "settings": {k: v for k, v in vars(args).items() if k not in ("out", "work_dir")},
+        "settings": {k: v for k, v in vars(args).items() if k not in ("out", "work_dir", "save_vectors")},
         "corpus": {"documents": corpus.num_documents, "sentences": len(sents), "tokens": corpus.num_tokens},
         "machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "torch": torch.__version__,
                     "gensim": __import__("gensim").__version__, "omp_threads": os.environ.get("OMP_NUM_THREADS")},

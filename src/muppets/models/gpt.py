@@ -173,7 +173,6 @@ class GPTLanguageModel(nn.Module):
         super().__init__()
         self.cfg = cfg
         self.backbone = GPTBackbone(cfg)
-        self.register_buffer("lm_bias", torch.zeros(cfg.vocab_size), persistent=False)  # the fused loss takes a bias
         self._decode_cache: tuple[tuple, torch.Tensor] | None = None  # see _decode_weight
         init_gpt_weights(self, cfg)
 
@@ -193,7 +192,7 @@ class GPTLanguageModel(nn.Module):
         if labels is None:
             return LMOutput(encoded, F.linear(hidden, self.lm_weight))  # (B, T, V)
         rows, targets = _next_token_rows(hidden, labels)  # (M, H), (M,)
-        loss, correct = linear_cross_entropy(rows, self.lm_weight, self.lm_bias, targets)
+        loss, correct = linear_cross_entropy(rows, self.lm_weight, None, targets)  # no output bias
         return LMOutput(encoded, None, {"lm": loss}, {"lm": torch.tensor(float(targets.numel()))},
                         {"lm": correct})
 
@@ -253,4 +252,3 @@ def resize_token_embeddings(model: GPTLanguageModel, vocab_size: int) -> None:
         new.weight[: old.num_embeddings] = old.weight
     model.backbone.embeddings.tokens = new
     model.cfg.vocab_size = model.backbone.cfg.vocab_size = vocab_size
-    model.lm_bias = torch.zeros(vocab_size, device=old.weight.device)

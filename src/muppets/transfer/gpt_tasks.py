@@ -123,7 +123,6 @@ class GPTTaskModel(TaskModel):
     def __init__(self, gpt: GPTBackbone, head: nn.Module, kind: str, lm_coef: float = 0.5) -> None:
         super().__init__(CausalTaskBackbone(gpt), head, kind)
         self.lm_coef = lm_coef
-        self.register_buffer("lm_bias", torch.zeros(gpt.cfg.vocab_size), persistent=False)
 
     def loss(self, logits: torch.Tensor, labels: torch.Tensor, encoded: Encoded,
              input_ids: torch.Tensor) -> torch.Tensor:
@@ -137,7 +136,7 @@ class GPTTaskModel(TaskModel):
         hidden, mask = encoded.last[:, :-1], encoded.mask[:, 1:]  # position t predicts t + 1
         rows, targets = hidden[mask], input_ids[:, 1:][mask]  # (M, H), (M,)
         weight = self.backbone.gpt.embeddings.tokens.weight  # tied output layer
-        total, _ = linear_cross_entropy(rows, weight, self.lm_bias, targets)
+        total, _ = linear_cross_entropy(rows, weight, None, targets)
         return total / max(1, targets.numel())
 
 
