@@ -138,9 +138,23 @@ def hf_generate(hf, prompts: list[list[int]], pad_id: int) -> list[list[int]]:
     return out[:, ids.shape[1]:].tolist()
 
 
+def weight_read_seconds(model, reps: int = 20) -> float:
+    """Median time to read every parameter once (``p.sum()`` each, cache flushed first): the
+    memory traffic one decoding step cannot avoid, since every weight is used for each token."""
+    params = [p.detach() for p in model.parameters()]
+    flush = torch.empty(16 * 1024 * 1024)  # 64 MB, larger than the L3 cache
+    times = []
+    with torch.inference_mode():
+        for _ in range(reps):
+            flush.add_(1.0)
+            times.append(timed(lambda: [p.sum() for p in params]))
+    return statistics.median(times)
+
+
 def generation_speed(cfg: GPTConfig, workdir: Path, args) -> dict:
     ours, hf = build_pair(cfg, workdir, seed=2)
     ours.eval(), hf.eval()
+    floor = weight_read_seconds(ours)
     hf.generation_config.eos_token_id = None  # never stop early: exactly NEW_TOKENS per row
     g = torch.Generator().manual_seed(3)
     gen_cfg = GenerationConfig(max_new_tokens=NEW_TOKENS, stop_at_eos=False)
@@ -156,6 +170,10 @@ def generation_speed(cfg: GPTConfig, workdir: Path, args) -> dict:
                 for name in (list(run) if rep % 2 == 0 else list(run)[::-1]):
                     times[name].append(timed(run[name]))
         result[f"batch_{B}"] = generation_report(B, times, outs)
+        result[f"batch_{B}"].update({  # the bound: NEW_TOKENS steps that each read all weights
+            "weight_mb": sum(p.numel() * p.element_size() for p in ours.parameters()) / 2**20,
+            "weight_read_ms": 1e3 * floor, "floor_call_s": NEW_TOKENS * floor,
+            "speedup_at_floor": result[f"batch_{B}"]["call_s_transformers"] / (NEW_TOKENS * floor)})
     return result
 
 

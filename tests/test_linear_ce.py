@@ -53,3 +53,21 @@ def test_eval_without_grad_gives_the_same_loss():
     with torch.no_grad():
         loss, correct = linear_cross_entropy(h.float(), w.float(), None, y, chunk_rows=32)
     assert torch.allclose(loss, F.cross_entropy(h.float() @ w.float().T, y, reduction="sum"), rtol=1e-5)
+
+
+def test_training_and_inference_calls_interleave():
+    """The buffer kept between training steps is an ordinary tensor, usable in inference mode and after."""
+    h, w, y = _case(rows=64, vocab=40)
+    h, w = h.detach().float().requires_grad_(), w.detach().float().requires_grad_()
+    ref = F.cross_entropy(h.detach() @ w.detach().T, y, reduction="sum")
+    with torch.inference_mode():
+        first, _ = linear_cross_entropy(h, w, None, y)
+    loss, _ = linear_cross_entropy(h, w, None, y)
+    loss.backward()
+    with torch.inference_mode():
+        again, _ = linear_cross_entropy(h, w, None, y)
+    with torch.no_grad():
+        plain, _ = linear_cross_entropy(h, w, None, y)
+    for value in (first, loss.detach(), again, plain):
+        assert torch.allclose(value, ref, rtol=1e-5)
+    assert w.grad is not None and torch.isfinite(w.grad).all()

@@ -52,10 +52,14 @@ def _softmax_(z: torch.Tensor) -> torch.Tensor:
 
 class _LinearCrossEntropy(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, h, weight, bias, targets, chunk_rows: int):  # noqa: D401 - autograd API
-        """h: ``(M, H)``, weight: ``(V, H)``, bias: ``(V,)`` or None, targets: ``(M,)`` -> (loss sum, correct)."""
-        grad_bias = bias is not None and ctx.needs_input_grad[2]
-        need_grad = ctx.needs_input_grad[0] or ctx.needs_input_grad[1] or grad_bias
+    def forward(ctx, h, weight, bias, targets, chunk_rows: int, track: bool):  # noqa: D401 - autograd API
+        """h: ``(M, H)``, weight: ``(V, H)``, bias: ``(V,)`` or None, targets: ``(M,)`` -> (loss sum, correct).
+
+        track: grad mode was on at the call (forward itself always runs without it); under
+        ``no_grad`` / ``inference_mode`` no gradient is formed even for parameters.
+        """
+        grad_bias = track and bias is not None and ctx.needs_input_grad[2]
+        need_grad = track and (ctx.needs_input_grad[0] or ctx.needs_input_grad[1]) or grad_bias
         M, V = h.shape[0], weight.shape[0]
         acc = torch.promote_types(h.dtype, torch.float32)  # softmax in at least fp32
         loss = h.new_zeros((), dtype=acc)
@@ -105,7 +109,7 @@ class _LinearCrossEntropy(torch.autograd.Function):
     def backward(ctx, grad_loss, _grad_correct):
         grads = ctx.saved_tensors  # not scaled in place: a second backward (retain_graph) stays right
         g = grad_loss.to(grads[0].dtype)
-        return *(None if t is None else t * g for t in grads), None, None
+        return *(None if t is None else t * g for t in grads), None, None, None
 
 
 def linear_cross_entropy(
@@ -136,5 +140,5 @@ def linear_cross_entropy(
         with torch.autocast(h.device.type, enabled=False):  # the casts route the gradients
             return _LinearCrossEntropy.apply(h.to(dtype), weight.to(dtype),  # back to the fp32
                                              None if bias is None else bias.to(dtype),  # weights
-                                             targets, chunk_rows)
-    return _LinearCrossEntropy.apply(h, weight, bias, targets, chunk_rows)
+                                             targets, chunk_rows, torch.is_grad_enabled())
+    return _LinearCrossEntropy.apply(h, weight, bias, targets, chunk_rows, torch.is_grad_enabled())
