@@ -23,8 +23,8 @@ TASKS = {
     "squad": ("dev", ["exact_match", "f1"], "SQuAD split (dev articles) EM / F1"),
     "hellaswag": ("dev", ["accuracy"], "HellaSwag (our dev split) acc"),
 }
-BACKBONES = ["minilm", "minilm-mean", "bert-mini-4", "bert-mini", "bert-mini-2", "random", "gpt-mini", "gpt-mini-nolm",
-             "ablation-bert", "ablation-gpt"]
+BACKBONES = ["minilm", "minilm-mean", "bert-mini-4", "bert-mini-4-mean", "bert-mini-4-lr3e-4", "bert-mini",
+             "bert-mini-2", "random", "random-mean", "gpt-mini", "gpt-mini-nolm", "ablation-bert", "ablation-gpt"]
 
 
 def cell(summary: dict | None, split: str, keys: list[str], scale: float = 100.0) -> str:

@@ -28,8 +28,8 @@ from muppets.transfer.embedders import load_embedder
 
 log = logging.getLogger("polysemy_score")
 
-DEFAULT_MODELS = {"word2vec": "runs/word2vec/vectors.bin", "nnlm": "runs/nnlm", "elmo": "runs/elmo-small",
-                  "minilm": "minilm", "bert-mini": "runs/bert-mini-2/final", "gpt-mini": "runs/gpt-mini"}
+DEFAULT_MODELS = {"word2vec": "runs/word2vec-sg", "nnlm": "runs/nnlm-small", "elmo": "runs/elmo-small",
+                  "minilm": "minilm", "bert-mini": "runs/bert-mini-4/final", "gpt-mini": "runs/gpt-mini"}
 
 
 def parse_args() -> argparse.Namespace:
