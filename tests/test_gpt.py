@@ -129,6 +129,22 @@ def test_kv_cache_equals_recompute_token_by_token_and_in_chunks():
     assert cache.length == 12
 
 
+def test_blocked_output_layer_for_large_batches_equals_full_logits():
+    """Batches of >= BLOCKED_ROWS rows take the output layer in vocabulary blocks; the logits are the same."""
+    from muppets.models.gpt import BLOCKED_ROWS, VOCAB_BLOCK
+
+    torch.manual_seed(0)
+    cfg = GPTConfig(variant="gpt2", vocab_size=2 * VOCAB_BLOCK + 123, max_position_embeddings=16, hidden_size=16,
+                    num_layers=1, num_heads=2, intermediate_size=32)
+    model = GPTLanguageModel(cfg).eval()
+    ids = torch.randint(0, cfg.vocab_size, (BLOCKED_ROWS + 1, 5))
+    with torch.no_grad():
+        full = model(ids).logits[:, -1]  # (B, V)
+        got = model.next_token_logits(ids, None, model.backbone.new_cache(ids.shape[0], 8))
+    assert got.shape == full.shape
+    assert torch.allclose(got, full, atol=1e-5)
+
+
 def test_kv_cache_with_left_padding_equals_each_row_alone():
     model = tiny()
     prompts = [[5, 6, 7, 8, 9], [10, 11], [3]]

@@ -166,6 +166,12 @@ class LMOutput:
     correct: dict[str, torch.Tensor] = field(default_factory=dict)
 
 
+# Decoding a batch of >= BLOCKED_ROWS rows multiplies by the output weight VOCAB_BLOCK columns at a
+# time: on our 2-core EPYC (MKL, one thread) 32 rows x 50,257 took 15.6 ms in 8,192-column blocks
+# against 18.4 ms in one product; below 8 rows one product is as fast or faster (1 row: 1.9 vs 2.4 ms).
+BLOCKED_ROWS, VOCAB_BLOCK = 8, 8192
+
+
 class GPTLanguageModel(nn.Module):
     """Backbone + LM head tied to the token embeddings (no bias), as in GPT and GPT-2."""
 
@@ -201,7 +207,13 @@ class GPTLanguageModel(nn.Module):
                           cache: KVCache) -> torch.Tensor:
         """Feed ``(B, T)`` new tokens through the cache; the logits of the last one ``(B, V)``."""
         hidden = self.backbone(input_ids, attention_mask, cache).last[:, -1]  # (B, H)
-        return hidden @ self._decode_weight()  # (B, H) @ (H, V)
+        w = self._decode_weight()  # (H, V)
+        if hidden.shape[0] < BLOCKED_ROWS:
+            return hidden @ w  # (B, V)
+        logits = hidden.new_empty(hidden.shape[0], w.shape[1])  # (B, V)
+        for start in range(0, w.shape[1], VOCAB_BLOCK):  # see VOCAB_BLOCK
+            logits[:, start:start + VOCAB_BLOCK] = hidden @ w[:, start:start + VOCAB_BLOCK]
+        return logits
 
     def _decode_weight(self) -> torch.Tensor:
         """The tied output weight as a contiguous ``(H, V)`` copy, remade when the weight changes.
