@@ -12,7 +12,8 @@
 #
 # Fine-tuning: both sides only the task loss (the GPT side with lm_coef=0: no auxiliary LM, as
 # BERT has none), PRECISION (default bf16, autocast) for both, PARALLEL runs at a time (default 2,
-# one per core; PARALLEL=1 leaves the other core free). SKIP_PRETRAIN=1 only fine-tunes.
+# one per core; PARALLEL=1 leaves the other core free). SKIP_PRETRAIN=1 only fine-tunes;
+# SIDES="bert gpt" and TASKS="sst2 conll2003 squad" pick which fine-tuning runs to make.
 #
 # GPT_RUN=runs/gpt-mini reuses a gpt-mini already trained that way (configs/gpt-mini.yaml with
 # train.threads=1 train.precision=bf16 for MINUTES — BENCHMARKS.md, issue 4) instead of training
@@ -37,10 +38,10 @@ if [ -z "${GPT_RUN:-}" ] && [ -z "${SKIP_PRETRAIN:-}" ]; then
       train.steps="${STEPS_GPT:-820}" train.warmup_steps=100 "${common[@]}" > runs/ablation-gpt.log 2>&1
 fi
 [ -n "$bert" ] && wait "$bert"
-for name in bert gpt; do
+for name in ${SIDES:-bert gpt}; do
   model=runs/ablation-bert
   [ "$name" = gpt ] && model=$gpt_run
-  for task in sst2 conll2003 squad; do
+  for task in ${TASKS:-sst2 conll2003 squad}; do
     seeds=1,2,3
     extra=(precision="$precision")
     [ "$name" = gpt ] && extra+=(lm_coef=0)
