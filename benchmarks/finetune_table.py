@@ -24,7 +24,7 @@ TASKS = {
     "hellaswag": ("dev", ["accuracy"], "HellaSwag (our dev split) acc"),
 }
 BACKBONES = ["minilm", "minilm-mean", "bert-mini-4", "bert-mini-4-mean", "bert-mini-4-lr3e-4", "bert-mini",
-             "bert-mini-2", "random", "random-mean", "gpt-mini", "gpt-mini-nolm", "ablation-bert", "ablation-gpt"]
+             "bert-mini-2", "random", "random-bf16", "random-mean", "gpt-mini", "gpt-mini-nolm", "ablation-bert", "ablation-gpt"]
 
 
 def cell(summary: dict | None, split: str, keys: list[str], scale: float = 100.0) -> str:
@@ -46,6 +46,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", type=Path, default=Path("runs"))
     ap.add_argument("--out", type=Path)
+    ap.add_argument("--columns", help="comma-separated backbones to print (default: every one with results)")
     args = ap.parse_args()
     found: dict[str, dict[str, dict]] = {}
     for task in TASKS:
@@ -54,6 +55,8 @@ def main() -> None:
             if path.is_file():
                 found.setdefault(task, {})[b] = json.loads(path.read_text())
     cols = [b for b in BACKBONES if any(b in v for v in found.values())]
+    if args.columns:
+        cols = [b for b in args.columns.split(",") if b in cols]
     print("| task | " + " | ".join(cols) + " |")
     print("|---|" + "---|" * len(cols))
     for task, (split, keys, label) in TASKS.items():
