@@ -33,7 +33,6 @@ if [ -z "${SKIP_PRETRAIN:-}" ]; then
 fi
 gpt_run=${GPT_RUN:-runs/ablation-gpt}
 if [ -z "${GPT_RUN:-}" ] && [ -z "${SKIP_PRETRAIN:-}" ]; then
-  gpt_run=runs/ablation-gpt
   .venv/bin/muppets pretrain configs/gpt-mini.yaml run_dir="$gpt_run" \
       train.steps="${STEPS_GPT:-820}" train.warmup_steps=100 "${common[@]}" > runs/ablation-gpt.log 2>&1
 fi

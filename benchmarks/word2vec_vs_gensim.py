@@ -19,7 +19,7 @@ analogy accuracy (restrict_vocab 300k, case-insensitive), computed for both by
 own functions, as a cross-check).
 
     python benchmarks/word2vec_vs_gensim.py --out benchmarks/results/word2vec_vs_gensim.json \\
-        --save-vectors runs/word2vec/vectors.bin      # the vectors feature_table.py reads
+        --save-vectors runs/word2vec/vectors.bin      # feature_table.py --word2vec runs/word2vec/vectors.bin
     # smoke run (a minute):
     OMP_NUM_THREADS=1 python benchmarks/word2vec_vs_gensim.py --limit-docs 6 --epochs 1 \\
         --workers 1 --out /tmp/word2vec_smoke.json

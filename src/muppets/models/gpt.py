@@ -167,8 +167,9 @@ class LMOutput:
 
 
 # Decoding a batch of >= BLOCKED_ROWS rows multiplies by the output weight VOCAB_BLOCK columns at a
-# time: on our 2-core EPYC (MKL, one thread) 32 rows x 50,257 took 15.6 ms in 8,192-column blocks
-# against 18.4 ms in one product; below 8 rows one product is as fast or faster (1 row: 1.9 vs 2.4 ms).
+# time: on our 2-core EPYC (MKL, one thread) 32 rows x 50,257 took 16.9 ms in 8,192-column blocks
+# against 19.8 ms in one product; one row is faster in one product (2.0 vs 2.3 ms), hence the
+# threshold (benchmarks/output_layer_speed.py). With two threads the blocks gained nothing measurable.
 BLOCKED_ROWS, VOCAB_BLOCK = 8, 8192
 
 

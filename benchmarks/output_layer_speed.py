@@ -1,0 +1,108 @@
+"""The output layer's cost on this CPU, piece by piece: the numbers behind the choices in
+:mod:`muppets.nn.linear_ce` (chunk size, ``amax``) and ``GPTLanguageModel.next_token_logits``
+(the ``(H, V)`` decode copy, vocabulary blocks for >= 8 rows), measured in one process.
+
+gpt-mini's shapes: H 256, V 50,257; training 4,096 rows (32 x 128). Medians of repeated calls.
+
+    OMP_NUM_THREADS=1 python benchmarks/output_layer_speed.py --out benchmarks/results/output_layer_speed.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from muppets.models.gpt import VOCAB_BLOCK, GPTConfig, GPTLanguageModel
+from muppets.nn.linear_ce import linear_cross_entropy
+
+H, V, ROWS = 256, 50257, 4096
+
+
+def median_ms(fn, reps: int) -> float:
+    fn()  # warm-up
+    times = []
+    for _ in range(reps):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return 1e3 * statistics.median(times)
+
+
+def fused_loss(reps: int) -> dict:
+    """Forward + backward of the fused output layer for several chunk sizes."""
+    g = torch.Generator().manual_seed(0)
+    h = torch.randn(ROWS, H, generator=g).requires_grad_()
+    w = (0.02 * torch.randn(V, H, generator=g)).requires_grad_()
+    y = torch.randint(0, V, (ROWS,), generator=g)
+
+    def step(chunk: int) -> None:
+        h.grad = w.grad = None
+        linear_cross_entropy(h, w, None, y, chunk_rows=chunk)[0].backward()
+
+    return {f"chunk_{c}_ms": median_ms(lambda c=c: step(c), reps) for c in (256, 1024, 4096)}
+
+
+def reductions(reps: int) -> dict:
+    z = torch.randn(1024, V)
+    return {"argmax_ms": median_ms(lambda: z.argmax(-1), reps), "amax_ms": median_ms(lambda: z.amax(-1), reps)}
+
+
+def decode_products(reps: int) -> dict:
+    """One decoding step's output layer: layouts, vocabulary blocks, bf16."""
+    w = torch.randn(V, H)
+    wt = w.t().contiguous()  # the (H, V) decode copy
+    out = {}
+    with torch.inference_mode():
+        for B in (1, 32):
+            x = torch.randn(B, H)
+            logits = torch.empty(B, V)
+
+            def blocked(x=x, logits=logits):
+                for s in range(0, V, VOCAB_BLOCK):
+                    logits[:, s:s + VOCAB_BLOCK] = x @ wt[:, s:s + VOCAB_BLOCK]
+
+            out[f"rows_{B}"] = {"linear_VH_ms": median_ms(lambda x=x: F.linear(x, w), reps),
+                                "matmul_HV_ms": median_ms(lambda x=x: x @ wt, reps),
+                                "blocked_HV_ms": median_ms(blocked, reps)}
+        xb, wtb = torch.randn(1, H).bfloat16(), wt.bfloat16()
+        out["rows_1"]["matmul_HV_bf16_ms"] = median_ms(lambda: xb @ wtb, reps)
+    return out
+
+
+def decode_step(reps: int) -> dict:
+    """gpt-mini at batch 1: the backbone's step alone and the whole next_token_logits."""
+    torch.manual_seed(0)
+    model = GPTLanguageModel(GPTConfig.preset("gpt-mini")).eval()
+    prompt, one = torch.arange(100, 116)[None], torch.tensor([[5]])
+    with torch.inference_mode():
+        def run(fn) -> float:
+            cache = model.backbone.new_cache(1, 16 + reps + 2)
+            model.next_token_logits(prompt, None, cache)
+            return median_ms(lambda: fn(cache), reps)
+
+        return {"backbone_step_ms": run(lambda c: model.backbone(one, None, c)),
+                "next_token_logits_ms": run(lambda c: model.next_token_logits(one, None, c))}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--reps", type=int, default=10)
+    ap.add_argument("--out", type=Path)
+    args = ap.parse_args()
+    result = {"threads": torch.get_num_threads(), "torch": torch.__version__,
+              "fused_loss_4096_rows": fused_loss(max(3, args.reps // 3)), "reductions_1024_rows": reductions(args.reps),
+              "decode_output_layer": decode_products(args.reps * 2), "decode_step_batch_1": decode_step(args.reps * 4)}
+    print(json.dumps(result, indent=2))
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(result, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
