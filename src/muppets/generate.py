@@ -157,7 +157,8 @@ def _sample(model, prompts, cfg: GenerationConfig, on_token: OnToken | None, sho
     for _ in range(cfg.max_new_tokens):
         logits = penalise_repetition(logits, seen, seen_mask, cfg.repetition_penalty)
         nxt = choose(logits, cfg, generator)  # (B,)
-        nxt = torch.where(torch.tensor(done), torch.full_like(nxt, eos), nxt)
+        if any(done):
+            nxt = torch.where(torch.tensor(done), torch.full_like(nxt, eos), nxt)
         for row, token in enumerate(nxt.tolist()):
             if not done[row]:
                 done[row] = _take(row, token, out, cfg, eos, on_token, should_stop)

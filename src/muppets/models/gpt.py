@@ -26,7 +26,9 @@ from torch import nn
 
 from muppets.config import from_dict
 from muppets.errors import ConfigError
+from muppets.nn import decode
 from muppets.nn.block import BlockConfig, TransformerBlock, init_weights
+from muppets.nn.decode import DecodeWeights
 from muppets.nn.embeddings import InputEmbeddings
 from muppets.nn.encoded import Encoded
 from muppets.nn.feedforward import activation
@@ -129,7 +131,7 @@ class GPTBackbone(nn.Module):
             positions, attn = None, None if attention_mask is None or bool(mask.all()) else mask[:, None, None, :]
         else:
             self._check_length(cache.length + T)
-            positions, attn = cache.advance(mask)  # (B, T), (B, 1, T, S) or None
+            positions, attn = cache.advance(None if attention_mask is None else mask, T)  # (B, T), (B, 1, T, S) or None
         x = self.embeddings(input_ids, position_ids=positions)  # (B, T, H)
         layers = [x]
         for i, block in enumerate(self.layers):
@@ -168,8 +170,9 @@ class LMOutput:
 
 # Decoding a batch of >= BLOCKED_ROWS rows multiplies by the output weight VOCAB_BLOCK columns at a
 # time: on our 2-core EPYC (MKL, one thread) 32 rows x 50,257 took 16.9 ms in 8,192-column blocks
-# against 19.8 ms in one product; one row is faster in one product (2.0 vs 2.3 ms), hence the
-# threshold (benchmarks/output_layer_speed.py). With two threads the blocks gained nothing measurable.
+# against 19.8 ms in one product (benchmarks/output_layer_speed.py). Fewer rows take the
+# matrix-vector path of muppets.nn.decode (copies laid out for it, a prefetch of the body's
+# weights and the output layer split over two cores), with one intra-op thread.
 BLOCKED_ROWS, VOCAB_BLOCK = 8, 8192
 
 
@@ -180,7 +183,7 @@ class GPTLanguageModel(nn.Module):
         super().__init__()
         self.cfg = cfg
         self.backbone = GPTBackbone(cfg)
-        self._decode_cache: tuple[tuple, torch.Tensor] | None = None  # see _decode_weight
+        self._decode: DecodeWeights | None = None  # see _decode_weights
         init_gpt_weights(self, cfg)
 
     @property
@@ -207,27 +210,45 @@ class GPTLanguageModel(nn.Module):
     def next_token_logits(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None,
                           cache: KVCache) -> torch.Tensor:
         """Feed ``(B, T)`` new tokens through the cache; the logits of the last one ``(B, V)``."""
-        hidden = self.backbone(input_ids, attention_mask, cache).last[:, -1]  # (B, H)
-        w = self._decode_weight()  # (H, V)
-        if hidden.shape[0] < BLOCKED_ROWS:
-            return hidden @ w  # (B, V)
-        logits = hidden.new_empty(hidden.shape[0], w.shape[1])  # (B, V)
-        for start in range(0, w.shape[1], VOCAB_BLOCK):  # see VOCAB_BLOCK
-            logits[:, start:start + VOCAB_BLOCK] = hidden @ w[:, start:start + VOCAB_BLOCK]
-        return logits
+        plan = self._decode_weights()
+        B, T = input_ids.shape
+        if B >= BLOCKED_ROWS:
+            hidden = self.backbone(input_ids, attention_mask, cache).last[:, -1]  # (B, H)
+            logits = hidden.new_empty(B, self.cfg.vocab_size)  # (B, V)
+            for half, start in zip(plan.output, (0, plan.cut)):  # (H, ~V/2) each; see VOCAB_BLOCK
+                for s in range(0, half.shape[1], VOCAB_BLOCK):
+                    block = half[:, s:s + VOCAB_BLOCK]
+                    logits[:, start + s:start + s + block.shape[1]] = hidden @ block
+            return logits
+        side = decode.side_thread()
+        if B * T < BLOCKED_ROWS:  # matrix-vector products in the body too: see muppets.nn.decode
+            with decode.single_threaded(), decode.use(plan):
+                if side is not None:
+                    side.submit(plan.prefetch)  # the body's weights into the cache, ahead of its products
+                try:
+                    hidden = self.backbone(input_ids, attention_mask, cache).last[:, -1]  # (B, H)
+                finally:
+                    if side is not None:
+                        side.wait()
+        else:  # a prompt: whole matrices
+            hidden = self.backbone(input_ids, attention_mask, cache).last[:, -1]
+        with decode.single_threaded():
+            return plan.logits(hidden, side)  # (B, V)
 
-    def _decode_weight(self) -> torch.Tensor:
-        """The tied output weight as a contiguous ``(H, V)`` copy, remade when the weight changes.
+    def _decode_weights(self) -> DecodeWeights:
+        """The decoding copies of the weights (:class:`~muppets.nn.decode.DecodeWeights`),
+        remade when any weight has changed. ``train()`` drops them."""
+        if self._decode is None or not self._decode.current(self.lm_weight):
+            self._decode = None  # free the old copies first
+            layers = [m for block in self.backbone.layers
+                      for m in (block.attn.qkv, block.attn.out, block.ffn.up, block.ffn.down)]
+            self._decode = DecodeWeights(layers, self.lm_weight)
+        return self._decode
 
-        For the few rows of a decoding step, ``h @ W^T`` with ``W`` stored ``(V, H)`` ran
-        several times slower on our 2-core EPYC than the same product on a transposed copy;
-        training keeps ``(V, H)``, which is faster for its thousands of rows.
-        """
-        w = self.lm_weight
-        key = (w.data_ptr(), w._version, tuple(w.shape))
-        if self._decode_cache is None or self._decode_cache[0] != key:
-            self._decode_cache = (key, w.detach().t().contiguous())
-        return self._decode_cache[1]
+    def train(self, mode: bool = True) -> "GPTLanguageModel":
+        if mode:
+            self._decode = None  # weights are about to change: no stale copies held in memory
+        return super().train(mode)
 
 
 def _next_token_rows(hidden: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -6,6 +6,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from muppets.nn.decode import linear
 from muppets.nn.dropout import dropout as fast_dropout
 from muppets.nn.kv_cache import LayerCache
 
@@ -39,7 +40,7 @@ class SelfAttention(nn.Module):
         cached + new keys (see :meth:`muppets.nn.kv_cache.KVCache.advance`), or None.
         """
         B, T, H = x.shape
-        qkv = self.qkv(x).view(B, T, 3, self.num_heads, self.head_dim)  # (B, T, 3, heads, hd)
+        qkv = linear(self.qkv, x).view(B, T, 3, self.num_heads, self.head_dim)  # (B, T, 3, heads, hd)
         q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # each (B, heads, T, hd)
         if cache is not None:
             k, v = cache.append(k, v)  # (B, heads, S, hd)
@@ -52,7 +53,7 @@ class SelfAttention(nn.Module):
                 is_causal=self.causal and attn_mask is None,
             )  # (B, heads, T, hd)
         y = y.transpose(1, 2).reshape(B, T, H)  # (B, T, H)
-        return self.out(y)
+        return linear(self.out, y)
 
 
 def _merge_causal(attn_mask: torch.Tensor | None, T: int, causal: bool) -> torch.Tensor | None:

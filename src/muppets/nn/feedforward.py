@@ -6,6 +6,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from muppets.nn.decode import linear
+
 
 def activation(name: str):
     """Return the activation function called ``name`` (``gelu`` exact erf, ``gelu_new`` tanh, ``relu``)."""
@@ -28,4 +30,4 @@ class FeedForward(nn.Module):
         self.act = activation(act)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down(self.act(self.up(x)))  # (B, T, I) inside
+        return linear(self.down, self.act(linear(self.up, x)))  # (B, T, I) inside

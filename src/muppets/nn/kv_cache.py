@@ -56,13 +56,24 @@ class KVCache:
         self.length = 0
         self.padded = False  # any padding slot so far (else masks can be skipped)
 
-    def advance(self, attention_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Register ``T`` new tokens (``attention_mask (B, T)`` bool) before a forward pass.
+    def advance(self, attention_mask: torch.Tensor | None, T: int = 1) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Register ``T`` new tokens (``attention_mask (B, T)`` bool, None = all real) before a
+        forward pass.
 
         Returns their position ids ``(B, T)`` (counting real tokens only, as for an unpadded
         prompt) and the attention mask ``(B, 1, T, S)`` over all ``S`` keys — causal among the
         new tokens, padding slots hidden — or None when no row has padding and ``T == 1``.
         """
+        if attention_mask is None and T == 1 and not self.padded:  # a decoding step: 3 small ops
+            if self.length + 1 > self.key_mask.shape[1]:
+                raise ValueError(f"KV cache holds {self.key_mask.shape[1]} positions; {self.length + 1} requested")
+            self.key_mask[:, self.length] = True
+            self.length += 1
+            positions = self.next_position[:, None].clone()  # (B, 1)
+            self.next_position += 1
+            return positions, None
+        if attention_mask is None:
+            attention_mask = torch.ones(self.key_mask.shape[0], T, dtype=torch.bool, device=self.key_mask.device)
         B, T = attention_mask.shape
         start, end = self.length, self.length + T
         self.key_mask[:, start:end] = attention_mask

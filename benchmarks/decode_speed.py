@@ -1,0 +1,128 @@
+"""One decoding step of gpt-mini at batch 1, piece by piece: the measurements behind
+:mod:`muppets.nn.decode` (weight copies in ``(in, out)`` layout, the prefetch, the output layer
+split over two cores, one intra-op thread for the body).
+
+Every timing is the median of repeated calls in one process; "cold" means right after a product
+with the 51 MB output weight, as in a real step. Needs two cores for the two-thread rows.
+
+    python benchmarks/decode_speed.py --out benchmarks/results/decode_speed.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from muppets.generate import GenerationConfig, generate
+from muppets.models.gpt import GPTConfig, GPTLanguageModel
+from muppets.nn import decode
+
+
+def median_ms(fn, reps: int, before=None) -> float:
+    """Median ms of ``fn()``; ``before()`` runs untimed ahead of each call (to evict the cache)."""
+    fn()
+    times = []
+    for _ in range(reps):
+        if before is not None:
+            before()
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return 1e3 * statistics.median(times)
+
+
+def with_threads(n: int, fn):
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        return fn()
+    finally:
+        torch.set_num_threads(before)
+
+
+def output_layer(model: GPTLanguageModel, reps: int) -> dict:
+    """h (1, H) times the tied output weight: as stored (V, H), as one (H, V) copy, split in two."""
+    plan = model._decode_weights()
+    w = model.lm_weight.detach()
+    wt = torch.cat(plan.output, 1)  # (H, V)
+    h = torch.randn(1, w.shape[1])
+    side = decode.side_thread()
+    return {"linear_VH_ms": median_ms(lambda: F.linear(h, w), reps),
+            "mm_HV_ms": median_ms(lambda: h @ wt, reps),
+            "split_two_threads_ms": with_threads(1, lambda: median_ms(lambda: plan.logits(h, side), reps)),
+            "side_thread": side is not None}
+
+
+def body_products(model: GPTLanguageModel, reps: int) -> dict:
+    """The 16 one-row products of the body, warm and cold, in both layouts; and a plain read."""
+    plan = model._decode_weights()
+    layers = plan.layers
+    xs = {n: torch.randn(1, n) for n in {layer.in_features for layer in layers}}
+    big, h = torch.cat(plan.output, 1), torch.randn(1, model.cfg.hidden_size)  # (H, V): 51 MB
+    evict = lambda: h @ big  # noqa: E731  (what a step reads between two passes through the body)
+    as_stored = lambda: [F.linear(xs[m.in_features], m.weight, m.bias) for m in layers]  # noqa: E731
+    copies = lambda: [torch.addmm(plan.weights[id(m)][1], xs[m.in_features], plan.weights[id(m)][0]) for m in layers]  # noqa: E731
+
+    def one_thread():
+        return {"warm_as_stored_ms": median_ms(as_stored, reps), "warm_copies_ms": median_ms(copies, reps),
+                "cold_as_stored_ms": median_ms(as_stored, reps, evict), "cold_copies_ms": median_ms(copies, reps, evict),
+                "cold_read_pack_ms": median_ms(plan.prefetch, reps, evict),
+                "pack_mb": plan.pack.numel() * 4 / 2**20}
+
+    return with_threads(1, one_thread)
+
+
+def steps(model: GPTLanguageModel, reps: int) -> dict:
+    """The body's step (warm) on one and two intra-op threads, and next_token_logits in a loop."""
+    plan = model._decode_weights()
+    one = torch.tensor([[5]])
+    result = {}
+    with torch.inference_mode():
+        for n in (1, 2):
+            def body():
+                cache = model.backbone.new_cache(1, reps + 40)
+                model.next_token_logits(torch.arange(100, 116)[None], None, cache)
+                with decode.use(plan):
+                    return median_ms(lambda: model.backbone(one, None, cache), reps)
+            result[f"body_warm_{n}_threads_ms"] = with_threads(n, body)
+        cache = model.backbone.new_cache(1, reps + 40)
+        model.next_token_logits(torch.arange(100, 116)[None], None, cache)
+        result["next_token_logits_ms"] = median_ms(lambda: model.next_token_logits(one, None, cache), reps)
+    return result
+
+
+def generation(model: GPTLanguageModel, reps: int) -> dict:
+    prompt = torch.randint(0, model.cfg.vocab_size - 1, (1, 16), generator=torch.Generator().manual_seed(3)).tolist()
+    cfg = GenerationConfig(max_new_tokens=64, stop_at_eos=False)
+    with torch.inference_mode():
+        call = median_ms(lambda: generate(model, prompt, cfg), max(3, reps // 20))
+    return {"generate_16_plus_64_ms": call, "per_new_token_ms": call / 64}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--reps", type=int, default=100)
+    ap.add_argument("--out", type=Path)
+    args = ap.parse_args()
+    torch.manual_seed(0)
+    model = GPTLanguageModel(GPTConfig.preset("gpt-mini")).eval()
+    result = {"date": time.strftime("%Y-%m-%d %H:%M"), "threads": torch.get_num_threads(), "torch": torch.__version__}
+    with torch.no_grad():
+        result["output_layer_1_row"] = output_layer(model, args.reps)
+        result["body_products_1_row"] = body_products(model, args.reps)
+    result["steps_batch_1"] = steps(model, args.reps)
+    result["generation_batch_1"] = generation(model, args.reps)
+    print(json.dumps(result, indent=2))
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(result, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()

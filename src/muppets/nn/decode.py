@@ -1,0 +1,187 @@
+"""Decoding a few rows at a time on a CPU: weight copies laid out for matrix-vector products, a
+prefetch of the next step's weights, and a second core for the output layer.
+
+A decoding step multiplies one row per sequence by every weight of the model, so it is bound by
+reading the weights, not by arithmetic. Three things decide how fast those reads are on our
+2-core EPYC (measured in ``benchmarks/decode_speed.py``):
+
+* **Layout.** ``x @ W^T`` with ``W`` stored ``(out, in)`` (``nn.Linear``) ran several times
+  slower for one row than ``x @ W'`` with ``W' = W^T`` stored contiguous ``(in, out)`` when
+  ``W`` had just been evicted from the cache. :class:`DecodeWeights` keeps such copies of a
+  model's linear layers in one flat buffer (``pack``), and :func:`linear` uses them while
+  :func:`use` is active.
+* **Cache.** The output layer (50,257 x 256 floats for GPT-2's vocabulary: 51 MB) evicts the
+  transformer body's weights from the 32 MB L3 at every step. Summing ``pack`` on the second
+  core while the first runs the body pulls them back at streaming speed, ahead of the
+  matrix-vector products, which read cold weights far below it.
+* **Threads.** Intra-op threads do not help products of one row (the body's small products got
+  slower with two OpenMP threads), but two independent products do: the output layer is split
+  into two column halves computed by this thread and :func:`side_thread` at once.
+
+Nothing here changes a result: the copies hold the same numbers as the parameters, and they are
+rebuilt when any parameter changes (its ``_version`` or storage), which
+:meth:`DecodeWeights.current` checks before every step.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import queue
+import threading
+from collections.abc import Callable, Iterator, Sequence
+
+import torch
+from torch import nn
+
+_ACTIVE = threading.local()  # .weights: {id(layer): (W^T (in, out), bias)} while decoding
+
+
+def parameter_key(params: Sequence[torch.Tensor]) -> list[tuple[int, int]]:
+    """Storage and version of every tensor: changes when one is updated in place (an optimizer
+    step, ``load_state_dict``) or given new data (``p.data = …``)."""
+    return [(p.data_ptr(), p._version) for p in params]
+
+
+class DecodeWeights:
+    """Contiguous ``(in, out)`` copies of ``layers``' weights (and their biases) in one buffer.
+
+    Args:
+        layers: the linear layers of a model in the order a step uses them (prefetch order).
+        output: the tied output weight ``(V, H)``, copied as two ``(H, V/2)`` halves.
+    """
+
+    def __init__(self, layers: Sequence[nn.Linear], output: torch.Tensor) -> None:
+        self.layers = list(layers)  # kept alive: ``weights`` is keyed by their ids
+        self.params = [p for layer in layers for p in (layer.weight, layer.bias) if p is not None] + [output]
+        self.key = parameter_key(self.params)
+        sizes = [layer.weight.numel() + (layer.out_features if layer.bias is not None else 0) for layer in layers]
+        self.pack = torch.empty(sum(sizes), dtype=output.dtype, device=output.device)  # every copy, flat
+        self.weights: dict[int, tuple[torch.Tensor, torch.Tensor | None]] = {}
+        offset = 0
+        with torch.no_grad():
+            for layer in layers:
+                n_out, n_in = layer.weight.shape
+                wt = self.pack[offset:offset + n_in * n_out].view(n_in, n_out)
+                wt.copy_(layer.weight.t())
+                offset += n_in * n_out
+                bias = None
+                if layer.bias is not None:
+                    bias = self.pack[offset:offset + n_out]
+                    bias.copy_(layer.bias)
+                    offset += n_out
+                self.weights[id(layer)] = (wt, bias)
+            V = output.shape[0]
+            self.cut = (V + 1) // 2
+            self.output = (output[:self.cut].t().contiguous(), output[self.cut:].t().contiguous())  # (H, cut), (H, V-cut)
+
+    def current(self, output: torch.Tensor) -> bool:
+        """Do the copies still equal the parameters? ``output`` is the model's output weight now
+        (a resized vocabulary is a new tensor). A layer module swapped for another is not seen
+        here: the model drops its copies in ``train()``."""
+        return output is self.params[-1] and parameter_key(self.params) == self.key
+
+    def prefetch(self) -> None:
+        """Read every body weight once (into the cache), in the order a step uses them."""
+        self.pack.sum()
+
+    def logits(self, hidden: torch.Tensor, side: "SideThread | None") -> torch.Tensor:
+        """``hidden (B, H)`` times the output weight: ``(B, V)``, the two halves on two threads."""
+        out = hidden.new_empty(hidden.shape[0], self.cut + self.output[1].shape[1])
+        left, right = out[:, :self.cut], out[:, self.cut:]
+        if side is None:
+            torch.mm(hidden, self.output[0], out=left)
+            torch.mm(hidden, self.output[1], out=right)
+            return out
+        side.submit(lambda: torch.mm(hidden, self.output[1], out=right))
+        torch.mm(hidden, self.output[0], out=left)
+        side.wait()
+        return out
+
+
+@contextlib.contextmanager
+def use(weights: DecodeWeights) -> Iterator[None]:
+    """Within this block (this thread only), :func:`linear` multiplies by ``weights``' copies."""
+    previous = getattr(_ACTIVE, "weights", None)
+    _ACTIVE.weights = weights.weights
+    try:
+        yield
+    finally:
+        _ACTIVE.weights = previous
+
+
+def linear(layer: nn.Linear, x: torch.Tensor) -> torch.Tensor:
+    """``layer(x)``, ``(..., in) -> (..., out)``; inside :func:`use`, from the ``(in, out)`` copy."""
+    active = getattr(_ACTIVE, "weights", None)
+    if active is None or id(layer) not in active:
+        return layer(x)
+    wt, bias = active[id(layer)]
+    rows = x.reshape(-1, x.shape[-1])  # (N, in)
+    y = torch.mm(rows, wt) if bias is None else torch.addmm(bias, rows, wt)  # (N, out)
+    return y.view(*x.shape[:-1], wt.shape[1])
+
+
+@contextlib.contextmanager
+def single_threaded() -> Iterator[None]:
+    """Run this thread's ops on one intra-op thread (one-row products lose with more), then restore."""
+    n = torch.get_num_threads()
+    if n == 1:
+        yield
+        return
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(n)
+
+
+class SideThread:
+    """A helper thread that runs one function at a time (``submit`` … ``wait``) on another core.
+
+    Its functions run under ``torch.inference_mode`` with one intra-op thread, so this thread and
+    the caller use one core each. Exceptions are raised again by :meth:`wait`.
+    """
+
+    def __init__(self) -> None:
+        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
+        self._done: queue.SimpleQueue = queue.SimpleQueue()
+        self._pending = 0
+        threading.Thread(target=self._run, name="muppets-decode-side", daemon=True).start()
+
+    def _run(self) -> None:
+        torch.set_num_threads(1)  # this thread's OpenMP/MKL setting only
+        with torch.inference_mode():
+            while True:
+                fn = self._jobs.get()
+                try:
+                    fn()
+                    self._done.put(None)
+                except BaseException as e:  # handed to the caller
+                    self._done.put(e)
+
+    def submit(self, fn: Callable[[], object]) -> None:
+        self._pending += 1
+        self._jobs.put(fn)
+
+    def wait(self) -> None:
+        """Block until every submitted function has finished; raise the first error."""
+        error = None
+        while self._pending:
+            result = self._done.get()
+            self._pending -= 1
+            error = error or result
+        if error is not None:
+            raise error
+
+
+_SIDES = threading.local()  # .side: the calling thread's helper
+
+
+def side_thread() -> SideThread | None:
+    """The calling thread's helper thread (made on first use; each thread that decodes has its
+    own), or None when torch may use one thread only (``torch.set_num_threads(1)``)."""
+    if torch.get_num_threads() < 2:
+        return None
+    side = getattr(_SIDES, "side", None)
+    if side is None:
+        side = _SIDES.side = SideThread()
+    return side

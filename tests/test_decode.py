@@ -1,0 +1,152 @@
+"""The decoding fast path (muppets.nn.decode): weight copies, the side thread, the split output
+layer. Every path must give the logits of a full forward pass, whatever the thread count, and
+follow weight changes."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+import torch
+from torch import nn
+
+from muppets.generate import GenerationConfig, generate
+from muppets.models.gpt import BLOCKED_ROWS, GPTConfig, GPTLanguageModel, resize_token_embeddings
+from muppets.nn import decode
+
+V = 97  # odd: the output halves differ in width
+
+
+@pytest.fixture(params=[1, 2], ids=["1-thread", "2-threads"])
+def threads(request):
+    """Run with torch on one thread (no side thread) and on two (side thread, split output)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(request.param)
+    yield request.param
+    torch.set_num_threads(before)
+
+
+def tiny(variant: str = "gpt2") -> GPTLanguageModel:
+    torch.manual_seed(0)
+    cfg = GPTConfig(variant=variant, vocab_size=V, max_position_embeddings=64, hidden_size=32, num_layers=2,
+                    num_heads=4, intermediate_size=64, initializer_range=0.3)
+    return GPTLanguageModel(cfg).eval()
+
+
+def test_linear_uses_the_copies_only_inside_use():
+    torch.manual_seed(0)
+    layers = [nn.Linear(8, 12), nn.Linear(12, 8, bias=False)]
+    weights = decode.DecodeWeights(layers, torch.randn(V, 8))
+    x = torch.randn(2, 3, 8)
+    with torch.no_grad():
+        expected = layers[1](layers[0](x))
+        with decode.use(weights):
+            assert id(layers[0]) in weights.weights
+            with torch.no_grad():
+                layers[0].weight.zero_()  # the copy still holds the old values: proves the copy is read
+            got = decode.linear(layers[1], decode.linear(layers[0], x))
+        outside = decode.linear(layers[0], x)  # the layer itself again
+    assert torch.allclose(got, expected, atol=1e-6)
+    assert torch.equal(outside, layers[0].bias.expand(2, 3, 12))
+    assert not weights.current(weights.params[-1])  # the zeroed weight made the copies stale
+
+
+def test_split_output_layer_equals_one_product(threads):
+    torch.manual_seed(0)
+    out = torch.randn(V, 16)
+    weights = decode.DecodeWeights([], out)
+    h = torch.randn(3, 16)
+    with torch.no_grad():
+        got = weights.logits(h, decode.side_thread())
+    assert got.shape == (3, V)
+    assert torch.allclose(got, h @ out.t(), atol=1e-5)
+    assert (decode.side_thread() is None) == (threads == 1)
+
+
+def test_side_thread_raises_the_error_of_its_job_and_keeps_working():
+    side = decode.SideThread()
+    side.submit(lambda: 1 / 0)
+    with pytest.raises(ZeroDivisionError):
+        side.wait()
+    box = []
+    side.submit(lambda: box.append(torch.ones(2).sum()))
+    side.wait()
+    assert float(box[0]) == 2.0
+
+
+def test_each_calling_thread_has_its_own_side_thread(threads):
+    if threads == 1:
+        assert decode.side_thread() is None
+        return
+    mine, theirs = decode.side_thread(), []
+
+    def other():
+        torch.set_num_threads(2)
+        theirs.append(decode.side_thread())
+
+    t = threading.Thread(target=other)
+    t.start()
+    t.join()
+    assert mine is decode.side_thread() and theirs[0] is not None and theirs[0] is not mine
+
+
+@pytest.mark.parametrize("variant", ["gpt", "gpt2"])
+def test_decoding_equals_full_recompute_at_every_batch_size(threads, variant):
+    """One row, a few rows (matrix-vector path) and >= BLOCKED_ROWS rows (blocked path)."""
+    model = tiny(variant)
+    for B in (1, 3, BLOCKED_ROWS + 1):
+        ids = torch.randint(0, V, (B, 9), generator=torch.Generator().manual_seed(B))
+        with torch.no_grad():
+            full = model(ids).logits  # (B, 9, V)
+            cache = model.backbone.new_cache(B, 9)
+            steps = [model.next_token_logits(ids[:, :4], None, cache)]
+            steps += [model.next_token_logits(ids[:, t:t + 1], None, cache) for t in range(4, 9)]
+        for got, t in zip(steps, range(3, 9)):
+            assert torch.allclose(got, full[:, t], atol=1e-5), (B, t)
+    assert torch.get_num_threads() == threads  # the single-thread section restored the setting
+
+
+def test_greedy_tokens_do_not_depend_on_the_thread_count():
+    model = tiny()
+    prompts = [[1, 2, 3], [4, 5, 6, 7]]
+    cfg = GenerationConfig(max_new_tokens=12, stop_at_eos=False)
+    before = torch.get_num_threads()
+    try:
+        outs = []
+        for n in (1, 2):
+            torch.set_num_threads(n)
+            outs.append([generate(model, [p], cfg)[0] for p in prompts] + generate(model, prompts, cfg))
+    finally:
+        torch.set_num_threads(before)
+    assert outs[0] == outs[1]
+    assert outs[0][:2] == outs[0][2:]  # alone == batched
+
+
+def test_copies_follow_every_kind_of_weight_change(threads):
+    model = tiny()
+    ids = torch.randint(0, V, (1, 6))
+
+    def check():
+        with torch.no_grad():
+            got = model.next_token_logits(ids, None, model.backbone.new_cache(1, 6))
+            step = model.next_token_logits(ids[:, :1], None, model.backbone.new_cache(1, 6))
+            full = model(ids).logits
+        assert torch.allclose(got, full[:, -1], atol=1e-5)
+        assert torch.allclose(step, full[:, 0], atol=1e-5)
+
+    check()
+    ffn = model.backbone.layers[1].ffn
+    with torch.no_grad():
+        ffn.down.weight.mul_(-1.0)  # in place (an optimizer step)
+    check()
+    ffn.up.weight.data = ffn.up.weight.data * 2.0  # new storage
+    check()
+    model.load_state_dict({k: v * 0.9 for k, v in model.state_dict().items()})
+    check()
+    resize_token_embeddings(model, V + 5)  # a new output weight
+    ids = torch.randint(0, V + 5, (1, 6))
+    check()
+    model.train()
+    assert model._decode is None  # training drops the copies
+    model.eval()
+    check()
