@@ -1,9 +1,12 @@
 """One decoding step of gpt-mini at batch 1, piece by piece: the measurements behind
-:mod:`muppets.nn.decode` (weight copies in ``(in, out)`` layout, the prefetch, the output layer
-split over two cores, one intra-op thread for the body).
+:mod:`muppets.nn.decode` (weight copies in ``(in, out)`` layout, one intra-op thread for the
+body, the body's weights read ahead on the side thread, the output layer split over two cores).
 
 Every timing is the median of repeated calls in one process; "cold" means right after a product
-with the 51 MB output weight, as in a real step. Needs two cores for the two-thread rows.
+with the 51 MB output weight, as in a real step. The ablation runs whole ``generate`` calls
+(16-token prompt + 64 new tokens) with one piece removed at a time, every variant once per round
+in a shuffled order, so that all share the machine's load; each is compared with the as-built
+step call by call (paired). Needs two cores for the two-thread rows.
 
     python benchmarks/decode_speed.py --out benchmarks/results/decode_speed.json
 """
@@ -11,7 +14,9 @@ with the 51 MB output weight, as in a real step. Needs two cores for the two-thr
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import random
 import statistics
 import time
 from pathlib import Path
@@ -72,7 +77,7 @@ def body_products(model: GPTLanguageModel, reps: int) -> dict:
     def one_thread():
         return {"warm_as_stored_ms": median_ms(as_stored, reps), "warm_copies_ms": median_ms(copies, reps),
                 "cold_as_stored_ms": median_ms(as_stored, reps, evict), "cold_copies_ms": median_ms(copies, reps, evict),
-                "cold_read_pack_ms": median_ms(plan.prefetch, reps, evict),
+                "cold_read_pack_ms": median_ms(plan.pack.sum, reps, evict),
                 "pack_mb": plan.pack.numel() * 4 / 2**20}
 
     return with_threads(1, one_thread)
@@ -97,17 +102,64 @@ def steps(model: GPTLanguageModel, reps: int) -> dict:
     return result
 
 
-def generation(model: GPTLanguageModel, reps: int) -> dict:
+def step_variant(copies: bool = True, split: bool = True, single: bool = True, prefetch: bool = True):
+    """``next_token_logits`` for one-row steps with one piece of muppets.nn.decode changed."""
+    def maybe(flag: bool, ctx):
+        return ctx if flag else contextlib.nullcontext()
+
+    @torch.no_grad()
+    def next_token_logits(self, input_ids, attention_mask, cache):
+        plan, side = self._decode_weights(), decode.side_thread()
+        with maybe(single, decode.single_threaded()), maybe(copies, decode.use(plan)):
+            if prefetch and side is not None:
+                side.submit(plan.pack.sum)  # read the body's weights on the other core meanwhile
+            hidden = self.backbone(input_ids, attention_mask, cache).last[:, -1]
+            if prefetch and side is not None:
+                side.wait()
+        with maybe(single, decode.single_threaded()):
+            return plan.logits(hidden, side if split else None)
+    return next_token_logits
+
+
+def generation(model: GPTLanguageModel, rounds: int) -> dict:
+    """Whole generate calls per variant: median ms per new token, and how often (of ``rounds``)
+    the as-built step beat the variant in the same round."""
     prompt = torch.randint(0, model.cfg.vocab_size - 1, (1, 16), generator=torch.Generator().manual_seed(3)).tolist()
     cfg = GenerationConfig(max_new_tokens=64, stop_at_eos=False)
-    with torch.inference_mode():
-        call = median_ms(lambda: generate(model, prompt, cfg), max(3, reps // 20))
-    return {"generate_16_plus_64_ms": call, "per_new_token_ms": call / 64}
+    variants = {"as_built": GPTLanguageModel.next_token_logits,
+                "without_prefetch": step_variant(prefetch=False),
+                "without_copies": step_variant(copies=False),
+                "without_split_output": step_variant(split=False),
+                "body_on_all_intra_op_threads": step_variant(single=False),
+                "none_of_it": step_variant(copies=False, split=False, single=False, prefetch=False)}
+    times: dict[str, list[float]] = {k: [] for k in variants}
+    original, order = GPTLanguageModel.next_token_logits, list(variants)
+    shuffle = random.Random(0).shuffle
+    try:
+        with torch.inference_mode():
+            for r in range(rounds + 1):
+                shuffle(order)
+                for name in order:
+                    GPTLanguageModel.next_token_logits = variants[name]
+                    start = time.perf_counter()
+                    out = generate(model, prompt, cfg)
+                    if r:  # round 0 warms up
+                        times[name].append(time.perf_counter() - start)
+                    assert len(out[0]) == 64
+    finally:
+        GPTLanguageModel.next_token_logits = original
+    result = {"rounds": rounds}
+    for name, t in times.items():
+        result[f"{name}_ms_per_token"] = 1e3 * statistics.median(t) / 64
+        if name != "as_built":
+            result[f"{name}_as_built_faster_in"] = sum(a < b for a, b in zip(times["as_built"], t))
+    return result
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--reps", type=int, default=100)
+    ap.add_argument("--reps", type=int, default=100, help="calls per micro-timing")
+    ap.add_argument("--rounds", type=int, default=20, help="generate calls per ablation variant")
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
     torch.manual_seed(0)
@@ -117,7 +169,7 @@ def main() -> None:
         result["output_layer_1_row"] = output_layer(model, args.reps)
         result["body_products_1_row"] = body_products(model, args.reps)
     result["steps_batch_1"] = steps(model, args.reps)
-    result["generation_batch_1"] = generation(model, args.reps)
+    result["generation_batch_1"] = generation(model, args.rounds)
     print(json.dumps(result, indent=2))
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -171,8 +171,8 @@ class LMOutput:
 # Decoding a batch of >= BLOCKED_ROWS rows multiplies by the output weight VOCAB_BLOCK columns at a
 # time: on our 2-core EPYC (MKL, one thread) 32 rows x 50,257 took 16.9 ms in 8,192-column blocks
 # against 19.8 ms in one product (benchmarks/output_layer_speed.py). Fewer rows take the
-# matrix-vector path of muppets.nn.decode (copies laid out for it, a prefetch of the body's
-# weights and the output layer split over two cores), with one intra-op thread.
+# matrix-vector path of muppets.nn.decode (copies laid out for it, one intra-op thread, the body's
+# weights read ahead on the second core, the output layer split over two cores).
 BLOCKED_ROWS, VOCAB_BLOCK = 8, 8192
 
 
@@ -224,7 +224,7 @@ class GPTLanguageModel(nn.Module):
         if B * T < BLOCKED_ROWS:  # matrix-vector products in the body too: see muppets.nn.decode
             with decode.single_threaded(), decode.use(plan):
                 if side is not None:
-                    side.submit(plan.prefetch)  # the body's weights into the cache, ahead of its products
+                    side.submit(plan.prefetch)  # the body's weights read on the other core meanwhile
                 try:
                     hidden = self.backbone(input_ids, attention_mask, cache).last[:, -1]  # (B, H)
                 finally:
@@ -233,7 +233,7 @@ class GPTLanguageModel(nn.Module):
         else:  # a prompt: whole matrices
             hidden = self.backbone(input_ids, attention_mask, cache).last[:, -1]
         with decode.single_threaded():
-            return plan.logits(hidden, side)  # (B, V)
+            return plan.logits(hidden, side)  # (B, V), the halves on two cores
 
     def _decode_weights(self) -> DecodeWeights:
         """The decoding copies of the weights (:class:`~muppets.nn.decode.DecodeWeights`),

@@ -1,22 +1,28 @@
-"""Decoding a few rows at a time on a CPU: weight copies laid out for matrix-vector products, a
-prefetch of the next step's weights, and a second core for the output layer.
+"""Decoding a few rows at a time on a CPU: weight copies laid out for matrix-vector products,
+one intra-op thread for the body, and the output layer split over two cores.
 
 A decoding step multiplies one row per sequence by every weight of the model, so it is bound by
-reading the weights, not by arithmetic. Three things decide how fast those reads are on our
-2-core EPYC (measured in ``benchmarks/decode_speed.py``):
+reading the weights, not by arithmetic. What decided the speed on our 2-core EPYC (gpt-mini,
+batch 1; ``benchmarks/decode_speed.py``, numbers in BENCHMARKS.md, issue 4):
 
-* **Layout.** ``x @ W^T`` with ``W`` stored ``(out, in)`` (``nn.Linear``) ran several times
-  slower for one row than ``x @ W'`` with ``W' = W^T`` stored contiguous ``(in, out)`` when
-  ``W`` had just been evicted from the cache. :class:`DecodeWeights` keeps such copies of a
-  model's linear layers in one flat buffer (``pack``), and :func:`linear` uses them while
-  :func:`use` is active.
-* **Cache.** The output layer (50,257 x 256 floats for GPT-2's vocabulary: 51 MB) evicts the
-  transformer body's weights from the 32 MB L3 at every step. Summing ``pack`` on the second
-  core while the first runs the body pulls them back at streaming speed, ahead of the
-  matrix-vector products, which read cold weights far below it.
-* **Threads.** Intra-op threads do not help products of one row (the body's small products got
-  slower with two OpenMP threads), but two independent products do: the output layer is split
-  into two column halves computed by this thread and :func:`side_thread` at once.
+* **Layout.** For one row, ``x @ W'`` with ``W' = W^T`` stored contiguous ``(in, out)`` beats
+  ``F.linear(x, W)`` on ``nn.Linear``'s ``(out, in)`` storage once ``W`` has left the cache,
+  which the output layer's 51 MB stream makes happen at every step: the body's 16 products took
+  1.11 ms from the copies against 1.39 ms as stored, the output layer 1.8 ms against 6.2 ms.
+  :class:`DecodeWeights` keeps the copies, in one flat buffer, and :func:`linear` uses them
+  while :func:`use` is active.
+* **Threads.** Intra-op threads do not help products of one row, and the body's many small ops
+  lose with two OpenMP threads (:func:`single_threaded`). Two independent pieces of work do gain:
+  the output layer split into two column halves computed by this thread and
+  :func:`side_thread` at once (1.1 ms against 1.8 ms). The side thread also reads the body's
+  copies once (:meth:`DecodeWeights.prefetch`) while this thread runs the body, so that more of
+  them are in cache; whether that pays is unsettled on this machine: with it, generate calls
+  were faster in 9 of 20 paired rounds of ``decode_speed.py``, and in 30 of 30 in an earlier
+  one-off run of the same comparison (the neighbours' memory traffic varies by the minute).
+
+Tried and dropped: splitting each body product across the two threads (a handoff per product
+costs more than half a product), giving the side thread a smaller share of the output layer plus
+the read-ahead, and an MKL pre-packed output weight.
 
 Nothing here changes a result: the copies hold the same numbers as the parameters, and they are
 rebuilt when any parameter changes (its ``_version`` or storage), which
@@ -46,7 +52,7 @@ class DecodeWeights:
     """Contiguous ``(in, out)`` copies of ``layers``' weights (and their biases) in one buffer.
 
     Args:
-        layers: the linear layers of a model in the order a step uses them (prefetch order).
+        layers: the linear layers of a model.
         output: the tied output weight ``(V, H)``, copied as two ``(H, V/2)`` halves.
     """
 
@@ -74,15 +80,15 @@ class DecodeWeights:
             self.cut = (V + 1) // 2
             self.output = (output[:self.cut].t().contiguous(), output[self.cut:].t().contiguous())  # (H, cut), (H, V-cut)
 
+    def prefetch(self) -> None:
+        """Read every copy once (on the side thread, while the caller runs the body)."""
+        self.pack.sum()
+
     def current(self, output: torch.Tensor) -> bool:
         """Do the copies still equal the parameters? ``output`` is the model's output weight now
         (a resized vocabulary is a new tensor). A layer module swapped for another is not seen
         here: the model drops its copies in ``train()``."""
         return output is self.params[-1] and parameter_key(self.params) == self.key
-
-    def prefetch(self) -> None:
-        """Read every body weight once (into the cache), in the order a step uses them."""
-        self.pack.sum()
 
     def logits(self, hidden: torch.Tensor, side: "SideThread | None") -> torch.Tensor:
         """``hidden (B, H)`` times the output weight: ``(B, V)``, the two halves on two threads."""
