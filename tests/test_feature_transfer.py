@@ -231,3 +231,33 @@ def test_doctests():
 
     for module in (feature_based, feature_cache, layer_weights):
         assert doctest.testmod(module).failed == 0
+
+
+def test_a_signal_stops_the_run_without_a_result_and_the_rerun_resumes_it(backbones, tmp_path, monkeypatch):
+    """SIGTERM mid-run: TrainingInterrupted, no metrics.json (a table would not take the half-trained
+    run for a result); the same call again resumes and ends as the uninterrupted run does."""
+    import os
+    import signal
+
+    from muppets.errors import TrainingInterrupted
+    from muppets.train.trainer import Trainer
+
+    data = sentiment_task()
+    whole = run(cfg_for(tmp_path, backbones["vectors"], run_dir=str(tmp_path / "whole")), data=data)
+    original, calls = Trainer._train_step, []
+
+    def step_then_signal(self):
+        stats = original(self)
+        calls.append(self.step)
+        if len(calls) == 5:
+            os.kill(os.getpid(), signal.SIGTERM)  # the trainer's handler finishes the step and checkpoints
+        return stats
+
+    monkeypatch.setattr(Trainer, "_train_step", step_then_signal)
+    cfg = cfg_for(tmp_path, backbones["vectors"], run_dir=str(tmp_path / "cut"))
+    with pytest.raises(TrainingInterrupted, match="run the same command again"):
+        run(cfg, data=data)
+    assert not (tmp_path / "cut" / "metrics.json").exists()
+    again = run(cfg, data=data)
+    assert calls[5] == 6  # resumed after the 5th step, not from scratch
+    assert again["dev"] == whole["dev"] and again["steps"] == whole["steps"]

@@ -52,5 +52,10 @@ class CheckpointError(MuppetsError):
     """A checkpoint or model directory is missing, incomplete or incompatible."""
 
 
+class TrainingInterrupted(MuppetsError):
+    """SIGINT/SIGTERM stopped a run that has no use half-done (a fine-tuning or feature run):
+    its checkpoint is saved, and the same command resumes it."""
+
+
 class TrainingDiverged(MuppetsError):
     """The loss became NaN or infinite; the message names the step and the last good checkpoint."""

@@ -136,6 +136,7 @@ class TrainResult:
     last_eval: dict[str, float]  # the last evaluation's metrics ({} without an evaluate callback)
     checkpoint: Path | None  # the last checkpoint written (or resumed from)
     stopped_early: bool  # True when a SIGINT/SIGTERM, the max_minutes budget or should_stop ended training
+    interrupted: bool = False  # True when that was a SIGINT/SIGTERM
 
 
 @dataclass
@@ -343,7 +344,8 @@ class Trainer:
                 logger.warning("stopped by %s after step %d; checkpoint %s", why, self.step, self.last_checkpoint)
                 break
         self._export()
-        return TrainResult(self.step, losses, last_eval, self.last_checkpoint, stopping)
+        return TrainResult(self.step, losses, last_eval, self.last_checkpoint, stopping,
+                           interrupted=stopping and why == "signal")
 
     def _out_of_time(self) -> bool:
         limit = self.config.max_minutes * 60.0

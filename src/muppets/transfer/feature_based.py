@@ -39,7 +39,7 @@ import numpy as np
 import torch
 
 from muppets.config import apply_overrides, from_dict, load_file, to_dict, write_json_atomic
-from muppets.errors import ConfigError, DataError
+from muppets.errors import ConfigError, DataError, TrainingInterrupted
 from muppets.tasks.spec import TaskData, TaskSpec
 from muppets.train import TrainConfig, Trainer, seed_everything
 from muppets.transfer.batching import IGNORE, EpochData, eval_batches
@@ -339,6 +339,9 @@ def run(cfg: FeatureConfig, resume: bool = True, data: TaskData | None = None,
                           should_stop=keeper if has_dev else None, eval_also_at=lambda step: step % spe == 0)
         result = trainer.train(resume=resume)
         done, stopped = result.step, result.stopped_early
+        if result.interrupted:  # not finished: no metrics.json, so no caller takes it for a result
+            raise TrainingInterrupted(f"{run_dir}: stopped by a signal after step {result.step} (checkpoint "
+                                      f"{result.checkpoint}); run the same command again to resume it")
     if not has_dev:
         log.warning("task %s has no labelled dev split: best/ is the final model", p.spec.name)
         save_best()

@@ -41,7 +41,7 @@ import torch
 from torch import nn
 
 from muppets.config import apply_overrides, from_dict, load_file, to_dict, write_json_atomic
-from muppets.errors import ConfigError
+from muppets.errors import ConfigError, TrainingInterrupted
 from muppets.heads import POOLS, TaskModel
 from muppets.interop.hf_tasks import task_labels
 from muppets.metrics import compute
@@ -406,6 +406,9 @@ def run(cfg: FinetuneConfig, resume: bool = True, data: TaskData | None = None) 
                           eval_also_at=lambda step: step % spe == 0)
         result = trainer.train(resume=resume)
         steps, stopped = result.step, result.stopped_early
+        if result.interrupted:  # not finished: no metrics.json, so no caller takes it for a result
+            raise TrainingInterrupted(f"{run_dir}: stopped by a signal after step {result.step} (checkpoint "
+                                      f"{result.checkpoint}); run the same command again to resume it")
     if dist.is_main and not s.dev:
         log.warning("task %s has no labelled dev split: best/ is the final model", s.spec.name)
         save_best()
