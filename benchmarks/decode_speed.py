@@ -28,18 +28,7 @@ from muppets.generate import GenerationConfig, generate
 from muppets.models.gpt import GPTConfig, GPTLanguageModel
 from muppets.nn import decode
 
-
-def median_ms(fn, reps: int, before=None) -> float:
-    """Median ms of ``fn()``; ``before()`` runs untimed ahead of each call (to evict the cache)."""
-    fn()
-    times = []
-    for _ in range(reps):
-        if before is not None:
-            before()
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return 1e3 * statistics.median(times)
+from output_layer_speed import median_ms  # (fn, reps, before=None): before() evicts the cache untimed
 
 
 def with_threads(n: int, fn):

@@ -24,10 +24,13 @@ from muppets.nn.linear_ce import linear_cross_entropy
 H, V, ROWS = 256, 50257, 4096
 
 
-def median_ms(fn, reps: int) -> float:
+def median_ms(fn, reps: int, before=None) -> float:
+    """Median ms of ``fn()`` after a warm-up call; ``before()`` runs untimed ahead of each call."""
     fn()  # warm-up
     times = []
     for _ in range(reps):
+        if before is not None:
+            before()
         start = time.perf_counter()
         fn()
         times.append(time.perf_counter() - start)
