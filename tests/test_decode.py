@@ -42,8 +42,7 @@ def test_linear_uses_the_copies_only_inside_use():
         expected = layers[1](layers[0](x))
         with decode.use(weights):
             assert id(layers[0]) in weights.weights
-            with torch.no_grad():
-                layers[0].weight.zero_()  # the copy still holds the old values: proves the copy is read
+            layers[0].weight.zero_()  # the copy still holds the old values: proves the copy is read
             got = decode.linear(layers[1], decode.linear(layers[0], x))
         outside = decode.linear(layers[0], x)  # the layer itself again
     assert torch.allclose(got, expected, atol=1e-6)
@@ -58,8 +57,10 @@ def test_split_output_layer_equals_one_product(threads):
     h = torch.randn(3, 16)
     with torch.no_grad():
         got = weights.logits(h, decode.side_thread())
+        blocked = weights.logits(h, block=10)  # columns 10 at a time, across each half's end
     assert got.shape == (3, V)
     assert torch.allclose(got, h @ out.t(), atol=1e-5)
+    assert torch.allclose(blocked, h @ out.t(), atol=1e-5)
     assert (decode.side_thread() is None) == (threads == 1)
 
 

@@ -212,14 +212,9 @@ class GPTLanguageModel(nn.Module):
         """Feed ``(B, T)`` new tokens through the cache; the logits of the last one ``(B, V)``."""
         plan = self._decode_weights()
         B, T = input_ids.shape
-        if B >= BLOCKED_ROWS:
+        if B >= BLOCKED_ROWS:  # whole matrices on every intra-op thread; see VOCAB_BLOCK
             hidden = self.backbone(input_ids, attention_mask, cache).last[:, -1]  # (B, H)
-            logits = hidden.new_empty(B, self.cfg.vocab_size)  # (B, V)
-            for half, start in zip(plan.output, (0, plan.cut)):  # (H, ~V/2) each; see VOCAB_BLOCK
-                for s in range(0, half.shape[1], VOCAB_BLOCK):
-                    block = half[:, s:s + VOCAB_BLOCK]
-                    logits[:, start + s:start + s + block.shape[1]] = hidden @ block
-            return logits
+            return plan.logits(hidden, block=VOCAB_BLOCK)  # (B, V)
         side = decode.side_thread()
         if B * T < BLOCKED_ROWS:  # matrix-vector products in the body too: see muppets.nn.decode
             with decode.single_threaded(), decode.use(plan):

@@ -18,9 +18,9 @@ batch 1; ``benchmarks/decode_speed.py``, numbers in BENCHMARKS.md, issue 4):
   copies once (:meth:`DecodeWeights.prefetch`) while this thread runs the body, so that more of
   them are in cache; whether that pays is unsettled on this machine: with it, generate calls
   were faster in 9 of 20 paired rounds of ``decode_speed.py``, and in 30 of 30 in an earlier
-  one-off run of the same comparison (the neighbours' memory traffic varies by the minute).
+  ad-hoc run of the same comparison (the neighbours' memory traffic varies by the minute).
 
-Tried and dropped: splitting each body product across the two threads (a handoff per product
+Tried in ad-hoc experiments (not kept) and dropped: splitting each body product across the two threads (a handoff per product
 costs more than half a product), giving the side thread a smaller share of the output layer plus
 the read-ahead, and an MKL pre-packed output weight.
 
@@ -90,17 +90,20 @@ class DecodeWeights:
         here: the model drops its copies in ``train()``."""
         return output is self.params[-1] and parameter_key(self.params) == self.key
 
-    def logits(self, hidden: torch.Tensor, side: "SideThread | None") -> torch.Tensor:
-        """``hidden (B, H)`` times the output weight: ``(B, V)``, the two halves on two threads."""
+    def logits(self, hidden: torch.Tensor, side: "SideThread | None" = None, block: int = 0) -> torch.Tensor:
+        """``hidden (B, H)`` times the output weight: ``(B, V)``. With a ``side`` thread the two
+        halves are computed at once; ``block > 0`` multiplies ``block`` columns at a time (many rows)."""
         out = hidden.new_empty(hidden.shape[0], self.cut + self.output[1].shape[1])
-        left, right = out[:, :self.cut], out[:, self.cut:]
-        if side is None:
-            torch.mm(hidden, self.output[0], out=left)
-            torch.mm(hidden, self.output[1], out=right)
+        parts = [(w, out[:, start:start + w.shape[1]]) for w, start in zip(self.output, (0, self.cut))]
+        if side is not None:
+            side.submit(lambda: torch.mm(hidden, parts[1][0], out=parts[1][1]))
+            torch.mm(hidden, parts[0][0], out=parts[0][1])
+            side.wait()
             return out
-        side.submit(lambda: torch.mm(hidden, self.output[1], out=right))
-        torch.mm(hidden, self.output[0], out=left)
-        side.wait()
+        for w, dest in parts:
+            step = block or w.shape[1]
+            for s in range(0, w.shape[1], step):
+                dest[:, s:s + step] = hidden @ w[:, s:s + step]
         return out
 
 
