@@ -20,6 +20,11 @@ own functions, as a cross-check).
 
     python benchmarks/word2vec_vs_gensim.py --out benchmarks/results/word2vec_vs_gensim.json \\
         --save-vectors runs/word2vec/vectors.bin      # feature_table.py --word2vec runs/word2vec/vectors.bin
+    # the batch-layout trace (BENCHMARKS.md, issue 5): muppets alone, other layouts and sizes
+    python benchmarks/word2vec_vs_gensim.py --muppets-only --batch-layout consecutive --batch-size 16 \\
+        --work-dir /tmp/w2v-work --out /tmp/w2v_consecutive_16.json
+    python benchmarks/word2vec_vs_gensim.py --muppets-only --batch-size 1 --updates-per-call 32 \\
+        --work-dir /tmp/w2v-work --out /tmp/w2v_one_pair.json
     # smoke run (a minute):
     OMP_NUM_THREADS=1 python benchmarks/word2vec_vs_gensim.py --limit-docs 6 --epochs 1 \\
         --workers 1 --out /tmp/word2vec_smoke.json
@@ -71,6 +76,12 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--sample", type=float, default=1e-3)
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--batch-size", type=int, default=Word2VecConfig.batch_size, help="muppets: pairs per update")
+    p.add_argument("--batch-layout", default=Word2VecConfig.batch_layout, choices=["lanes", "consecutive"],
+                   help="muppets: which examples share a batch (see muppets.objectives.word2vec.lanes)")
+    p.add_argument("--updates-per-call", type=int, default=Word2VecConfig.updates_per_call,
+                   help="muppets: updates fused into one compiled call (raise it for tiny batches)")
+    p.add_argument("--muppets-only", action="store_true",
+                   help="train and score muppets only (no gensim, no speed ratio): for sweeps of its settings")
     p.add_argument("--backend", default="auto", choices=["auto", "compiled", "eager"], help="muppets update kernel")
     p.add_argument("--rounds", type=int, default=1, help="alternate gensim / muppets this many times")
     p.add_argument("--gensim-eval", action="store_true", help="also score gensim's model with gensim's evaluation")
@@ -141,7 +152,8 @@ def run_gensim(args: argparse.Namespace, sents: list[list[str]]) -> tuple[dict, 
 def run_muppets(args: argparse.Namespace, corpus: TokenCorpus, vocab: WordVocab) -> tuple[dict, WordVectors]:
     cfg = Word2VecConfig(sg=args.sg, vector_size=args.vector_size, window=args.window, negative=args.negative,
                          min_count=args.min_count, sample=args.sample, epochs=args.epochs, seed=args.seed,
-                         workers=args.workers, batch_size=args.batch_size, backend=args.backend)
+                         workers=args.workers, batch_size=args.batch_size, batch_layout=args.batch_layout,
+                         updates_per_call=args.updates_per_call, backend=args.backend)
     started = time.perf_counter()
     model, result = train_word2vec(corpus, vocab.words, cfg)
     total = time.perf_counter() - started
@@ -176,37 +188,44 @@ def main() -> None:
         work = Path(args.work_dir) if args.work_dir else Path(tmp)
         work.mkdir(parents=True, exist_ok=True)
         corpus, vocab = prepare(args, work)
-        sents = sentences(corpus, vocab)
-        log.info("corpus: %d documents, %d sentences, %d tokens", corpus.num_documents, len(sents), corpus.num_tokens)
+        sents = [] if args.muppets_only else sentences(corpus, vocab)
+        log.info("corpus: %d documents, %d sentences, %d tokens", corpus.num_documents, len(corpus.sentence_ends),
+                 corpus.num_tokens)
         report = benchmark(args, corpus, vocab, sents)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(report, indent=2) + "\n")
-    log.info("speed ratio muppets/gensim %.2f; wrote %s", report["speed_ratio"], args.out)
+    log.info("speed ratio muppets/gensim %s; wrote %s", report.get("speed_ratio", "-"), args.out)
 
 
 def benchmark(args: argparse.Namespace, corpus: TokenCorpus, vocab: WordVocab, sents: list[list[str]]) -> dict:
     rounds: dict[str, list[dict]] = {"gensim": [], "muppets": []}
     for _ in range(args.rounds):
-        g_stats, g_vectors, g_model = run_gensim(args, sents)
+        if not args.muppets_only:
+            g_stats, g_vectors, g_model = run_gensim(args, sents)
+            rounds["gensim"].append(g_stats)
         m_stats, m_vectors = run_muppets(args, corpus, vocab)
-        rounds["gensim"].append(g_stats)
         rounds["muppets"].append(m_stats)
-    speed = {k: statistics.median(r["words_per_s"] for r in v) for k, v in rounds.items()}
+    speed = {k: statistics.median(r["words_per_s"] for r in v) for k, v in rounds.items() if v}
     if args.save_vectors:
         log.info("muppets vectors -> %s", m_vectors.save(args.save_vectors, binary=True))
-    quality = {"gensim": evaluate_standard(g_vectors), "muppets": evaluate_standard(m_vectors)}
-    if args.gensim_eval:
-        quality["gensim_by_gensim"] = gensim_own_scores(g_model)
-    gaps = {k: 100 * (quality["muppets"][k] - quality["gensim"][k])
-            for k in ("wordsim353_spearman", "simlex999_spearman", "analogy_accuracy")}
-    return {
+    quality = {"muppets": evaluate_standard(m_vectors)}
+    if not args.muppets_only:
+        quality["gensim"] = evaluate_standard(g_vectors)
+        if args.gensim_eval:
+            quality["gensim_by_gensim"] = gensim_own_scores(g_model)
+    report = {
         "settings": {k: v for k, v in vars(args).items() if k not in ("out", "work_dir", "save_vectors")},
-        "corpus": {"documents": corpus.num_documents, "sentences": len(sents), "tokens": corpus.num_tokens},
+        "corpus": {"documents": corpus.num_documents, "sentences": len(corpus.sentence_ends), "tokens": corpus.num_tokens},
         "machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "torch": torch.__version__,
                     "gensim": __import__("gensim").__version__, "omp_threads": os.environ.get("OMP_NUM_THREADS")},
-        "rounds": rounds, "words_per_s": speed, "speed_ratio": speed["muppets"] / speed["gensim"],
-        "quality": quality, "quality_gap_points": gaps, "targets": TARGETS,
+        "rounds": rounds, "words_per_s": speed, "quality": quality, "targets": TARGETS,
     }
+    if not args.muppets_only:
+        report["speed_ratio"] = speed["muppets"] / speed["gensim"]
+        report["round_ratios"] = [m["words_per_s"] / g["words_per_s"] for g, m in zip(rounds["gensim"], rounds["muppets"])]
+        report["quality_gap_points"] = {k: 100 * (quality["muppets"][k] - quality["gensim"][k])
+                                        for k in ("wordsim353_spearman", "simlex999_spearman", "analogy_accuracy")}
+    return report
 
 
 if __name__ == "__main__":

@@ -23,7 +23,7 @@ from muppets.interop.word2vec_format import read_vectors, sniff_format, write_wo
 from muppets.models.word2vec import (Word2VecConfig, Word2VecModel, _Kernel, cbow_step,
                                      sgns_step, sgns_steps, train_word2vec)
 from muppets.objectives.word2vec import (NoiseSampler, TrainingVocab, Word2VecExamples, context_positions,
-                                         keep_probabilities, plan_chunks, reduced_windows, skipgram_pairs)
+                                         keep_probabilities, lanes, plan_chunks, reduced_windows, skipgram_pairs)
 from muppets.recipes.word2vec_train import Word2VecRunConfig
 from muppets.recipes.word2vec_train import run as run_word2vec
 from muppets.tokenizers.words import WordVocab
@@ -208,6 +208,30 @@ def test_windows_pairs_and_chunks():
     _, valid = context_positions(sentence, np.array([2, 2, 2, 2, 2]), window=2)
     assert valid.sum() == 6 + 2
     assert plan_chunks(np.array([3, 5, 9, 10, 14]), 5).tolist() == [0, 2, 4, 5]
+
+
+def test_lanes_put_consecutive_examples_in_consecutive_batches():
+    # 8 examples, batches of 2: lane 0 = examples 0-3, lane 1 = examples 4-7
+    assert lanes(np.arange(8), 2).tolist() == [[0, 4], [1, 5], [2, 6], [3, 7]]
+    pairs = np.arange(12).reshape(6, 2)  # trailing axes travel with their example
+    assert lanes(pairs, 3)[1].tolist() == [[2, 3], [6, 7], [10, 11]]
+
+
+def test_a_batch_never_holds_neighbouring_examples(tmp_path):
+    corpus, _ = make_corpus(tmp_path / "c", topic_docs(sentences=60))
+    vocab = TrainingVocab.from_corpus(corpus, min_count=1)
+    ex = Word2VecExamples(corpus, vocab, sg=True, window=3, negative=2, sample=0.0, ns_exponent=0.75,
+                          batch_size=4, chunk_tokens=10_000, seed=0)
+    batches = ex.chunk(0, 0)
+    rng = np.random.default_rng([0, 0, 0])  # the chunk's own draws, replayed
+    ids, sentence = ex._kept_words(0, rng)
+    inputs, outputs = skipgram_pairs(ids, sentence, reduced_windows(len(ids), 3, rng), 3)
+    N = batches.num_batches
+    assert batches.examples == len(inputs)
+    got = batches.inputs.T.reshape(-1)[:len(inputs)]  # lane after lane = corpus order again
+    assert got.tolist() == inputs.tolist()
+    assert batches.targets[..., 0].T.reshape(-1)[:len(outputs)].tolist() == outputs.tolist()
+    assert N * 4 >= len(inputs) > (N - 1) * 4  # less than one batch of padding
 
 
 def test_examples_are_a_pure_function_of_seed_epoch_chunk(tmp_path):

@@ -16,9 +16,12 @@ learning rate α is, with g_k = α (y_k - σ(s_k)),
 **How it is fast.** word2vec.c and gensim apply these updates one pair at a time from several
 threads without locks (Hogwild). Here a batch of ``batch_size`` pairs is gathered, scored and
 scattered at once (``index_select`` → dot products → ``index_add_``), every g computed from the
-parameters before the batch; duplicates in a batch add their updates, like Hogwild's stale reads
-but more of them, so the batch is kept small (256: on a 3.5M-word slice 128-512 scored like
-gensim, 1024 lost 2.5 analogy points, 4096 4). ``updates_per_call`` consecutive batches run in
+parameters before the batch; duplicates in a batch add their updates. A batch takes one
+example from each of ``batch_size`` stretches of the chunk (:func:`~muppets.objectives.word2vec.lanes`),
+as if that many Hogwild threads each walked their own stretch one pair at a time: batches of
+*consecutive* pairs, which share their centre and context words, moved WordSim-353 2-3 points
+away from gensim, word2vec.c and one-pair updates at every batch size from 16 to 1024, and at
+1024 cost 2 analogy points (BENCHMARKS.md, issue 5). ``updates_per_call`` consecutive batches run in
 one call of a function that ``torch.compile`` turns into a single C++ loop nest per update
 (``backend="auto"`` uses it when a compiler works, else the eager ops, about 2.5x slower); the
 fusion amortises the ~30-60 µs Python/dispatch cost of a call. Examples are built a chunk at a
@@ -58,7 +61,7 @@ from muppets.data.shards import TokenCorpus
 from muppets.errors import CheckpointError, ConfigError
 from muppets.tokenizers.words import read_word_counts
 from muppets.nn.encoded import Encoded
-from muppets.objectives.word2vec import TrainingVocab, Word2VecExamples
+from muppets.objectives.word2vec import LAYOUTS, TrainingVocab, Word2VecExamples
 from muppets.train.checkpoint import replace_dir, write_latest
 from muppets.train.hogwild import HogwildPool, run_span_inline
 from muppets.train.logger import RunLogger
@@ -91,6 +94,7 @@ class Word2VecConfig:
     seed: int = 1  # one seed for the initial vectors and every random draw
     workers: int = 1  # training threads (Hogwild); 1 = bit-reproducible runs
     batch_size: int = 256  # skip-gram pairs / CBOW centres per batched update (larger: faster, staler)
+    batch_layout: str = "lanes"  # lanes: a batch takes one example per stretch of the chunk | consecutive
     updates_per_call: int = 8  # consecutive updates fused into one compiled call (amortises its overhead)
     chunk_tokens: int = 100_000  # corpus tokens per chunk (unit of work, resume and logging)
     backend: str = "auto"  # auto | compiled | eager: torch.compile the update (auto: if it works)
@@ -106,6 +110,7 @@ class Word2VecConfig:
                   ("min_alpha", 0 <= self.min_alpha <= self.alpha),
                   ("epochs", self.epochs >= 1), ("workers", self.workers >= 1),
                   ("batch_size", self.batch_size >= 1), ("updates_per_call", self.updates_per_call >= 1),
+                  ("batch_layout", self.batch_layout in LAYOUTS),
                   ("chunk_tokens", self.chunk_tokens >= 1),
                   ("backend", self.backend in ("auto", "compiled", "eager")),
                   ("max_minutes", self.max_minutes >= 0), ("checkpoint_every", self.checkpoint_every >= 0)]
@@ -543,7 +548,7 @@ class Word2VecTrainer:
 
 
 _SHAPE_FIELDS = ("sg", "vector_size", "window", "negative", "ns_exponent", "sample", "min_count",
-                 "max_vocab", "init_range", "alpha", "min_alpha", "epochs", "seed", "batch_size", "updates_per_call",
+                 "max_vocab", "init_range", "alpha", "min_alpha", "epochs", "seed", "batch_size", "batch_layout", "updates_per_call",
                  "chunk_tokens")
 
 
@@ -552,7 +557,8 @@ def build_examples(corpus: TokenCorpus, cfg: Word2VecConfig) -> Word2VecExamples
     vocab = TrainingVocab.from_corpus(corpus, cfg.min_count, max_size=cfg.max_vocab)
     return Word2VecExamples(corpus, vocab, sg=cfg.sg, window=cfg.window, negative=cfg.negative,
                             sample=cfg.sample, ns_exponent=cfg.ns_exponent, batch_size=cfg.batch_size,
-                            chunk_tokens=cfg.chunk_tokens, seed=cfg.seed, updates_multiple=cfg.updates_per_call)
+                            chunk_tokens=cfg.chunk_tokens, seed=cfg.seed, updates_multiple=cfg.updates_per_call,
+                            layout=cfg.batch_layout)
 
 
 def train_word2vec(corpus: TokenCorpus, corpus_words: Sequence[str], cfg: Word2VecConfig,

@@ -37,12 +37,13 @@ from muppets.data.shards import TokenCorpus
 from muppets.errors import ConfigError
 
 __all__ = ["TrainingVocab", "keep_probabilities", "NoiseSampler", "reduced_windows",
-           "context_positions", "skipgram_pairs", "cbow_contexts", "plan_chunks", "ChunkBatches",
+           "context_positions", "skipgram_pairs", "cbow_contexts", "plan_chunks", "lanes", "ChunkBatches",
            "Word2VecExamples"]
 
 log = logging.getLogger(__name__)
 
 NUM_SPECIALS = 4  # WordVocab ids 0..3 (<pad> <unk> <s> </s>) are never trained
+LAYOUTS = ("lanes", "consecutive")  # how a chunk's examples are cut into batches (see lanes())
 
 
 @dataclass
@@ -176,8 +177,8 @@ def plan_chunks(sentence_ends: np.ndarray, chunk_tokens: int) -> np.ndarray:
 
 @dataclass
 class ChunkBatches:
-    """The examples of one chunk, cut into ``num_batches`` equal batches (the last ones padded
-    with zero weights, to a multiple of ``updates_multiple``).
+    """The examples of one chunk as ``num_batches`` equal batches in lanes (:func:`lanes`; or
+    ``consecutive``: batch n holds examples nB .. nB+B-1, for comparison), padded with zero-weight examples at the end of the text to a multiple of ``updates_multiple``.
 
     Skip-gram: ``inputs`` (N, B) context ids. CBOW: ``inputs`` (N, B, 2W) context ids and
     ``input_mask`` (N, B, 2W). Both: ``targets`` (N, B, 1 + K) = the positive word then K noise
@@ -202,12 +203,14 @@ class Word2VecExamples:
 
     def __init__(self, corpus: TokenCorpus, vocab: TrainingVocab, *, sg: bool, window: int,
                  negative: int, sample: float, ns_exponent: float, batch_size: int,
-                 chunk_tokens: int, seed: int, updates_multiple: int = 1) -> None:
+                 chunk_tokens: int, seed: int, updates_multiple: int = 1, layout: str = "lanes") -> None:
+        if layout not in LAYOUTS:
+            raise ConfigError(f"batch layout {layout!r} is not one of {', '.join(LAYOUTS)}")
         if window < 1 or negative < 1 or batch_size < 1 or chunk_tokens < 1:
             raise ConfigError(f"window={window}, negative={negative}, batch_size={batch_size} and "
                               f"chunk_tokens={chunk_tokens} must all be >= 1")
         self.corpus, self.vocab, self.sg, self.window = corpus, vocab, sg, window
-        self.negative, self.batch_size, self.seed = negative, batch_size, seed
+        self.negative, self.batch_size, self.seed, self.layout = negative, batch_size, seed, layout
         self.updates_multiple = max(1, updates_multiple)  # batches per chunk: a multiple of this
         self.keep = np.append(keep_probabilities(vocab.counts, sample), 0.0)  # (V + 1,) V = dropped
         self.noise = NoiseSampler(vocab.counts, ns_exponent)
@@ -248,25 +251,45 @@ class Word2VecExamples:
 
     def _batches(self, k: int, effective: int, positives: np.ndarray, rng: np.random.Generator,
                  inputs: np.ndarray, mask: np.ndarray | None = None) -> ChunkBatches:
-        """Pad to whole batches, draw the noise words, reshape to (N, B, ...)."""
+        """Pad to whole batches, draw the noise words, lay out as (N, B, ...) lanes (see
+        :func:`lanes`)."""
         n, B, K = len(positives), self.batch_size, self.negative
         group = B * self.updates_multiple
         total = max(1, -(-n // group)) * group
-        targets = np.zeros((total, 1 + K), dtype=np.int64)
-        targets[:n, 0] = positives
-        targets[:, 1:] = self.noise.sample(rng, (total, K))
-        weights = (targets != targets[:, :1]).astype(np.float32)
-        weights[:, 0] = 1.0
-        weights[n:] = 0.0
-        padded = np.zeros((total,) + inputs.shape[1:], dtype=np.int64)
-        padded[:n] = inputs
+        shape = (total // B, B)  # (N, B)
+
+        def in_lanes(examples: np.ndarray, dtype) -> np.ndarray:  # padded with zeros, (N, B, ...)
+            padded = np.zeros((total,) + examples.shape[1:], dtype=dtype)
+            padded[:n] = examples
+            if self.layout == "consecutive":
+                return padded.reshape(shape + examples.shape[1:])
+            return lanes(padded, B)
+
+        # noise words are i.i.d.: drawn straight into the batch layout, only the rest is reordered
+        targets = np.empty(shape + (1 + K,), dtype=np.int64)
+        targets[..., 0] = in_lanes(positives, np.int64)
+        targets[..., 1:] = self.noise.sample(rng, shape + (K,))
+        weights = (targets != targets[..., :1]).astype(np.float32)
+        weights[..., 0] = 1.0
+        weights *= in_lanes(np.ones(n, dtype=np.float32), np.float32)[..., None]  # padding: 0
         raw = int(self.token_bounds[k + 1] - self.token_bounds[k])
-        shape = (total // B, B)
-        out_mask = None
-        if mask is not None:
-            full = np.zeros((total,) + mask.shape[1:], dtype=np.float32)
-            full[:n] = mask
-            out_mask = torch.from_numpy(full.reshape(shape + mask.shape[1:]))
-        return ChunkBatches(raw, effective, n, torch.from_numpy(padded.reshape(shape + inputs.shape[1:])),
-                            torch.from_numpy(targets.reshape(shape + (1 + K,))),
-                            torch.from_numpy(weights.reshape(shape + (1 + K,))), out_mask)
+        out_mask = None if mask is None else torch.from_numpy(in_lanes(mask, np.float32))
+        return ChunkBatches(raw, effective, n, torch.from_numpy(in_lanes(inputs, np.int64)),
+                            torch.from_numpy(targets), torch.from_numpy(weights), out_mask)
+
+
+def lanes(examples: np.ndarray, batch_size: int) -> np.ndarray:
+    """``(N * B, ...)`` examples in corpus order -> ``(N, B, ...)`` batches whose row ``b`` is
+    example ``n`` of lane ``b``, lane ``b`` being the ``b``-th contiguous run of ``N`` examples.
+
+    A batched update reads every vector before it writes any, so two examples of one batch that
+    share a word both see it stale and add their updates. Consecutive examples share many words
+    (one centre has up to ``2 window`` pairs; neighbouring centres share contexts), so batches
+    of consecutive examples changed the result: on the shared English corpus (skip-gram, 5
+    epochs) WordSim-353 rose 2-3 points above gensim, word2vec.c and our own one-pair-at-a-time
+    updates, at any batch size from 16 to 1024. In lanes, the examples of a batch are ``N``
+    apart, so they share only words frequent anywhere, and each lane runs through its stretch
+    of the text in order, one example per update, as each of ``B`` Hogwild threads would;
+    the scores then match gensim's (BENCHMARKS.md, issue 5)."""
+    N = len(examples) // batch_size
+    return examples.reshape((batch_size, N) + examples.shape[1:]).swapaxes(0, 1).copy()

@@ -55,11 +55,21 @@ def run_span_inline(worker: ChunkWorker, epoch: int, first: int, stop: int, dead
 
 
 def _serve(worker: ChunkWorker, tasks: Any, results: Any) -> None:
-    """A pool process: set up, then train the chunks it is sent until it gets None."""
+    """A pool process: set up, then train the chunks it is sent until it gets None, or until
+    the parent is gone (killed: ``daemon`` only covers a parent that exits normally)."""
     torch.set_num_threads(1)
+    parent = mp.parent_process()
     try:
         results.put(("ready", worker.setup()))
-        while (task := tasks.get()) is not None:
+        while True:
+            try:
+                task = tasks.get(timeout=1.0)
+            except queue.Empty:
+                if parent is not None and not parent.is_alive():
+                    return
+                continue
+            if task is None:
+                return
             epoch, chunk = task
             results.put(("done", epoch, chunk, worker.run(epoch, chunk)))
     except BaseException:  # noqa: BLE001 - report anything to the parent, which raises it
