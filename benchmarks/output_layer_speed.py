@@ -5,12 +5,14 @@
 gpt-mini's shapes: H 256, V 50,257; training 4,096 rows (32 x 128). Medians of repeated calls.
 
     OMP_NUM_THREADS=1 python benchmarks/output_layer_speed.py --out benchmarks/results/output_layer_speed.json
+    python benchmarks/output_layer_speed.py --generate-rows --reps 6 --out benchmarks/results/output_layer_by_rows.json
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import random
 import statistics
 import time
 from pathlib import Path
@@ -18,7 +20,9 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from muppets.models.gpt import VOCAB_BLOCK, GPTConfig, GPTLanguageModel
+from muppets.generate import GenerationConfig, generate
+from muppets.models.gpt import GPTConfig, GPTLanguageModel
+from muppets.nn import decode
 from muppets.nn.linear_ce import linear_cross_entropy
 
 H, V, ROWS = 256, 50257, 4096
@@ -67,8 +71,8 @@ def decode_products(reps: int) -> dict:
             logits = torch.empty(B, V)
 
             def blocked(x=x, logits=logits):
-                for s in range(0, V, VOCAB_BLOCK):
-                    logits[:, s:s + VOCAB_BLOCK] = x @ wt[:, s:s + VOCAB_BLOCK]
+                for s in range(0, V, 8192):
+                    logits[:, s:s + 8192] = x @ wt[:, s:s + 8192]
 
             out[f"rows_{B}"] = {"linear_VH_ms": median_ms(lambda x=x: F.linear(x, w), reps),
                                 "matmul_HV_ms": median_ms(lambda x=x: x @ wt, reps),
@@ -76,6 +80,64 @@ def decode_products(reps: int) -> dict:
         xb, wtb = torch.randn(1, H).bfloat16(), wt.bfloat16()
         out["rows_1"]["matmul_HV_bf16_ms"] = median_ms(lambda: xb @ wtb, reps)
     return out
+
+
+def generate_by_rows(reps: int, rows: tuple[int, ...] = (1, 2, 4, 8, 16, 32)) -> dict:
+    """ms per generated token inside ``generate()`` (gpt-mini, 16-token prompts, 32 new tokens)
+    for each way :meth:`DecodeWeights.logits` can take the output layer, forced for every row
+    count, in shuffled rounds. Run with 2 threads. The ways:
+
+    * ``as_built``: the policy of ``muppets.nn.decode.TALL_ROWS``;
+    * ``blocks_all_threads``: 8,192 columns of the (H, V/2) halves at a time, every intra-op thread;
+    * ``tall``: ``(V, H) @ (H, B)`` on every intra-op thread;
+    * ``halves_two_cores``: the halves at once on this thread and the side thread, 2,048 columns at a time.
+    """
+    torch.manual_seed(0)
+    model = GPTLanguageModel(GPTConfig.preset("gpt-mini")).eval()
+    cfg = GenerationConfig(max_new_tokens=32, stop_at_eos=False)
+    built, tall_rows = decode.DecodeWeights.logits, decode.TALL_ROWS
+
+    def halves_two_cores(self, hidden, side=None, block=2048):
+        if hidden.shape[0] == 1 or side is None:
+            return built(self, hidden, side)
+        out = hidden.new_empty(hidden.shape[0], self.cut + self.output[1].shape[1])
+        parts = [(w, out[:, s0:s0 + w.shape[1]]) for w, s0 in zip(self.output, (0, self.cut))]
+
+        def product(w, dest):
+            for s in range(0, w.shape[1], block):
+                torch.mm(hidden, w[:, s:s + block], out=dest[:, s:s + block])
+
+        with decode.single_threaded():
+            side.submit(lambda: product(*parts[1]))
+            product(*parts[0])
+            side.wait()
+        return out
+
+    ways = {"as_built": (built, tall_rows), "blocks_all_threads": (built, 2), "tall": (built, 10**9),
+            "halves_two_cores": (halves_two_cores, 10**9)}
+    result = {"threads": torch.get_num_threads()}
+    try:
+        with torch.inference_mode():
+            for B in rows:
+                prompts = torch.randint(0, 50_000, (B, 16), generator=torch.Generator().manual_seed(B)).tolist()
+                times: dict[str, list[float]] = {k: [] for k in ways}
+                first = None
+                for rnd in range(reps + 1):
+                    order = list(ways)
+                    random.Random(rnd).shuffle(order)
+                    for name in order:
+                        decode.DecodeWeights.logits, decode.TALL_ROWS = ways[name]
+                        start = time.perf_counter()
+                        out = generate(model, prompts, cfg)
+                        if rnd:  # round 0 warms up
+                            times[name].append(time.perf_counter() - start)
+                        first = first or out
+                        assert out == first, f"{name} changed the tokens at {B} rows"
+                result[f"rows_{B}"] = {f"{k}_ms_per_step": 1e3 * statistics.median(v) / cfg.max_new_tokens
+                                       for k, v in times.items()}
+    finally:
+        decode.DecodeWeights.logits, decode.TALL_ROWS = built, tall_rows
+    return result
 
 
 def decode_step(reps: int) -> dict:
@@ -96,8 +158,17 @@ def decode_step(reps: int) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--reps", type=int, default=10)
+    ap.add_argument("--generate-rows", action="store_true",
+                    help="only the output layer's ways by batch rows, inside generate() (run with 2 threads)")
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
+    if args.generate_rows:
+        result = {"date": time.strftime("%Y-%m-%d %H:%M"), "torch": torch.__version__,
+                  "generate_by_rows": generate_by_rows(args.reps)}
+        print(json.dumps(result, indent=2))
+        if args.out:
+            args.out.write_text(json.dumps(result, indent=2) + "\n")
+        return
     result = {"threads": torch.get_num_threads(), "torch": torch.__version__,
               "fused_loss_4096_rows": fused_loss(max(3, args.reps // 3)), "reductions_1024_rows": reductions(args.reps),
               "decode_output_layer": decode_products(args.reps * 2), "decode_step_batch_1": decode_step(args.reps * 4)}

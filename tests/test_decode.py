@@ -50,18 +50,22 @@ def test_linear_uses_the_copies_only_inside_use():
     assert not weights.current(weights.params[-1])  # the zeroed weight made the copies stale
 
 
-def test_split_output_layer_equals_one_product(threads):
+@pytest.mark.parametrize("rows", [1, 3, decode.TALL_ROWS + 4])
+def test_output_layer_equals_one_product_on_every_path(threads, rows):
+    """One row (halves), a few rows ((V, H) @ (H, B)), many rows (halves in blocks of 10 columns,
+    so blocks cross each half's end), with and without the side thread."""
     torch.manual_seed(0)
     out = torch.randn(V, 16)
     weights = decode.DecodeWeights([], out)
-    h = torch.randn(3, 16)
+    h = torch.randn(rows, 16)
     with torch.no_grad():
-        got = weights.logits(h, decode.side_thread())
-        blocked = weights.logits(h, block=10)  # columns 10 at a time, across each half's end
-    assert got.shape == (3, V)
-    assert torch.allclose(got, h @ out.t(), atol=1e-5)
-    assert torch.allclose(blocked, h @ out.t(), atol=1e-5)
+        with_side = weights.logits(h, decode.side_thread(), block=10)
+        alone = weights.logits(h, None, block=10)
+    for got in (with_side, alone):
+        assert got.shape == (rows, V) and got.is_contiguous()
+        assert torch.allclose(got, h @ out.t(), atol=1e-5)
     assert (decode.side_thread() is None) == (threads == 1)
+    assert torch.get_num_threads() == threads
 
 
 def test_side_thread_raises_the_error_of_its_job_and_keeps_working():
@@ -93,9 +97,10 @@ def test_each_calling_thread_has_its_own_side_thread(threads):
 
 @pytest.mark.parametrize("variant", ["gpt", "gpt2"])
 def test_decoding_equals_full_recompute_at_every_batch_size(threads, variant):
-    """One row, a few rows (matrix-vector path) and >= BLOCKED_ROWS rows (blocked path)."""
+    """One row, a few rows (matrix-vector body) and >= BLOCKED_ROWS rows (whole matrices), up to
+    the blocked output layer of >= TALL_ROWS rows."""
     model = tiny(variant)
-    for B in (1, 3, BLOCKED_ROWS + 1):
+    for B in (1, 3, BLOCKED_ROWS + 1, decode.TALL_ROWS + 1):
         ids = torch.randint(0, V, (B, 9), generator=torch.Generator().manual_seed(B))
         with torch.no_grad():
             full = model(ids).logits  # (B, 9, V)

@@ -130,14 +130,14 @@ def test_kv_cache_equals_recompute_token_by_token_and_in_chunks():
 
 
 def test_blocked_output_layer_for_large_batches_equals_full_logits():
-    """Batches of >= BLOCKED_ROWS rows take the output layer in vocabulary blocks; the logits are the same."""
-    from muppets.models.gpt import BLOCKED_ROWS, VOCAB_BLOCK
+    """Batches of >= TALL_ROWS rows take the output layer in vocabulary blocks; the logits are the same."""
+    from muppets.nn.decode import OUTPUT_BLOCK, TALL_ROWS
 
     torch.manual_seed(0)
-    cfg = GPTConfig(variant="gpt2", vocab_size=2 * VOCAB_BLOCK + 123, max_position_embeddings=16, hidden_size=16,
+    cfg = GPTConfig(variant="gpt2", vocab_size=4 * OUTPUT_BLOCK + 123, max_position_embeddings=16, hidden_size=16,
                     num_layers=1, num_heads=2, intermediate_size=32)
     model = GPTLanguageModel(cfg).eval()
-    ids = torch.randint(0, cfg.vocab_size, (BLOCKED_ROWS + 1, 5))
+    ids = torch.randint(0, cfg.vocab_size, (TALL_ROWS + 1, 5))
     with torch.no_grad():
         full = model(ids).logits[:, -1]  # (B, V)
         got = model.next_token_logits(ids, None, model.backbone.new_cache(ids.shape[0], 8))

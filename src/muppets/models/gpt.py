@@ -168,12 +168,11 @@ class LMOutput:
     correct: dict[str, torch.Tensor] = field(default_factory=dict)
 
 
-# Decoding a batch of >= BLOCKED_ROWS rows multiplies by the output weight VOCAB_BLOCK columns at a
-# time: on our 2-core EPYC (MKL, one thread) 32 rows x 50,257 took 16.9 ms in 8,192-column blocks
-# against 19.8 ms in one product (benchmarks/output_layer_speed.py). Fewer rows take the
-# matrix-vector path of muppets.nn.decode (copies laid out for it, one intra-op thread, the body's
-# weights read ahead on the second core, the output layer split over two cores).
-BLOCKED_ROWS, VOCAB_BLOCK = 8, 8192
+# A decoding step of fewer than BLOCKED_ROWS rows (B x T) runs the body as matrix-vector products
+# (muppets.nn.decode: copies laid out for them, one intra-op thread, the body's weights read ahead
+# on the second core); more rows take whole matrices on every intra-op thread. The output layer
+# picks its own way by rows (muppets.nn.decode.TALL_ROWS).
+BLOCKED_ROWS = 8
 
 
 class GPTLanguageModel(nn.Module):
@@ -212,9 +211,6 @@ class GPTLanguageModel(nn.Module):
         """Feed ``(B, T)`` new tokens through the cache; the logits of the last one ``(B, V)``."""
         plan = self._decode_weights()
         B, T = input_ids.shape
-        if B >= BLOCKED_ROWS:  # whole matrices on every intra-op thread; see VOCAB_BLOCK
-            hidden = self.backbone(input_ids, attention_mask, cache).last[:, -1]  # (B, H)
-            return plan.logits(hidden, block=VOCAB_BLOCK)  # (B, V)
         side = decode.side_thread()
         if B * T < BLOCKED_ROWS:  # matrix-vector products in the body too: see muppets.nn.decode
             with decode.single_threaded(), decode.use(plan):
@@ -225,10 +221,9 @@ class GPTLanguageModel(nn.Module):
                 finally:
                     if side is not None:
                         side.wait()
-        else:  # a prompt: whole matrices
+        else:  # a prompt or many rows: whole matrices
             hidden = self.backbone(input_ids, attention_mask, cache).last[:, -1]
-        with decode.single_threaded():
-            return plan.logits(hidden, side)  # (B, V), the halves on two cores
+        return plan.logits(hidden, side)  # (B, V)
 
     def _decode_weights(self) -> DecodeWeights:
         """The decoding copies of the weights (:class:`~muppets.nn.decode.DecodeWeights`),

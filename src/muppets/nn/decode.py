@@ -22,7 +22,9 @@ batch 1; ``benchmarks/decode_speed.py``, numbers in BENCHMARKS.md, issue 4):
 
 Tried in ad-hoc experiments (not kept) and dropped: splitting each body product across the two threads (a handoff per product
 costs more than half a product), giving the side thread a smaller share of the output layer plus
-the read-ahead, and an MKL pre-packed output weight.
+the read-ahead, an MKL pre-packed output weight, and reading each output half in 16 column blocks,
+forwards and backwards on alternate steps so that the blocks read last would still be in the L3
+cache (alone it won; inside ``generate()`` it lost 25 of 30 paired rounds).
 
 Nothing here changes a result: the copies hold the same numbers as the parameters, and they are
 rebuilt when any parameter changes (its ``_version`` or storage), which
@@ -40,6 +42,15 @@ import torch
 from torch import nn
 
 _ACTIVE = threading.local()  # .weights: {id(layer): (W^T (in, out), bias)} while decoding
+
+# The output layer of a decoding step, by rows B (gpt-mini: H 256, V 50,257; 2 threads), as
+# measured inside generate() (benchmarks/output_layer_speed.py --generate-rows; BENCHMARKS.md):
+# one row, the (H, V/2) halves on two cores; 2 to 15 rows, (V, H) @ (H, B) on every intra-op
+# thread (38% less time per step than blocks at 2 and 8 rows); 16 rows and more, OUTPUT_BLOCK
+# columns of the halves at a time on every intra-op thread. Splitting many rows over this thread
+# and the side thread won alone but lost inside generate() (our guess, not measured: after a body
+# on two OpenMP threads, the second one still spins on the core the side thread needs).
+TALL_ROWS, OUTPUT_BLOCK = 16, 8192
 
 
 def parameter_key(params: Sequence[torch.Tensor]) -> list[tuple[int, int]]:
@@ -90,20 +101,31 @@ class DecodeWeights:
         here: the model drops its copies in ``train()``."""
         return output is self.params[-1] and parameter_key(self.params) == self.key
 
-    def logits(self, hidden: torch.Tensor, side: "SideThread | None" = None, block: int = 0) -> torch.Tensor:
-        """``hidden (B, H)`` times the output weight: ``(B, V)``. With a ``side`` thread the two
-        halves are computed at once; ``block > 0`` multiplies ``block`` columns at a time (many rows)."""
-        out = hidden.new_empty(hidden.shape[0], self.cut + self.output[1].shape[1])
+    def logits(self, hidden: torch.Tensor, side: "SideThread | None" = None, block: int = OUTPUT_BLOCK) -> torch.Tensor:
+        """``hidden (B, H)`` times the output weight: ``(B, V)``, the way that was fastest for
+        ``B`` rows (see :data:`TALL_ROWS`): one row, the two column halves at once on this
+        thread and the ``side`` thread; 2 to ``TALL_ROWS - 1`` rows, ``(V, H) @ (H, B)``; more,
+        ``block`` columns at a time. The last two use every intra-op thread."""
+        rows = hidden.shape[0]
+        if 1 < rows < TALL_ROWS:
+            return torch.mm(self.params[-1], hidden.t()).t().contiguous()  # (V, B) -> (B, V)
+        out = hidden.new_empty(rows, self.cut + self.output[1].shape[1])
         parts = [(w, out[:, start:start + w.shape[1]]) for w, start in zip(self.output, (0, self.cut))]
-        if side is not None:
-            side.submit(lambda: torch.mm(hidden, parts[1][0], out=parts[1][1]))
-            torch.mm(hidden, parts[0][0], out=parts[0][1])
-            side.wait()
+        if rows > 1:
+            for w, dest in parts:
+                for s in range(0, w.shape[1], block):
+                    torch.mm(hidden, w[:, s:s + block], out=dest[:, s:s + block])
             return out
-        for w, dest in parts:
-            step = block or w.shape[1]
-            for s in range(0, w.shape[1], step):
-                dest[:, s:s + step] = hidden @ w[:, s:s + step]
+        with single_threaded():
+            if side is None:
+                for w, dest in parts:
+                    torch.mm(hidden, w, out=dest)
+                return out
+            side.submit(lambda: torch.mm(hidden, parts[1][0], out=parts[1][1]))
+            try:
+                torch.mm(hidden, parts[0][0], out=parts[0][1])
+            finally:
+                side.wait()
         return out
 
 
