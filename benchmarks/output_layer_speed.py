@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from muppets.generate import GenerationConfig, generate
+from muppets.generate import GenerationConfig, generate, greedy_argmax
 from muppets.models.gpt import GPTConfig, GPTLanguageModel
 from muppets.nn import decode
 from muppets.nn.linear_ce import linear_cross_entropy
@@ -79,6 +79,17 @@ def decode_products(reps: int) -> dict:
                                 "blocked_HV_ms": median_ms(blocked, reps)}
         xb, wtb = torch.randn(1, H).bfloat16(), wt.bfloat16()
         out["rows_1"]["matmul_HV_bf16_ms"] = median_ms(lambda: xb @ wtb, reps)
+    return out
+
+
+def greedy_choice(reps: int) -> dict:
+    """The greedy token of 1 and 32 rows of V logits: ``argmax`` against ``greedy_argmax``."""
+    out = {}
+    for B in (1, 32):
+        z = torch.randn(B, V)
+        assert torch.equal(greedy_argmax(z), z.argmax(-1))
+        out[f"rows_{B}"] = {"argmax_ms": median_ms(lambda: z.argmax(-1), reps),
+                            "greedy_argmax_ms": median_ms(lambda: greedy_argmax(z), reps)}
     return out
 
 
@@ -164,7 +175,7 @@ def main() -> None:
     args = ap.parse_args()
     if args.generate_rows:
         result = {"date": time.strftime("%Y-%m-%d %H:%M"), "torch": torch.__version__,
-                  "generate_by_rows": generate_by_rows(args.reps)}
+                  "greedy_choice": greedy_choice(args.reps * 20), "generate_by_rows": generate_by_rows(args.reps)}
         print(json.dumps(result, indent=2))
         if args.out:
             args.out.write_text(json.dumps(result, indent=2) + "\n")

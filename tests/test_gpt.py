@@ -375,3 +375,23 @@ def test_generation_stops_at_the_last_position():
     assert len(out[0]) == 4
     with pytest.raises(ConfigError, match="positions"):
         generate(model, [[1] * 64], GenerationConfig(max_new_tokens=1))
+
+
+def test_greedy_argmax_equals_torch_argmax_including_ties_tails_and_nan():
+    from muppets.generate import ARGMAX_BLOCK, greedy_argmax
+
+    g = torch.Generator().manual_seed(0)
+    V = 5 * ARGMAX_BLOCK + 37  # a partial tail block
+    x = torch.randn(7, V, generator=g)
+    x[1, 3] = x[1, 4 * ARGMAX_BLOCK + 1] = 50.0  # a tie across blocks: the first wins
+    x[2, ARGMAX_BLOCK + 5] = x[2, ARGMAX_BLOCK + 9] = 50.0  # a tie inside a block
+    x[3, V - 1] = 50.0  # the maximum in the last column of the tail
+    x[4, V - 30] = 50.0  # inside the tail
+    x[5] = float("-inf")  # nothing allowed
+    x[6, 2 * ARGMAX_BLOCK] = float("nan")  # argmax's NaN rule
+    assert torch.equal(greedy_argmax(x), x.argmax(-1))
+    assert greedy_argmax(x)[1] == 3 and greedy_argmax(x)[3] == V - 1
+    small = torch.randn(3, ARGMAX_BLOCK + 1, generator=g)  # too narrow for two blocks: plain argmax
+    assert torch.equal(greedy_argmax(small), small.argmax(-1))
+    strided = torch.randn(V, 4, generator=g).t()  # not contiguous
+    assert torch.equal(greedy_argmax(strided), strided.argmax(-1))

