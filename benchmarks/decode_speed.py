@@ -1,6 +1,7 @@
 """One decoding step of gpt-mini at batch 1, piece by piece: the measurements behind
 :mod:`muppets.nn.decode` (weight copies in ``(in, out)`` layout, one intra-op thread for the
-body, the body's weights read ahead on the side thread, the output layer split over two cores).
+body, the output layer split over two cores; and the read-ahead of the body's weights on the
+side thread, which was dropped).
 
 Every timing is the median of repeated calls in one process; "cold" means right after a product
 with the 51 MB output weight, as in a real step. The ablation runs whole ``generate`` calls
@@ -91,7 +92,7 @@ def steps(model: GPTLanguageModel, reps: int) -> dict:
     return result
 
 
-def step_variant(copies: bool = True, split: bool = True, single: bool = True, prefetch: bool = True):
+def step_variant(copies: bool = True, split: bool = True, single: bool = True, prefetch: bool = False):
     """``next_token_logits`` for one-row steps with one piece of muppets.nn.decode changed."""
     def maybe(flag: bool, ctx):
         return ctx if flag else contextlib.nullcontext()
@@ -116,7 +117,7 @@ def generation(model: GPTLanguageModel, rounds: int) -> dict:
     prompt = torch.randint(0, model.cfg.vocab_size - 1, (1, 16), generator=torch.Generator().manual_seed(3)).tolist()
     cfg = GenerationConfig(max_new_tokens=64, stop_at_eos=False)
     variants = {"as_built": GPTLanguageModel.next_token_logits,
-                "without_prefetch": step_variant(prefetch=False),
+                "with_read_ahead": step_variant(prefetch=True),
                 "without_copies": step_variant(copies=False),
                 "without_split_output": step_variant(split=False),
                 "body_on_all_intra_op_threads": step_variant(single=False),

@@ -169,8 +169,7 @@ class LMOutput:
 
 
 # A decoding step of fewer than BLOCKED_ROWS rows (B x T) runs the body as matrix-vector products
-# (muppets.nn.decode: copies laid out for them, one intra-op thread, the body's weights read ahead
-# on the second core); more rows take whole matrices on every intra-op thread. The output layer
+# (muppets.nn.decode: copies laid out for them, one intra-op thread); more rows take whole matrices on every intra-op thread. The output layer
 # picks its own way by rows (muppets.nn.decode.TALL_ROWS).
 BLOCKED_ROWS = 8
 
@@ -214,13 +213,7 @@ class GPTLanguageModel(nn.Module):
         side = decode.side_thread()
         if B * T < BLOCKED_ROWS:  # matrix-vector products in the body too: see muppets.nn.decode
             with decode.single_threaded(), decode.use(plan):
-                if side is not None:
-                    side.submit(plan.prefetch)  # the body's weights read on the other core meanwhile
-                try:
-                    hidden = self.backbone(input_ids, attention_mask, cache).last[:, -1]  # (B, H)
-                finally:
-                    if side is not None:
-                        side.wait()
+                hidden = self.backbone(input_ids, attention_mask, cache).last[:, -1]  # (B, H)
         else:  # a prompt or many rows: whole matrices
             hidden = self.backbone(input_ids, attention_mask, cache).last[:, -1]
         return plan.logits(hidden, side)  # (B, V)

@@ -14,11 +14,13 @@ batch 1; ``benchmarks/decode_speed.py``, numbers in BENCHMARKS.md, issue 4):
 * **Threads.** Intra-op threads do not help products of one row, and the body's many small ops
   lose with two OpenMP threads (:func:`single_threaded`). Two independent pieces of work do gain:
   the output layer split into two column halves computed by this thread and
-  :func:`side_thread` at once (1.1 ms against 1.8 ms). The side thread also reads the body's
-  copies once (:meth:`DecodeWeights.prefetch`) while this thread runs the body, so that more of
-  them are in cache; whether that pays is unsettled on this machine: with it, generate calls
-  were faster in 9 of 20 paired rounds of ``decode_speed.py``, and in 30 of 30 in an earlier
-  ad-hoc run of the same comparison (the neighbours' memory traffic varies by the minute).
+  :func:`side_thread` at once (1.1 ms against 1.8 ms). Both gains depend on the host: when
+  its memory bandwidth is scarce (tonight's neighbours), the split output layer and the
+  one-thread body no longer pay (BENCHMARKS.md).
+* **No read-ahead.** Having the side thread read the body's copies while this thread runs the
+  body (so that more of them are in cache) was neutral or worse in every kept measurement: with
+  it, generate calls were faster in 9 of 20 and 2 of 20 paired rounds of ``decode_speed.py``
+  (and 10 of 30 in an ad-hoc run), so it is gone; ``decode_speed.py`` keeps it as a variant.
 
 Tried in ad-hoc experiments (not kept) and dropped: splitting each body product across the two threads (a handoff per product
 costs more than half a product), giving the side thread a smaller share of the output layer plus
@@ -90,10 +92,6 @@ class DecodeWeights:
             V = output.shape[0]
             self.cut = (V + 1) // 2
             self.output = (output[:self.cut].t().contiguous(), output[self.cut:].t().contiguous())  # (H, cut), (H, V-cut)
-
-    def prefetch(self) -> None:
-        """Read every copy once (on the side thread, while the caller runs the body)."""
-        self.pack.sum()
 
     def current(self, output: torch.Tensor) -> bool:
         """Do the copies still equal the parameters? ``output`` is the model's output weight now
