@@ -106,8 +106,7 @@ def step_variant(copies: bool = True, split: bool = True, single: bool = True, p
             hidden = self.backbone(input_ids, attention_mask, cache).last[:, -1]
             if prefetch and side is not None:
                 side.wait()
-        with maybe(single, decode.single_threaded()):
-            return plan.logits(hidden, side if split else None)
+        return plan.logits(hidden, side if split else None)  # one row: single-threaded inside
     return next_token_logits
 
 

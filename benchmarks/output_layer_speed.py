@@ -176,13 +176,10 @@ def main() -> None:
     if args.generate_rows:
         result = {"date": time.strftime("%Y-%m-%d %H:%M"), "torch": torch.__version__,
                   "greedy_choice": greedy_choice(args.reps * 20), "generate_by_rows": generate_by_rows(args.reps)}
-        print(json.dumps(result, indent=2))
-        if args.out:
-            args.out.write_text(json.dumps(result, indent=2) + "\n")
-        return
-    result = {"threads": torch.get_num_threads(), "torch": torch.__version__,
-              "fused_loss_4096_rows": fused_loss(max(3, args.reps // 3)), "reductions_1024_rows": reductions(args.reps),
-              "decode_output_layer": decode_products(args.reps * 2), "decode_step_batch_1": decode_step(args.reps * 4)}
+    else:
+        result = {"threads": torch.get_num_threads(), "torch": torch.__version__,
+                  "fused_loss_4096_rows": fused_loss(max(3, args.reps // 3)), "reductions_1024_rows": reductions(args.reps),
+                  "decode_output_layer": decode_products(args.reps * 2), "decode_step_batch_1": decode_step(args.reps * 4)}
     print(json.dumps(result, indent=2))
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -7,6 +7,7 @@ and a quality smoke test on a corpus with two clear topics."""
 from __future__ import annotations
 
 import doctest
+import json
 import math
 import shutil
 
@@ -406,6 +407,13 @@ def test_resume_equals_uninterrupted(tmp_path, sg):
     assert rest.effective_words == full.effective_words
     with pytest.raises(CheckpointError, match="different settings"):
         train_word2vec(corpus, vocab.words, tiny_config(sg=sg, sample=1e-2, checkpoint_every=2, window=2), run_dir=run)
+    # a checkpoint from before batch_layout existed was cut into consecutive batches
+    (state_file,) = (run / "checkpoints").glob("*/state.json")
+    state = json.loads(state_file.read_text())
+    del state["config"]["batch_layout"]
+    state_file.write_text(json.dumps(state))
+    with pytest.raises(CheckpointError, match="batch_layout"):
+        train_word2vec(corpus, vocab.words, cfg, run_dir=run)
     shutil.rmtree(run)
 
 

@@ -99,7 +99,7 @@ def greedy_argmax(logits: torch.Tensor) -> torch.Tensor:
     holds the row's largest value. Rows with a NaN fall back to ``argmax`` itself."""
     B, V = logits.shape
     n = V // ARGMAX_BLOCK
-    if n < 2 or not logits.is_contiguous() or logits.dtype not in (torch.float32, torch.float64, torch.bfloat16, torch.float16):
+    if n < 2 or not logits.is_contiguous() or not logits.is_floating_point():
         return logits.argmax(-1)
     head = logits[:, :n * ARGMAX_BLOCK].view(B, n, ARGMAX_BLOCK)
     peaks = head.amax(-1)  # (B, n)
@@ -110,8 +110,8 @@ def greedy_argmax(logits: torch.Tensor) -> torch.Tensor:
     cols = (starts[:, None] + torch.arange(ARGMAX_BLOCK, device=logits.device)).clamp_(max=V - 1)  # (B, blk)
     window = logits.gather(1, cols)  # (B, blk); a tail block repeats its last column (never first)
     index = starts + window.argmax(-1)
-    if bool(torch.isnan(peaks).any()):  # argmax's NaN rule, row by row
-        nan_rows = torch.isnan(peaks).any(-1)
+    nan_rows = torch.isnan(peaks).any(-1)  # (B,)
+    if bool(nan_rows.any()):  # argmax's NaN rule, row by row
         index[nan_rows] = logits[nan_rows].argmax(-1)
     return index
 

@@ -169,8 +169,9 @@ class LMOutput:
 
 
 # A decoding step of fewer than BLOCKED_ROWS rows (B x T) runs the body as matrix-vector products
-# (muppets.nn.decode: copies laid out for them, one intra-op thread); more rows take whole matrices on every intra-op thread. The output layer
-# picks its own way by rows (muppets.nn.decode.TALL_ROWS).
+# (muppets.nn.decode: copies laid out for them, one intra-op thread); more rows take whole
+# matrices on every intra-op thread. The output layer picks its own way by rows
+# (muppets.nn.decode.TALL_ROWS).
 BLOCKED_ROWS = 8
 
 

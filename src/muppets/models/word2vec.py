@@ -538,7 +538,8 @@ class Word2VecTrainer:
             raise CheckpointError(f"{path}: unreadable word2vec checkpoint ({err})") from err
         if state.get("fingerprint") != self._fingerprint():
             raise CheckpointError(f"{path}: written for another vocabulary or chunking of the corpus")
-        changed = {k: (v, getattr(self.cfg, k)) for k, v in state["config"].items()
+        written = {**_BEFORE_FIELD, **state["config"]}
+        changed = {k: (v, getattr(self.cfg, k)) for k, v in written.items()
                    if k in _SHAPE_FIELDS and getattr(self.cfg, k) != v}
         if changed:
             raise CheckpointError(f"{path}: written with different settings {changed}")
@@ -550,6 +551,7 @@ class Word2VecTrainer:
 _SHAPE_FIELDS = ("sg", "vector_size", "window", "negative", "ns_exponent", "sample", "min_count",
                  "max_vocab", "init_range", "alpha", "min_alpha", "epochs", "seed", "batch_size", "batch_layout", "updates_per_call",
                  "chunk_tokens")
+_BEFORE_FIELD = {"batch_layout": "consecutive"}  # what checkpoints written before a field existed used
 
 
 def build_examples(corpus: TokenCorpus, cfg: Word2VecConfig) -> Word2VecExamples:

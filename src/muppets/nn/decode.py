@@ -15,8 +15,8 @@ batch 1; ``benchmarks/decode_speed.py``, numbers in BENCHMARKS.md, issue 4):
   lose with two OpenMP threads (:func:`single_threaded`). Two independent pieces of work do gain:
   the output layer split into two column halves computed by this thread and
   :func:`side_thread` at once (1.1 ms against 1.8 ms). Both gains depend on the host: when
-  its memory bandwidth is scarce (tonight's neighbours), the split output layer and the
-  one-thread body no longer pay (BENCHMARKS.md).
+  its memory bandwidth is scarce (busy neighbours on the shared machine), the split output
+  layer and the one-thread body break even (BENCHMARKS.md).
 * **No read-ahead.** Having the side thread read the body's copies while this thread runs the
   body (so that more of them are in cache) was neutral or worse in every kept measurement: with
   it, generate calls were faster in 9 of 20 and 2 of 20 paired rounds of ``decode_speed.py``
@@ -48,7 +48,7 @@ _ACTIVE = threading.local()  # .weights: {id(layer): (W^T (in, out), bias)} whil
 # The output layer of a decoding step, by rows B (gpt-mini: H 256, V 50,257; 2 threads), as
 # measured inside generate() (benchmarks/output_layer_speed.py --generate-rows; BENCHMARKS.md):
 # one row, the (H, V/2) halves on two cores; 2 to 15 rows, (V, H) @ (H, B) on every intra-op
-# thread (38% less time per step than blocks at 2 and 8 rows); 16 rows and more, OUTPUT_BLOCK
+# thread (about a third less time per step than blocks at 2 to 8 rows); 16 rows and more, OUTPUT_BLOCK
 # columns of the halves at a time on every intra-op thread. Splitting many rows over this thread
 # and the side thread won alone but lost inside generate() (our guess, not measured: after a body
 # on two OpenMP threads, the second one still spins on the core the side thread needs).

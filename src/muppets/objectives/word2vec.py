@@ -178,7 +178,8 @@ def plan_chunks(sentence_ends: np.ndarray, chunk_tokens: int) -> np.ndarray:
 @dataclass
 class ChunkBatches:
     """The examples of one chunk as ``num_batches`` equal batches in lanes (:func:`lanes`; or
-    ``consecutive``: batch n holds examples nB .. nB+B-1, for comparison), padded with zero-weight examples at the end of the text to a multiple of ``updates_multiple``.
+    ``consecutive``: batch n holds examples nB .. nB+B-1, for comparison), padded with
+    zero-weight examples at the end of the text to a multiple of ``updates_multiple``.
 
     Skip-gram: ``inputs`` (N, B) context ids. CBOW: ``inputs`` (N, B, 2W) context ids and
     ``input_mask`` (N, B, 2W). Both: ``targets`` (N, B, 1 + K) = the positive word then K noise
@@ -290,6 +291,6 @@ def lanes(examples: np.ndarray, batch_size: int) -> np.ndarray:
     updates, at any batch size from 16 to 1024. In lanes, the examples of a batch are ``N``
     apart, so they share only words frequent anywhere, and each lane runs through its stretch
     of the text in order, one example per update, as each of ``B`` Hogwild threads would;
-    the scores then match gensim's (BENCHMARKS.md, issue 5)."""
+    over 3 seeds the scores then came within 2 points of gensim's (BENCHMARKS.md, issue 5)."""
     N = len(examples) // batch_size
     return examples.reshape((batch_size, N) + examples.shape[1:]).swapaxes(0, 1).copy()
