@@ -1,7 +1,7 @@
 """One decoding step of gpt-mini at batch 1, piece by piece: the measurements behind
-:mod:`muppets.nn.decode` (weight copies in ``(in, out)`` layout, one intra-op thread for the
-body, the output layer split over two cores; and the read-ahead of the body's weights on the
-side thread, which was dropped).
+:mod:`muppets.nn.decode` (the greedy screen, weight copies in ``(in, out)`` layout, one intra-op
+thread for the body, the float32 output layer split over two cores; and the read-ahead of the
+body's weights on the side thread, which was dropped).
 
 Every timing is the median of repeated calls in one process; "cold" means right after a product
 with the 51 MB output weight, as in a real step. The ablation runs whole ``generate`` calls
@@ -92,13 +92,15 @@ def steps(model: GPTLanguageModel, reps: int) -> dict:
     return result
 
 
-def step_variant(copies: bool = True, split: bool = True, single: bool = True, prefetch: bool = False):
-    """``next_token_logits`` for one-row steps with one piece of muppets.nn.decode changed."""
+def step_variant(copies: bool = True, split: bool = True, single: bool = True, prefetch: bool = False,
+                 screen: bool = True, screen_single: bool = False):
+    """``next_token_argmax`` (what greedy ``generate`` calls) for one-row steps with one piece of
+    muppets.nn.decode changed; without the screen, the argmax of the full float32 logits."""
     def maybe(flag: bool, ctx):
         return ctx if flag else contextlib.nullcontext()
 
     @torch.no_grad()
-    def next_token_logits(self, input_ids, attention_mask, cache):
+    def next_token_argmax(self, input_ids, attention_mask, cache):
         plan, side = self._decode_weights(), decode.side_thread()
         with maybe(single, decode.single_threaded()), maybe(copies, decode.use(plan)):
             if prefetch and side is not None:
@@ -106,37 +108,44 @@ def step_variant(copies: bool = True, split: bool = True, single: bool = True, p
             hidden = self.backbone(input_ids, attention_mask, cache).last[:, -1]
             if prefetch and side is not None:
                 side.wait()
-        return plan.logits(hidden, side if split else None)  # one row: single-threaded inside
-    return next_token_logits
+        if screen:
+            with maybe(screen_single, decode.single_threaded()):
+                return plan.greedy(hidden, side)
+        return decode.greedy_argmax(plan.logits(hidden, side if split else None))  # one row: single-threaded inside
+    return next_token_argmax
 
 
 def generation(model: GPTLanguageModel, rounds: int) -> dict:
-    """Whole generate calls per variant: median ms per new token, and how often (of ``rounds``)
-    the as-built step beat the variant in the same round."""
+    """Whole greedy generate calls per variant: median ms per new token, and how often (of
+    ``rounds``) the as-built step beat the variant in the same round."""
     prompt = torch.randint(0, model.cfg.vocab_size - 1, (1, 16), generator=torch.Generator().manual_seed(3)).tolist()
     cfg = GenerationConfig(max_new_tokens=64, stop_at_eos=False)
-    variants = {"as_built": GPTLanguageModel.next_token_logits,
+    variants = {"as_built": GPTLanguageModel.next_token_argmax,
+                "screen_on_one_thread": step_variant(screen_single=True),
                 "with_read_ahead": step_variant(prefetch=True),
                 "without_copies": step_variant(copies=False),
-                "without_split_output": step_variant(split=False),
                 "body_on_all_intra_op_threads": step_variant(single=False),
-                "none_of_it": step_variant(copies=False, split=False, single=False, prefetch=False)}
+                "without_screen": step_variant(screen=False),
+                "without_screen_or_split_output": step_variant(screen=False, split=False),
+                "none_of_it": step_variant(copies=False, split=False, single=False, screen=False)}
     times: dict[str, list[float]] = {k: [] for k in variants}
-    original, order = GPTLanguageModel.next_token_logits, list(variants)
+    original, order = GPTLanguageModel.next_token_argmax, list(variants)
     shuffle = random.Random(0).shuffle
+    first = None
     try:
         with torch.inference_mode():
             for r in range(rounds + 1):
                 shuffle(order)
                 for name in order:
-                    GPTLanguageModel.next_token_logits = variants[name]
+                    GPTLanguageModel.next_token_argmax = variants[name]
                     start = time.perf_counter()
                     out = generate(model, prompt, cfg)
                     if r:  # round 0 warms up
                         times[name].append(time.perf_counter() - start)
-                    assert len(out[0]) == 64
+                    first = first or out
+                    assert out == first and len(out[0]) == 64, f"{name} changed the tokens"
     finally:
-        GPTLanguageModel.next_token_logits = original
+        GPTLanguageModel.next_token_argmax = original
     result = {"rounds": rounds}
     for name, t in times.items():
         result[f"{name}_ms_per_token"] = 1e3 * statistics.median(t) / 64

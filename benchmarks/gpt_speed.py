@@ -13,8 +13,10 @@ two so both see the same machine load; tokens/s (B x T per step) come from the m
 
 Generation: 16-token random prompts, 64 new tokens, greedy, no end-of-text stopping, KV cache,
 at batch 1 and batch 32 (32 different prompts): ``muppets.generate.generate`` vs
-``GPT2LMHeadModel.generate``, both under ``torch.inference_mode()``. The new token ids must be
-identical; repetitions alternate between the two; new tokens/s from the median call.
+``GPT2LMHeadModel.generate``, both under ``torch.inference_mode()``. muppets runs twice: as built
+(greedy through ``muppets.nn.decode.GreedyScreen``) and with greedy from the full float32 logits
+(``muppets_logits``: the way sampling decodes). The new token ids must be identical; the order of
+the three rotates between repetitions; new tokens/s from the median call.
 
     python benchmarks/gpt_speed.py --out benchmarks/results/gpt_speed.json
     # smoke run (seconds):
@@ -25,6 +27,7 @@ identical; repetitions alternate between the two; new tokens/s from the median c
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import platform
@@ -38,6 +41,7 @@ import torch
 from muppets.generate import GenerationConfig, generate
 from muppets.interop.hf_gpt import save_hf_gpt
 from muppets.models.gpt import GPTConfig, GPTLanguageModel
+from muppets.nn import decode
 from muppets.train.optim import build_optimizer
 
 from finetune_speed import timed
@@ -138,56 +142,94 @@ def hf_generate(hf, prompts: list[list[int]], pad_id: int) -> list[list[int]]:
     return out[:, ids.shape[1]:].tolist()
 
 
-def weight_read_seconds(model, reps: int = 20) -> float:
-    """Median time to read every parameter once (``p.sum()`` each, cache flushed first): the
-    memory traffic one decoding step cannot avoid, since every weight is used for each token."""
-    params = [p.detach() for p in model.parameters()]
+def weight_read_seconds(tensors: list[torch.Tensor], reps: int = 20) -> float:
+    """Median time to read every tensor once (``t.sum()`` each, cache flushed first): the memory
+    traffic one decoding step cannot avoid, since every weight is used for each token."""
     flush = torch.empty(16 * 1024 * 1024)  # 64 MB, larger than the L3 cache
     times = []
     with torch.inference_mode():
         for _ in range(reps):
             flush.add_(1.0)
-            times.append(timed(lambda: [p.sum() for p in params]))
+            times.append(timed(lambda: [_as_float(t).sum() for t in tensors]))
     return statistics.median(times)
 
 
+def _as_float(t: torch.Tensor) -> torch.Tensor:
+    """``t``'s bytes as float32 where they divide into them (an int8 sum is not vectorised)."""
+    if t.dtype != torch.float32 and t.is_contiguous() and (t.shape[-1] * t.element_size()) % 4 == 0:
+        return t.view(torch.float32)
+    return t
+
+
+@contextlib.contextmanager
+def without_screen():
+    """Greedy decoding from the full float32 logits (``argmax`` of ``DecodeWeights.logits``), as
+    before :class:`muppets.nn.decode.GreedyScreen` and as sampling still decodes."""
+    built = decode.DecodeWeights.greedy
+    decode.DecodeWeights.greedy = lambda self, hidden, side=None: decode.greedy_argmax(self.logits(hidden, side))
+    try:
+        yield
+    finally:
+        decode.DecodeWeights.greedy = built
+
+
 def generation_speed(cfg: GPTConfig, workdir: Path, args) -> dict:
+    """Batch 1 and 32: muppets (greedy through the screen), muppets_logits (greedy from the full
+    float32 logits, the path sampling takes) and transformers, in rotating order."""
     ours, hf = build_pair(cfg, workdir, seed=2)
     ours.eval(), hf.eval()
-    floor = weight_read_seconds(ours)
     hf.generation_config.eos_token_id = None  # never stop early: exactly NEW_TOKENS per row
     g = torch.Generator().manual_seed(3)
     gen_cfg = GenerationConfig(max_new_tokens=NEW_TOKENS, stop_at_eos=False)
+
+    def ours_logits(prompts):
+        with without_screen():
+            return generate(ours, prompts, gen_cfg)
+
     result = {}
     for B in args.gen_batch_sizes:
         prompts = torch.randint(0, cfg.vocab_size - 1, (B, PROMPT_LEN), generator=g).tolist()
         run = {"muppets": lambda: generate(ours, prompts, gen_cfg),
+               "muppets_logits": lambda: ours_logits(prompts),
                "transformers": lambda: hf_generate(hf, prompts, cfg.eos_token_id)}
         times: dict[str, list[float]] = {k: [] for k in run}
         with torch.inference_mode():
             outs = {k: fn() for k, fn in run.items()}  # warm-up, and the ids to compare
             for rep in range(args.gen_reps):
-                for name in (list(run) if rep % 2 == 0 else list(run)[::-1]):
+                order = list(run)[rep % 3:] + list(run)[:rep % 3]  # each first, second, last in turn
+                for name in order:
                     times[name].append(timed(run[name]))
         result[f"batch_{B}"] = generation_report(B, times, outs)
-        result[f"batch_{B}"].update({  # the bound: NEW_TOKENS steps that each read all weights
-            "weight_mb": sum(p.numel() * p.element_size() for p in ours.parameters()) / 2**20,
-            "weight_read_ms": 1e3 * floor, "floor_call_s": NEW_TOKENS * floor,
-            "speedup_at_floor": result[f"batch_{B}"]["call_s_transformers"] / (NEW_TOKENS * floor)})
+    # the bound: NEW_TOKENS steps that each read every weight (float32), or, with the screen, the
+    # body's weights in float32 and the output layer's int8 copy (the embedding reads one row)
+    screen = ours._decode_weights().screen
+    body = [p.detach() for n, p in ours.named_parameters() if n != "backbone.embeddings.tokens.weight"]
+    floors = {"float32": weight_read_seconds([p.detach() for p in ours.parameters()]),
+              "screened": weight_read_seconds(body + [screen.q, screen.scale])}
+    for B in args.gen_batch_sizes:
+        t_hf = result[f"batch_{B}"]["call_s_transformers"]
+        for name, floor in floors.items():
+            result[f"batch_{B}"].update({f"weight_read_ms_{name}": 1e3 * floor, f"floor_call_s_{name}": NEW_TOKENS * floor,
+                                         f"speedup_at_floor_{name}": t_hf / (NEW_TOKENS * floor)})
+        result[f"batch_{B}"]["weight_mb_float32"] = sum(p.numel() * p.element_size() for p in ours.parameters()) / 2**20
+        result[f"batch_{B}"]["weight_mb_screened"] = (sum(p.numel() * p.element_size() for p in body)
+                                                      + screen.q.numel() + 2 * screen.scale.numel()) / 2**20
     return result
 
 
 def generation_report(B: int, times: dict[str, list[float]], outs: dict[str, list[list[int]]]) -> dict:
     t_ours, t_hf = statistics.median(times["muppets"]), statistics.median(times["transformers"])
+    t_logits = statistics.median(times["muppets_logits"])
     same_rows = sum(a == b for a, b in zip(outs["muppets"], outs["transformers"]))
     return {
         "prompts": B, "prompt_tokens": PROMPT_LEN, "new_tokens": NEW_TOKENS, "reps": len(times["muppets"]),
         "identical": same_rows == B and all(len(r) == NEW_TOKENS for r in outs["muppets"]),
-        "rows_identical": same_rows,
-        "call_s_muppets": t_ours, "call_s_transformers": t_hf,
+        "rows_identical": same_rows, "logits_path_identical": outs["muppets_logits"] == outs["muppets"],
+        "call_s_muppets": t_ours, "call_s_muppets_logits": t_logits, "call_s_transformers": t_hf,
         "new_tokens_per_s_muppets": B * NEW_TOKENS / t_ours,
         "new_tokens_per_s_transformers": B * NEW_TOKENS / t_hf,
-        "speedup": t_hf / t_ours, "target": TARGETS.get(f"generation_batch_{B}"),
+        "speedup": t_hf / t_ours, "speedup_logits_path": t_hf / t_logits,
+        "target": TARGETS.get(f"generation_batch_{B}"),
     }
 
 

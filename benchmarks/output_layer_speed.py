@@ -95,7 +95,8 @@ def greedy_choice(reps: int) -> dict:
 
 def generate_by_rows(reps: int, rows: tuple[int, ...] = (1, 2, 4, 8, 16, 32)) -> dict:
     """ms per generated token inside ``generate()`` (gpt-mini, 16-token prompts, 32 new tokens)
-    for each way :meth:`DecodeWeights.logits` can take the output layer, forced for every row
+    for each way :meth:`DecodeWeights.logits` can take the output layer (greedy from the full logits:
+    the screen is off here), forced for every row
     count, in shuffled rounds. Run with 2 threads. The ways:
 
     * ``as_built``: the policy of ``muppets.nn.decode.TALL_ROWS``;
@@ -124,6 +125,8 @@ def generate_by_rows(reps: int, rows: tuple[int, ...] = (1, 2, 4, 8, 16, 32)) ->
             side.wait()
         return out
 
+    greedy = decode.DecodeWeights.greedy  # the ways differ in the float32 logits: greedy must use them
+    decode.DecodeWeights.greedy = lambda self, hidden, side=None: greedy_argmax(self.logits(hidden, side))
     ways = {"as_built": (built, tall_rows), "blocks_all_threads": (built, 2), "tall": (built, 10**9),
             "halves_two_cores": (halves_two_cores, 10**9)}
     result = {"threads": torch.get_num_threads()}
@@ -147,7 +150,7 @@ def generate_by_rows(reps: int, rows: tuple[int, ...] = (1, 2, 4, 8, 16, 32)) ->
                 result[f"rows_{B}"] = {f"{k}_ms_per_step": 1e3 * statistics.median(v) / cfg.max_new_tokens
                                        for k, v in times.items()}
     finally:
-        decode.DecodeWeights.logits, decode.TALL_ROWS = built, tall_rows
+        decode.DecodeWeights.logits, decode.TALL_ROWS, decode.DecodeWeights.greedy = built, tall_rows, greedy
     return result
 
 

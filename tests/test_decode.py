@@ -156,3 +156,88 @@ def test_copies_follow_every_kind_of_weight_change(threads):
     assert model._decode is None  # training drops the copies
     model.eval()
     check()
+
+
+# ----------------------------------------------------------------------------- greedy screen
+
+
+def _output_weight(V_: int, H: int, seed: int = 0, scale: float = 0.02) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(V_, H, generator=g) * scale
+
+
+@pytest.mark.parametrize("h_scale", [0.01, 1.0, 300.0])  # logits from tiny to about +-100
+def test_screen_bound_holds_against_float64(h_scale):
+    """The kernel's logits are within the bound of the exact (float64) products, row by row."""
+    w = _output_weight(3001, 64, seed=1) * torch.linspace(0.1, 3.0, 3001)[:, None]  # rows of many scales
+    screen = decode.GreedyScreen.build(w)
+    h = torch.randn(5, 64, generator=torch.Generator().manual_seed(2)) * h_scale
+    y, bound = screen.scores(h)
+    exact = h.double() @ w.double().t()  # (5, V)
+    err = (y.double() - exact).abs().amax(1)  # (5,)
+    assert bool((err <= bound.double()).all()), (err, bound)
+    assert bool((bound.double() < 0.05 * (exact.amax(1) - exact.amin(1))).all())  # and useful: small
+
+
+@pytest.mark.parametrize("rows", [1, 2, 7, 32])
+def test_screen_argmax_equals_float32_argmax(threads, rows):
+    w = _output_weight(5003, 48, seed=3)
+    screen = decode.GreedyScreen.build(w)
+    for seed in range(20):
+        h = torch.randn(rows, 48, generator=torch.Generator().manual_seed(seed)) * (1 + 10 * seed)
+        got = screen.argmax(h)
+        assert got is not None and torch.equal(got, (h @ w.t()).argmax(-1)), seed
+
+
+def test_screen_ties_take_the_first_index_like_argmax():
+    w = _output_weight(500, 32, seed=4)
+    w[400] = w[17] = w[250] * 3.0  # three equal rows far above the rest for h below
+    screen = decode.GreedyScreen.build(w)
+    h = torch.cat([w[250:251] * 5, w[250:251] * 5, -w[250:251]])  # rows 0, 1: the tie; row 2: something else
+    got = screen.argmax(h)
+    assert got.tolist()[:2] == [17, 17]
+    assert torch.equal(got, (h @ w.t()).argmax(-1))
+
+
+def test_screen_declines_what_it_cannot_decide(monkeypatch):
+    w = _output_weight(300, 32, seed=5)
+    screen = decode.GreedyScreen.build(w)
+    assert screen.argmax(torch.full((1, 32), float("nan"))) is None  # not finite: argmax's NaN rule applies
+    assert screen.argmax(torch.zeros(2, 32)) is not None  # every logit 0: all 300 candidates, first wins
+    assert screen.argmax(torch.zeros(2, 32)).tolist() == [0, 0]
+    monkeypatch.setattr(decode, "SCREEN_MAX_CANDIDATES", 10)
+    assert screen.argmax(torch.zeros(1, 32)) is None  # too many candidates
+    assert decode.GreedyScreen.build(_output_weight(300, 40)) is None  # H not a multiple of 16
+    assert decode.GreedyScreen.build(_output_weight(300, 32).double()) is None
+    bad = _output_weight(300, 32)
+    bad[3, 3] = float("inf")
+    assert decode.GreedyScreen.build(bad) is None
+
+
+@pytest.mark.parametrize("hidden", [32, 36], ids=["screened", "H-not-16x"])
+def test_greedy_generation_with_and_without_the_screen_equals_argmax_of_the_logits(threads, hidden):
+    torch.manual_seed(0)
+    cfg = GPTConfig(vocab_size=V, max_position_embeddings=64, hidden_size=hidden, num_layers=2, num_heads=4,
+                    intermediate_size=64, initializer_range=0.3)
+    model = GPTLanguageModel(cfg).eval()
+    prompts = [[5, 6, 7, 8], [9, 10], [11]]
+    got = generate(model, prompts, GenerationConfig(max_new_tokens=12, stop_at_eos=False))
+    for prompt, tokens in zip(prompts, got):  # one row at a time, argmax of the full logits
+        cache, ids, want = model.backbone.new_cache(1, 32), torch.tensor([prompt]), []
+        for _ in range(12):
+            nxt = model.next_token_logits(ids, None, cache).argmax(-1)
+            want.append(int(nxt))
+            ids = nxt[:, None]
+        assert tokens == want
+    assert isinstance(model._decode.screen, decode.GreedyScreen) == (hidden % 16 == 0)
+
+
+def test_screen_follows_weight_changes():
+    model = tiny()
+    prompt = [[1, 2, 3]]
+    first = generate(model, prompt, GenerationConfig(max_new_tokens=3, stop_at_eos=False))
+    with torch.no_grad():
+        model.lm_weight[40] += 50 * model.lm_weight[first[0][0]]  # token 40 now wins the first step
+    again = generate(model, prompt, GenerationConfig(max_new_tokens=3, stop_at_eos=False))
+    logits = model.next_token_logits(torch.tensor(prompt), None, model.backbone.new_cache(1, 8))
+    assert again[0][0] == int(logits.argmax()) == 40 != first[0][0]

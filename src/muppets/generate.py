@@ -14,7 +14,8 @@ Usage::
 
 ``model`` is anything with ``backbone.new_cache(batch, max_len)``,
 ``next_token_logits(ids, mask, cache) -> (B, V)`` and ``cfg.eos_token_id``
-(:class:`muppets.models.gpt.GPTLanguageModel`).
+(:class:`muppets.models.gpt.GPTLanguageModel`); greedy decoding without a repetition penalty
+uses ``next_token_argmax(ids, mask, cache) -> (B,)`` instead when the model has it.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from dataclasses import dataclass, field
 import torch
 
 from muppets.errors import ConfigError
+from muppets.nn.decode import ARGMAX_BLOCK, greedy_argmax  # noqa: F401  (greedy_argmax: re-exported)
 
 log = logging.getLogger(__name__)
 
@@ -87,33 +89,6 @@ def filter_logits(logits: torch.Tensor, cfg: GenerationConfig) -> torch.Tensor:
         drop = cum - sorted_logits.softmax(-1) >= cfg.top_p  # mass before this token already >= p
         logits = logits.masked_fill(drop.scatter(1, order, drop), float("-inf"))
     return logits
-
-
-ARGMAX_BLOCK = 256  # columns per block of greedy_argmax's first pass
-
-
-def greedy_argmax(logits: torch.Tensor) -> torch.Tensor:
-    """``logits.argmax(-1)`` of ``(B, V)``, the same indices (the first largest), in two passes:
-    the largest value of every ``ARGMAX_BLOCK`` columns (``amax`` is vectorised; ``argmax`` over
-    a 50k-wide row runs about 7x slower on this CPU), then ``argmax`` inside the first block that
-    holds the row's largest value. Rows with a NaN fall back to ``argmax`` itself."""
-    B, V = logits.shape
-    n = V // ARGMAX_BLOCK
-    if n < 2 or not logits.is_contiguous() or not logits.is_floating_point():
-        return logits.argmax(-1)
-    head = logits[:, :n * ARGMAX_BLOCK].view(B, n, ARGMAX_BLOCK)
-    peaks = head.amax(-1)  # (B, n)
-    if V > n * ARGMAX_BLOCK:  # the tail as one more block
-        peaks = torch.cat([peaks, logits[:, n * ARGMAX_BLOCK:].amax(-1, keepdim=True)], 1)  # (B, n + 1)
-    block = peaks.argmax(-1)  # (B,) the first block holding the row's maximum
-    starts = block * ARGMAX_BLOCK  # (B,)
-    cols = (starts[:, None] + torch.arange(ARGMAX_BLOCK, device=logits.device)).clamp_(max=V - 1)  # (B, blk)
-    window = logits.gather(1, cols)  # (B, blk); a tail block repeats its last column (never first)
-    index = starts + window.argmax(-1)
-    nan_rows = torch.isnan(peaks).any(-1)  # (B,)
-    if bool(nan_rows.any()):  # argmax's NaN rule, row by row
-        index[nan_rows] = logits[nan_rows].argmax(-1)
-    return index
 
 
 def choose(logits: torch.Tensor, cfg: GenerationConfig, generator: torch.Generator | None) -> torch.Tensor:
@@ -180,10 +155,19 @@ def _sample(model, prompts, cfg: GenerationConfig, on_token: OnToken | None, sho
     seen, seen_mask = ids, mask
     out: list[list[int]] = [[] for _ in range(B)]
     done = [False] * B
-    logits = model.next_token_logits(ids, mask, cache)  # (B, V)
-    for _ in range(cfg.max_new_tokens):
+    # plain greedy asks the model for the argmax alone (GPTLanguageModel finds it without the
+    # float32 output layer: muppets.nn.decode.GreedyScreen); anything else needs all logits
+    argmax_only = not cfg.do_sample and cfg.repetition_penalty == 1.0 and hasattr(model, "next_token_argmax")
+
+    def next_tokens(new_ids: torch.Tensor, new_mask: torch.Tensor | None) -> torch.Tensor:  # (B,)
+        if argmax_only:
+            return model.next_token_argmax(new_ids, new_mask, cache)
+        logits = model.next_token_logits(new_ids, new_mask, cache)  # (B, V)
         logits = penalise_repetition(logits, seen, seen_mask, cfg.repetition_penalty)
-        nxt = choose(logits, cfg, generator)  # (B,)
+        return choose(logits, cfg, generator)
+
+    for step in range(cfg.max_new_tokens):
+        nxt = next_tokens(ids, mask) if step == 0 else next_tokens(nxt[:, None], None)
         if any(done):
             nxt = torch.where(torch.tensor(done), torch.full_like(nxt, eos), nxt)
         for row, token in enumerate(nxt.tolist()):
@@ -194,7 +178,6 @@ def _sample(model, prompts, cfg: GenerationConfig, on_token: OnToken | None, sho
         if cfg.repetition_penalty != 1.0:
             seen = torch.cat([seen, nxt[:, None]], 1)
             seen_mask = torch.cat([seen_mask, torch.ones(B, 1, dtype=torch.bool)], 1)
-        logits = model.next_token_logits(nxt[:, None], None, cache)
     return out
 
 
@@ -256,8 +239,10 @@ def _beam_search(model, prompts, cfg: GenerationConfig) -> list[list[int]]:
         parents, tokens, scores = _select(top, flat // V, flat % V, beams, hyps, done, K, eos, cfg, step + 1)
         if all(done):
             break
-        cache.reorder(parents)
         beams = [beams[int(p)] + [int(t)] for p, t in zip(parents, tokens)]
+        if step + 1 == cfg.max_new_tokens:  # no logits needed after the last token
+            break
+        cache.reorder(parents)
         seen = torch.cat([seen.index_select(0, parents), tokens[:, None]], 1)
         seen_mask = torch.cat([seen_mask.index_select(0, parents), torch.ones(P * K, 1, dtype=torch.bool)], 1)
         logits = model.next_token_logits(tokens[:, None], None, cache)

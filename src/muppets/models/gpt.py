@@ -209,6 +209,21 @@ class GPTLanguageModel(nn.Module):
     def next_token_logits(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None,
                           cache: KVCache) -> torch.Tensor:
         """Feed ``(B, T)`` new tokens through the cache; the logits of the last one ``(B, V)``."""
+        plan, hidden, side = self._next_hidden(input_ids, attention_mask, cache)
+        return plan.logits(hidden, side)  # (B, V)
+
+    @torch.no_grad()
+    def next_token_argmax(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None,
+                          cache: KVCache) -> torch.Tensor:
+        """``next_token_logits(...).argmax(-1)`` ``(B,)``, the same tokens, found without the
+        float32 output layer where :class:`~muppets.nn.decode.GreedyScreen` can."""
+        plan, hidden, side = self._next_hidden(input_ids, attention_mask, cache)
+        return plan.greedy(hidden, side)  # (B,)
+
+    def _next_hidden(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None,
+                     cache: KVCache) -> tuple[DecodeWeights, torch.Tensor, "decode.SideThread | None"]:
+        """Feed ``(B, T)`` new tokens through the cache: the decoding weights, the top hidden state
+        of the last token ``(B, H)`` and the side thread for the output layer."""
         plan = self._decode_weights()
         B, T = input_ids.shape
         side = decode.side_thread()
@@ -217,7 +232,7 @@ class GPTLanguageModel(nn.Module):
                 hidden = self.backbone(input_ids, attention_mask, cache).last[:, -1]  # (B, H)
         else:  # a prompt or many rows: whole matrices
             hidden = self.backbone(input_ids, attention_mask, cache).last[:, -1]
-        return plan.logits(hidden, side)  # (B, V)
+        return plan, hidden, side
 
     def _decode_weights(self) -> DecodeWeights:
         """The decoding copies of the weights (:class:`~muppets.nn.decode.DecodeWeights`),

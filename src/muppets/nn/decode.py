@@ -92,6 +92,17 @@ class DecodeWeights:
             V = output.shape[0]
             self.cut = (V + 1) // 2
             self.output = (output[:self.cut].t().contiguous(), output[self.cut:].t().contiguous())  # (H, cut), (H, V-cut)
+        self.screen: GreedyScreen | None | bool = None  # made by greedy(); False: cannot be used
+
+    def greedy(self, hidden: torch.Tensor, side: "SideThread | None" = None) -> torch.Tensor:
+        """``argmax(self.logits(hidden))``: the greedy token of each row ``(B,)``, from the
+        :class:`GreedyScreen` (made on first use) when it can decide, else the full logits."""
+        if hidden.shape[0] > SCREEN_ROWS_PER_THREAD * torch.get_num_threads():
+            return greedy_argmax(self.logits(hidden, side))
+        if self.screen is None:
+            self.screen = GreedyScreen.build(self.params[-1]) or False
+        picked = self.screen.argmax(hidden) if self.screen else None
+        return picked if picked is not None else greedy_argmax(self.logits(hidden, side))
 
     def current(self, output: torch.Tensor) -> bool:
         """Do the copies still equal the parameters? ``output`` is the model's output weight now
@@ -200,6 +211,131 @@ class SideThread:
             error = error or result
         if error is not None:
             raise error
+
+
+ARGMAX_BLOCK = 256  # columns per block of greedy_argmax's first pass
+
+
+def greedy_argmax(logits: torch.Tensor) -> torch.Tensor:
+    """``logits.argmax(-1)`` of ``(B, V)``, the same indices (the first largest), in two passes:
+    the largest value of every ``ARGMAX_BLOCK`` columns (``amax`` is vectorised; ``argmax`` over
+    a 50k-wide row runs about 7x slower on this CPU), then ``argmax`` inside the first block that
+    holds the row's largest value. Rows with a NaN fall back to ``argmax`` itself."""
+    B, V = logits.shape
+    n = V // ARGMAX_BLOCK
+    if n < 2 or not logits.is_contiguous() or not logits.is_floating_point():
+        return logits.argmax(-1)
+    head = logits[:, :n * ARGMAX_BLOCK].view(B, n, ARGMAX_BLOCK)
+    peaks = head.amax(-1)  # (B, n)
+    if V > n * ARGMAX_BLOCK:  # the tail as one more block
+        peaks = torch.cat([peaks, logits[:, n * ARGMAX_BLOCK:].amax(-1, keepdim=True)], 1)  # (B, n + 1)
+    block = peaks.argmax(-1)  # (B,) the first block holding the row's maximum
+    starts = block * ARGMAX_BLOCK  # (B,)
+    cols = (starts[:, None] + torch.arange(ARGMAX_BLOCK, device=logits.device)).clamp_(max=V - 1)  # (B, blk)
+    window = logits.gather(1, cols)  # (B, blk); a tail block repeats its last column (never first)
+    index = starts + window.argmax(-1)
+    nan_rows = torch.isnan(peaks).any(-1)  # (B,)
+    if bool(nan_rows.any()):  # argmax's NaN rule, row by row
+        index[nan_rows] = logits[nan_rows].argmax(-1)
+    return index
+
+
+# ----------------------------------------------------------------------------- greedy screen
+
+# The screen's int8 kernel is bound by arithmetic with many rows (it widens the weights again for
+# every 4 rows): inside generate() (gpt-mini, benchmarks/greedy_screen.py) it won up to 32 rows on
+# two threads and up to 16 on one, and lost or broke even beyond.
+SCREEN_ROWS_PER_THREAD = 16
+SCREEN_MAX_CANDIDATES = 4096  # more candidates in a row than this: the full fp32 logits instead
+_U = 2.0 ** -24  # unit roundoff of float32
+
+
+class GreedyScreen:
+    """The greedy token ``argmax(hidden @ W^T)`` without reading the float32 output weight.
+
+    A decoding step of a small model spends most of its time reading the ``(V, H)`` output
+    weight (gpt-mini: 51 MB a step). The screen reads an int8 copy (a quarter of the bytes,
+    with one bfloat16 scale per row) through torch's ``_weight_int8pack_mm`` kernel, then
+    recomputes in float32 only the rows that could still be the largest, so the answer is the
+    float32 argmax (the first one on ties) and not an approximation of it.
+
+    Why no other row can win: for row ``i`` with float32 weights ``w``, int8 weights times
+    scale ``w~`` (exact in float32: 8 bits times 8 bits) and ``h~ = bf16(h)``, the kernel
+    returns ``y = bf16(fl(h~ . w~))``, so the exact ``h . w`` is within
+
+        e = |h| |w - w~| + |h - h~| |w~| + g |h~| |w~| + 2^-8 |y|   (Cauchy-Schwarz)
+
+    of ``y``, ``g = (H+1)u / (1 - (H+1)u)`` bounding float32 summation in any order (``u =
+    2^-24``). A float32 evaluation of ``h . w`` (ours, or transformers') is within ``g |h| |w|``
+    of the exact value. With ``E`` at least ``e`` plus that for every row, the row holding the
+    float32 maximum has ``y >= max(y) - 2E``; those candidate rows are recomputed in float32 and
+    the largest wins. For gpt-mini, random or pretrained, ``E`` was 2-3% of the spread of a step's
+    logits and the candidates one to a few rows (``benchmarks/greedy_screen.py``). :meth:`argmax` returns None (the caller takes the full
+    logits) when a row has more than :data:`SCREEN_MAX_CANDIDATES` candidates or a value that
+    is not finite.
+
+    Args:
+        weight: the output weight ``(V, H)``, float32; ``H`` a multiple of 16 (the kernel reads
+            16 values at a time). :meth:`build` returns None when the screen cannot be used.
+    """
+
+    def __init__(self, weight: torch.Tensor) -> None:
+        with torch.no_grad():
+            scale = (weight.abs().amax(1) / 127).to(torch.bfloat16)  # (V,)
+            scale = torch.where(scale > 0, scale, torch.ones_like(scale))  # an all-zero row is exact
+            self.q = (weight / scale.float()[:, None]).round_().clamp_(-127, 127).to(torch.int8)  # (V, H)
+            self.scale = scale
+            approx = self.q.double() * scale.double()[:, None]  # (V, H): what the kernel multiplies by
+            # per-row constants of the bound, in float64, rounded up by a relative 1e-6
+            self.error_norm = float((weight.double() - approx).norm(dim=1).max()) * (1 + 1e-6)  # max |w - w~|
+            self.weight_norm = float(torch.maximum(approx.norm(dim=1), weight.double().norm(dim=1)).max()) * (1 + 1e-6)
+        H = weight.shape[1]
+        self.gamma = (H + 1) * _U / (1 - (H + 1) * _U)
+        self.weight = weight  # (V, H) float32: the candidates are recomputed from it
+
+    @classmethod
+    def build(cls, weight: torch.Tensor) -> "GreedyScreen | None":
+        """A screen for ``weight``, or None where it cannot run (not float32 on a CPU, ``H`` not a
+        multiple of 16, weights that are not finite, no int8 kernel in this torch)."""
+        if (weight.dtype != torch.float32 or weight.device.type != "cpu" or weight.dim() != 2
+                or weight.shape[1] % 16 or not hasattr(torch.ops.aten, "_weight_int8pack_mm")
+                or not bool(torch.isfinite(weight).all())):
+            return None
+        return cls(weight)
+
+    def scores(self, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The kernel's logits ``y (B, V)`` of ``hidden (B, H)`` and a bound ``E (B,)``: every
+        logit of row ``b``, exact or from any float32 evaluation, is within ``E[b]`` of ``y``."""
+        h = hidden.float().contiguous()  # (B, H)
+        hb = h.to(torch.bfloat16)  # (B, H): the kernel's input
+        y = torch.ops.aten._weight_int8pack_mm(hb, self.q, self.scale).float()  # (B, V)
+        low, high = torch.aminmax(y, dim=1)  # (B,), (B,)
+        h_norm = h.norm(dim=1)  # (B,)
+        round_norm = (h - hb.float()).norm(dim=1)  # (B,): |h - bf16(h)|
+        bound = (h_norm * self.error_norm
+                 + (round_norm + self.gamma * (2 * h_norm + round_norm)) * self.weight_norm
+                 + 2.0 ** -8 * torch.maximum(low.abs(), high.abs()))  # (B,): e, plus float32's error
+        return y, bound * (1 + 2.0 ** -10) + 1e-30  # margin: the bound's own rounding; subnormals
+
+    def argmax(self, hidden: torch.Tensor) -> torch.Tensor | None:
+        """The index of each row's largest logit of ``hidden (B, H) @ W^T``: ``(B,)`` long, or None
+        (take the full logits) when the screen cannot decide. Uses torch's intra-op threads."""
+        B = hidden.shape[0]
+        h = hidden.float()
+        y, bound = self.scores(h)  # (B, V), (B,)
+        high = y.amax(1)  # (B,)
+        if not bool(torch.isfinite(bound).all() & torch.isfinite(high).all()):
+            return None
+        rows, cols = (y >= (high - 2 * bound)[:, None]).nonzero(as_tuple=True)  # (N,), (N,): row-major
+        if rows.numel() > SCREEN_MAX_CANDIDATES and bool(
+                (torch.bincount(rows, minlength=B) > SCREEN_MAX_CANDIDATES).any()):
+            return None  # recomputing that many rows would cost about as much as the full logits
+        exact = (self.weight.index_select(0, cols) * h.index_select(0, rows)).sum(1)  # (N,) float32
+        if B == 1:
+            return cols[exact.argmax()].view(1)  # the first of equal maxima: cols ascend
+        best = torch.full((B,), float("-inf")).scatter_reduce_(0, rows, exact, "amax")  # (B,)
+        first = torch.where(exact == best[rows], cols, torch.full_like(cols, self.weight.shape[0]))
+        return torch.full((B,), self.weight.shape[0], dtype=torch.long).scatter_reduce_(0, rows, first, "amin")
 
 
 _SIDES = threading.local()  # .side: the calling thread's helper
