@@ -285,16 +285,23 @@ class GreedyScreen:
             16 values at a time). :meth:`build` returns None when the screen cannot be used.
     """
 
-    def __init__(self, weight: torch.Tensor) -> None:
+    def __init__(self, weight: torch.Tensor, chunk: int = 4096) -> None:
+        V = weight.shape[0]
+        self.q = torch.empty(weight.shape, dtype=torch.int8)  # (V, H)
+        self.scale = torch.empty(V, dtype=torch.bfloat16)  # (V,)
+        error_norm = weight_norm = 0.0
         with torch.no_grad():
-            scale = (weight.abs().amax(1) / 127).to(torch.bfloat16)  # (V,)
-            scale = torch.where(scale > 0, scale, torch.ones_like(scale))  # an all-zero row is exact
-            self.q = (weight / scale.float()[:, None]).round_().clamp_(-127, 127).to(torch.int8)  # (V, H)
-            self.scale = scale
-            approx = self.q.double() * scale.double()[:, None]  # (V, H): what the kernel multiplies by
-            # per-row constants of the bound, in float64, rounded up by a relative 1e-6
-            self.error_norm = float((weight.double() - approx).norm(dim=1).max()) * (1 + 1e-6)  # max |w - w~|
-            self.weight_norm = float(torch.maximum(approx.norm(dim=1), weight.double().norm(dim=1)).max()) * (1 + 1e-6)
+            for s in range(0, V, chunk):  # in row chunks: the float64 temporaries stay small
+                w = weight[s:s + chunk]
+                scale = (w.abs().amax(1) / 127).to(torch.bfloat16)
+                scale = torch.where(scale > 0, scale, torch.ones_like(scale))  # an all-zero row is exact
+                q = (w / scale.float()[:, None]).round_().clamp_(-127, 127).to(torch.int8)
+                self.q[s:s + chunk], self.scale[s:s + chunk] = q, scale
+                approx = q.double() * scale.double()[:, None]  # what the kernel multiplies by
+                error_norm = max(error_norm, float((w.double() - approx).norm(dim=1).max()))  # max |w - w~|
+                weight_norm = max(weight_norm, float(torch.maximum(approx.norm(dim=1), w.double().norm(dim=1)).max()))
+        self.error_norm = error_norm * (1 + 1e-6)  # computed in float64: rounded up by a relative 1e-6
+        self.weight_norm = weight_norm * (1 + 1e-6)
         H = weight.shape[1]
         self.gamma = (H + 1) * _U / (1 - (H + 1) * _U)
         self.weight = weight  # (V, H) float32: the candidates are recomputed from it
