@@ -261,3 +261,29 @@ def test_a_signal_stops_the_run_without_a_result_and_the_rerun_resumes_it(backbo
     again = run(cfg, data=data)
     assert calls[5] == 6  # resumed after the 5th step, not from scratch
     assert again["dev"] == whole["dev"] and again["steps"] == whole["steps"]
+
+
+def test_mix_l2_penalty_is_lambda_times_squared_logits_and_pulls_toward_the_average(backbones, tmp_path):
+    """ELMo's lambda * |w|^2 (section 3.2): the loss term by hand, its config checks, and in a run a
+    large lambda keeps the learned weights near the uniform average while lambda = 0 lets them move."""
+    model = _model("tag", mix_l2=0.5)
+    with torch.no_grad():
+        model.combiner.mix.logits.copy_(torch.tensor([1.0, -2.0, 0.5]))
+    feats, extra, mask, labels = _inputs()
+    out = model(feats, mask, labels, extra)
+    assert float(out.loss_sums["mix_l2"].detach()) == pytest.approx(0.5 * (1 + 4 + 0.25))
+    assert "mix_l2" not in _model("tag")(feats, mask, labels, extra).loss_sums
+    with pytest.raises(ConfigError, match="mix_l2"):
+        FeatureConfig(layers="last", mix_l2=0.1)
+    with pytest.raises(ConfigError, match="mix_l2"):
+        FeatureConfig(mix_l2=-1.0)
+
+    spread = {}
+    for lam in (0.0, 1.0):
+        cfg = cfg_for(tmp_path, backbones["elmo"], layers="mix", run_dir=str(tmp_path / f"l2-{lam}"), epochs=4,
+                      mix_l2=lam)
+        weights = run(cfg, data=ner_task())["mix"]["weights"]
+        spread[lam] = max(weights) - min(weights)
+        logged = [r for r in read_log(tmp_path / f"l2-{lam}") if "loss/mix_l2" in r]
+        assert bool(logged) == (lam > 0)  # the penalty is a logged loss term
+    assert spread[1.0] < spread[0.0] / 3

@@ -65,6 +65,7 @@ class FeatureConfig:
     cache_dtype: str = "float16"  # float16 (half the memory) | float32
     embed_batch_size: int = 32  # sentences per backbone forward pass
     layer_norm: bool = False  # mix: normalise each layer before mixing (ELMo's option)
+    mix_l2: float = 0.0  # mix: ELMo's lambda * |w|^2 on the mix logits (large: near the average; 0 = off)
     hidden: int = 128  # LSTM units per direction
     lstm_layers: int = 1  # stacked BiLSTM layers
     dropout: float = 0.3  # on the input vectors and before the output layer
@@ -92,7 +93,8 @@ class FeatureConfig:
                   ("pooling", self.pooling in POOLINGS), ("cache_dtype", self.cache_dtype in ("float16", "float32")),
                   ("epochs", self.epochs >= 1), ("batch_size", self.batch_size >= 1),
                   ("eval_batch_size", self.eval_batch_size >= 1), ("embed_batch_size", self.embed_batch_size >= 1),
-                  ("patience", self.patience >= 0), ("eval_every", self.eval_every >= 0)]
+                  ("patience", self.patience >= 0), ("eval_every", self.eval_every >= 0),
+                  ("mix_l2", self.mix_l2 >= 0 and (self.mix_l2 == 0 or self.layers == "mix"))]
         for name, ok in checks:
             if not ok:
                 raise ConfigError(f"{name}: invalid value {getattr(self, name)!r}")
@@ -181,9 +183,16 @@ class _Row:
 class FeatureEpochData(EpochData):
     """:class:`~muppets.transfer.batching.EpochData` over a split's cached features."""
 
-    def __init__(self, split: SplitFeatures, kind: str, batch_size: int, epochs: int, seed: int) -> None:
+    def __init__(self, split: SplitFeatures, kind: str, batch_size: int, epochs: int, seed: int,
+                 mix_l2: bool = False) -> None:
         super().__init__([_Row(n) for n in split.lengths], kind, batch_size, 1, epochs, seed, pad_id=0)
-        self.split = split
+        self.split, self.mix_l2 = split, mix_l2
+
+    def normalizers(self, batch: dict[str, torch.Tensor]) -> dict[str, float]:
+        """The task's units, and one unit of the mix penalty per micro-batch (so that the
+        trainer's mean over an update, any accumulation or world size, is ``lambda * |w|^2``)."""
+        units = super().normalizers(batch)
+        return {**units, "mix_l2": 1.0} if self.mix_l2 else units
 
     def collate(self, indices: list[int]) -> dict[str, torch.Tensor]:
         return self.split.batch(indices)
@@ -252,7 +261,8 @@ def prepare(cfg: FeatureConfig, data: TaskData) -> _Prepared:
     model_cfg = FeatureModelConfig(
         kind=spec.kind, num_labels=len(spec.labels), num_layers=K, dim=D, combine=meta["combine"],
         layer_norm=cfg.layer_norm, extra_dim=splits["train"].extra[0].shape[-1] if static else 0,
-        hidden=cfg.hidden, lstm_layers=cfg.lstm_layers, dropout=cfg.dropout, pool=cfg.pool, crf=cfg.crf)
+        hidden=cfg.hidden, lstm_layers=cfg.lstm_layers, dropout=cfg.dropout, pool=cfg.pool, crf=cfg.crf,
+        mix_l2=cfg.mix_l2)
     return _Prepared(spec, splits, model_cfg, meta, static_meta)
 
 
@@ -321,7 +331,8 @@ def run(cfg: FeatureConfig, resume: bool = True, data: TaskData | None = None,
     p = prepared or prepare(cfg, data or load_task_data(cfg.task))
     seed_everything(cfg.seed)  # the task model's initialisation
     model = FeatureTaskModel(p.model_cfg).to(cfg.device)
-    steps = FeatureEpochData(p.splits["train"], p.spec.kind, cfg.batch_size, cfg.epochs, cfg.seed)
+    steps = FeatureEpochData(p.splits["train"], p.spec.kind, cfg.batch_size, cfg.epochs, cfg.seed,
+                             mix_l2=cfg.mix_l2 > 0)
     spe, has_dev = steps.steps_per_epoch, "dev" in p.splits and p.splits["dev"].labels is not None
     extra = {"task": p.spec.name, "labels": list(p.spec.labels), "backbone": p.backbone, "static": p.static}
 

@@ -57,6 +57,7 @@ class FeatureModelConfig:
     dropout: float = 0.3  # on the input vectors, between LSTM layers and before the output layer
     pool: str = "max"  # classify: max | mean of the BiLSTM states over the real words
     crf: bool = False  # tag: a CRF output layer (else a per-word softmax)
+    mix_l2: float = 0.0  # mix: lambda of ELMo's penalty lambda * |w|^2 on the mix logits (0 = none)
 
     def __post_init__(self) -> None:
         checks = [("kind", self.kind in ("classify", "tag")), ("num_labels", self.num_labels >= 1),
@@ -64,7 +65,8 @@ class FeatureModelConfig:
                   ("combine", self.combine in COMBINES), ("extra_dim", self.extra_dim >= 0),
                   ("hidden", self.hidden >= 1), ("lstm_layers", self.lstm_layers >= 1),
                   ("dropout", 0.0 <= self.dropout < 1.0), ("pool", self.pool in ("max", "mean")),
-                  ("single", self.combine != "single" or self.num_layers == 1)]
+                  ("single", self.combine != "single" or self.num_layers == 1),
+                  ("mix_l2", self.mix_l2 >= 0 and (self.mix_l2 == 0 or self.combine == "mix"))]
         for name, ok in checks:
             if not ok:
                 raise ConfigError(f"feature model {name}: invalid value in {self}")
@@ -151,7 +153,10 @@ class FeatureTaskModel(nn.Module):
         logits = self.logits(self.encode(features, mask, extra), mask)
         if labels is None:
             return FeatureTaskOutput({}, logits)
-        return FeatureTaskOutput({"task": self.loss(logits, labels, mask)}, logits)
+        sums = {"task": self.loss(logits, labels, mask)}
+        if self.cfg.mix_l2 > 0:  # one unit per micro-batch (FeatureEpochData): the mean is lambda * |w|^2
+            sums["mix_l2"] = self.cfg.mix_l2 * self.combiner.mix.logits.square().sum()
+        return FeatureTaskOutput(sums, logits)
 
     def loss(self, logits: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         if self.cfg.kind == "classify":
