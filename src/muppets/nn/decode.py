@@ -275,10 +275,12 @@ class GreedyScreen:
     2^-24``). A float32 evaluation of ``h . w`` (ours, or transformers') is within ``g |h| |w|``
     of the exact value. With ``E`` at least ``e`` plus that for every row, the row holding the
     float32 maximum has ``y >= max(y) - 2E``; those candidate rows are recomputed in float32 and
-    the largest wins. For gpt-mini, random or pretrained, ``E`` was 2-3% of the spread of a step's
-    logits and the candidates one to a few rows (``benchmarks/greedy_screen.py``). :meth:`argmax` returns None (the caller takes the full
+    the largest wins. For gpt-mini, random or pretrained, ``E`` was 2-3% of the spread of a
+    step's logits, and the candidates a median of one row and at most 31
+    (``benchmarks/greedy_screen.py``). :meth:`argmax` returns None (the caller takes the full
     logits) when a row has more than :data:`SCREEN_MAX_CANDIDATES` candidates or a value that
-    is not finite.
+    is not finite. The threshold ``max(y) - 2E`` is itself rounded: the relative margin on
+    ``E`` covers that, since ``E >= 2^-8 |max(y)|``.
 
     Args:
         weight: the output weight ``(V, H)``, float32; ``H`` a multiple of 16 (the kernel reads
