@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import random
 import statistics
 import time
@@ -29,7 +28,7 @@ from muppets.generate import GenerationConfig, generate
 from muppets.models.gpt import GPTConfig, GPTLanguageModel
 from muppets.nn import decode
 
-from output_layer_speed import median_ms  # (fn, reps, before=None): before() evicts the cache untimed
+from output_layer_speed import median_ms, report  # (fn, reps, before=None): before() evicts the cache untimed
 
 
 def with_threads(n: int, fn):
@@ -168,10 +167,7 @@ def main() -> None:
         result["body_products_1_row"] = body_products(model, args.reps)
     result["steps_batch_1"] = steps(model, args.reps)
     result["generation_batch_1"] = generation(model, args.rounds)
-    print(json.dumps(result, indent=2))
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(result, indent=2) + "\n")
+    report(result, args.out)
 
 
 if __name__ == "__main__":

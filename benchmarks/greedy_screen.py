@@ -18,7 +18,6 @@ recompute, whether it ever changes a token, and when it is faster than the full 
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import time
 from pathlib import Path
@@ -31,6 +30,7 @@ from muppets.nn import decode
 from muppets.paths import data_dir
 
 from gpt_speed import without_screen
+from output_layer_speed import report
 
 
 def screen_stats(model, prompts: list[list[int]], new_tokens: int) -> dict:
@@ -141,10 +141,7 @@ def main() -> None:
     for n in sorted({1, threads}):
         result[f"by_rows_{n}_threads"] = by_rows(n, args.rows, args.rounds)
     torch.set_num_threads(threads)
-    print(json.dumps(result, indent=2))
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(result, indent=2) + "\n")
+    report(result, args.out)
 
 
 if __name__ == "__main__":

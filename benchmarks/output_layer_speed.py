@@ -183,10 +183,15 @@ def main() -> None:
         result = {"threads": torch.get_num_threads(), "torch": torch.__version__,
                   "fused_loss_4096_rows": fused_loss(max(3, args.reps // 3)), "reductions_1024_rows": reductions(args.reps),
                   "decode_output_layer": decode_products(args.reps * 2), "decode_step_batch_1": decode_step(args.reps * 4)}
+    report(result, args.out)
+
+
+def report(result: dict, out: Path | None) -> None:
+    """Print ``result`` as JSON and, with ``out``, write it there too."""
     print(json.dumps(result, indent=2))
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(result, indent=2) + "\n")
+    if out:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(result, indent=2) + "\n")
 
 
 if __name__ == "__main__":
