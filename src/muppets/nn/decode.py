@@ -249,8 +249,9 @@ def greedy_argmax(logits: torch.Tensor) -> torch.Tensor:
 # ----------------------------------------------------------------------------- greedy screen
 
 # The screen's int8 kernel is bound by arithmetic with many rows (it widens the weights again for
-# every 4 rows): inside generate() (gpt-mini, benchmarks/greedy_screen.py) it won up to 32 rows on
-# two threads and up to 16 on one, and lost or broke even beyond.
+# every 4 rows): inside generate() (gpt-mini, benchmarks/greedy_screen.py, 8 paired rounds) it won
+# up to 32 rows on two threads (5% at 32) and up to 8 on one, was even at 16 on one (2%, 7 of 8
+# rounds), and lost from 32 rows on one thread and 64 on two.
 SCREEN_ROWS_PER_THREAD = 16
 SCREEN_MAX_CANDIDATES = 4096  # more candidates in a row than this: the full fp32 logits instead
 _U = 2.0 ** -24  # unit roundoff of float32
