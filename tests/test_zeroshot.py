@@ -91,3 +91,28 @@ def test_zeroshot_command_on_shared_data(lm, tmp_path, capsys):
     assert result["items"] == 4 and 0.0 <= result["accuracy"] <= 1.0 and result["chance"] == 0.25
     assert cli_main(["zeroshot", "translate", "--model", str(d), "--limit", "2", "--shots", "1"]) == 0
     assert '"bleu"' in capsys.readouterr().out
+
+
+def test_zeroshot_squad_command_scores_every_item(lm, tmp_path, capsys):
+    """``muppets zeroshot squad`` runs to the end (it crashed in scoring: lists where the
+    metric wants {id: answer} mappings) and its EM/F1 are the official scores of the answers."""
+    from muppets.metrics import squad_exact_match, squad_f1
+    from muppets.tasks import load_task
+
+    model, tok = lm
+    d = save_hf_gpt(model, tmp_path / "m", tok)
+    out = tmp_path / "s.json"
+    assert cli_main(["zeroshot", "squad", "--model", str(d), "--limit", "3", "--out", str(out)]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    written = json.loads(out.read_text())
+    assert printed == written
+    items = load_task("squad")["dev"][:3]
+    preds = zeroshot.answer(model, tok, items)
+    golds = [[a.text for a in ex.answers] for ex in items]
+    em = 100 * sum(squad_exact_match(p, g) for p, g in zip(preds, golds)) / 3
+    f1 = 100 * sum(squad_f1(p, g) for p, g in zip(preds, golds)) / 3
+    assert written["items"] == 3 and written["shots"] == 0
+    assert written["exact_match"] == pytest.approx(em) and written["f1"] == pytest.approx(f1)
+    # a solved example in the prompt still scores every item
+    assert cli_main(["zeroshot", "squad", "--model", str(d), "--limit", "2", "--shots", "1"]) == 0
+    assert json.loads(capsys.readouterr().out)["items"] == 2

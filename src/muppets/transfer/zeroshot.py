@@ -205,8 +205,9 @@ def evaluate(task: str, model, tok, limit: int = 0, shots: int = 0, seed: int = 
         solved = [(pool[i].context, pool[i].question, pool[i].answers[0].text)
                   for i in rng.choice(len(pool), shots, replace=False)] if shots else []
         preds = answer(model, tok, items, solved)
-        return {"task": task, "items": len(items), "shots": shots,
-                **compute("squad", preds, [[a.text for a in ex.answers] for ex in items])}
+        scores = compute("squad", {ex.id: p for ex, p in zip(items, preds)},
+                         {ex.id: [a.text for a in ex.answers] for ex in items})
+        return {"task": task, "items": len(items), "shots": shots, **scores}
     if task == "translate":
         pairs = _xnli_pairs("en", "fr")
         order = rng.permutation(len(pairs))
