@@ -16,6 +16,9 @@ The input layouts are BERT's (Devlin et al. 2019, §4 and Fig. 4):
   span of every context token (None elsewhere), so an answer is read back from the original
   context, and :attr:`Feature.context_words` its word (answers are read on word edges). The label is the (start, end) token position of the first answer when it lies
   wholly inside the window, else (0, 0): both point at ``[CLS]``, as BERT trains it.
+  With overlapping windows a token sits in several; :attr:`Feature.is_max_context` marks the
+  tokens whose *max-context* window this is (:func:`max_context_windows`), where decoding
+  lets a span start.
 - ``choice``: one ``[CLS] context [SEP] ending [SEP]`` row per ending -> a ``(C, T)`` feature;
   the label is the gold index.
 
@@ -35,6 +38,8 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
+
+import numpy as np
 
 from muppets.errors import ConfigError, DataError
 from muppets.tasks.spec import ChoiceExample, SpanExample, TagExample, TextExample
@@ -62,6 +67,7 @@ class Feature:
     word_ids: list[int | None] | None = None  # tag: word index at each word's first piece
     offsets: list[tuple[int, int] | None] | None = None  # span: (start, end) chars of context tokens
     context_words: list[int | None] | None = None  # span: word index of each context token, None elsewhere
+    is_max_context: list[bool] | None = None  # span: True at context tokens whose max-context window this is
 
     @property
     def length(self) -> int:
@@ -245,12 +251,37 @@ def span_features(examples: Sequence[SpanExample], tok: WordPieceTokenizer,
                               f"after a {len(q_ids)}-token question (lower max_query_len)")
         ctx_ids, offsets, words = encoded[ex.context]
         target = _answer_tokens(ex, offsets)
-        for start in window_starts(len(ctx_ids), budget, options.doc_stride):
+        starts = window_starts(len(ctx_ids), budget, options.doc_stride)
+        windows = [(start, min(budget, len(ctx_ids) - start)) for start in starts]
+        best = max_context_windows(windows, len(ctx_ids))
+        for w, start in enumerate(starts):
             feature = _span_window(tok, q_ids, ctx_ids, offsets, start, budget, target, i)
-            feature.context_words = [None if o is None else words[start + k - len(q_ids) - 2]
+            head = len(q_ids) + 2  # [CLS] question [SEP]
+            feature.context_words = [None if o is None else words[start + k - head]
                                      for k, o in enumerate(feature.offsets)]
+            feature.is_max_context = [o is not None and best[start + k - head] == w
+                                      for k, o in enumerate(feature.offsets)]
             out.append(feature)
     return out
+
+
+def max_context_windows(windows: Sequence[tuple[int, int]], n_tokens: int) -> list[int]:
+    """For each of ``n_tokens`` context tokens, the index of the window ``(start, length)``
+    where it has the most context: ``min(tokens left of it, tokens right of it) + 0.01 *
+    length``, the first such window on ties (BERT's ``run_squad.py``, ``_check_is_max_context``).
+
+    >>> max_context_windows([(0, 5), (3, 5), (6, 5), (9, 3)], 12)
+    [0, 0, 0, 0, 1, 1, 1, 2, 2, 2, 3, 3]
+    """
+    best = np.full(n_tokens, -1, dtype=np.int64)
+    best_score = np.full(n_tokens, -np.inf)
+    for w, (start, length) in enumerate(windows):
+        pos = np.arange(start, min(start + length, n_tokens))  # the window's tokens
+        score = np.minimum(pos - start, start + length - 1 - pos) + 0.01 * length
+        better = score > best_score[pos]  # strict: an earlier window keeps a tie
+        best[pos[better]], best_score[pos[better]] = w, score[better]
+    assert (best >= 0).all(), "windows must cover every token"
+    return best.tolist()
 
 
 def window_starts(n_tokens: int, length: int, stride: int) -> list[int]:

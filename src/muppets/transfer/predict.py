@@ -19,7 +19,17 @@ and end scores among the context tokens, keep pairs with ``end >= start`` and at
 answer is the original context substring between the start token's first character and the
 end token's last. Spans start on the first piece of a word and end on the last piece of a word
 (a word as BERT's pre-tokenizer splits them: punctuation apart), so an answer is never cut
-inside a word, as in BERT, whose answers are whole words of the original text. With ``allow_null`` (SQuAD 2.0) the answer is ``""`` when the ``[CLS]`` score
+inside a word, as in BERT, whose answers are whole words of the original text.
+
+**Max context** (``max_context``, on by default; BERT's ``_check_is_max_context``): with
+overlapping windows (384/128: most tokens sit in about three) a span is scored only in the
+window where its start token has the most context, min(left, right) + 0.01 * window length
+(:func:`~muppets.transfer.features.max_context_windows`), so a span squeezed against a
+window's edge cannot win on scores read with little context. Unlike BERT, which drops
+non-max-context starts after taking the ``n_best`` starts, the ``n_best`` are taken among the
+allowed starts (as word starts are).
+
+With ``allow_null`` (SQuAD 2.0) the answer is ``""`` when the ``[CLS]`` score
 ``s_null = start[0] + end[0]`` (its minimum over the windows) beats the best span by more
 than ``null_threshold``.
 
@@ -64,6 +74,7 @@ class SpanOptions:
     max_answer_len: int = 30  # longest answer, in tokens
     allow_null: bool = False  # SQuAD 2.0: answer "" when [CLS] beats the best span
     null_threshold: float = 0.0  # s_null - best span score above which the answer is ""
+    max_context: bool = True  # a span starts only where its start token has the most context (BERT); False = in every window
 
 
 # ----------------------------------------------------------------------------- model -> logits
@@ -147,8 +158,11 @@ def word_edges(words: Sequence[int | None]) -> tuple[np.ndarray, np.ndarray]:
 
 def _best_in_window(context: str, feature: Feature, logits: np.ndarray,
                     opts: SpanOptions) -> tuple[str, float] | None:
-    """Best span of one window: starts on a word's first piece, ends on a word's last piece."""
+    """Best span of one window: starts on a word's first piece (a max-context token with
+    ``opts.max_context``), ends on a word's last piece."""
     first_pieces, last_pieces = word_edges(feature.context_words or [])
+    if opts.max_context and feature.is_max_context is not None:
+        first_pieces = first_pieces[np.asarray(feature.is_max_context, dtype=bool)[first_pieces]]
     if len(first_pieces) == 0 or len(last_pieces) == 0:
         return None
     starts = first_pieces[np.argsort(-logits[first_pieces, 0], kind="stable")[: opts.n_best]]
