@@ -299,21 +299,29 @@ def test_kill_and_resume_equals_uninterrupted_run(pipeline: Pipeline) -> None:
 # ----------------------------------------------------------------------------- 3. DDP
 
 
-def test_two_process_ddp_equals_one_process(pipeline: Pipeline) -> None:
-    ddp, one = pipeline.root / "ddp", pipeline.root / "one"
+@pytest.mark.parametrize("nsp", [True, False], ids=["mlm+nsp", "mlm-only"])
+def test_two_process_ddp_equals_one_process(pipeline: Pipeline, nsp: bool) -> None:
+    """With ``data.nsp=false`` the pooler and NSP head get no gradient: DDP must still run
+    (it waits for every trainable parameter's gradient) and equal one process."""
+    ddp, one = pipeline.root / f"ddp-nsp{nsp:d}", pipeline.root / f"one-nsp{nsp:d}"
+    common = ["train.steps=4", NO_DROPOUT, f"data.nsp={str(nsp).lower()}"]
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-           "-m", "muppets.cli", "pretrain", str(pipeline.config), f"run_dir={ddp}", "train.steps=4",
-           NO_DROPOUT]
+           "-m", "muppets.cli", "pretrain", str(pipeline.config), f"run_dir={ddp}", *common]
     proc = _ok(subprocess.run(cmd, cwd=pipeline.root, env=_env(), capture_output=True, text=True,
                               timeout=150))
     assert proc.stdout.count("pretraining finished at step 4") == 1  # only rank 0 prints
-    pipeline.run(one, "train.steps=4", NO_DROPOUT)
+    assert ("held-out NSP accuracy" in proc.stdout) == nsp
+    pipeline.run(one, *common)
     assert _close(_losses(ddp, 4), _losses(one, 4), 1e-5), (_losses(ddp, 4), _losses(one, 4))
     norms = [[r["grad_norm"] for r in read_log(d) if "loss" in r] for d in (ddp, one)]
     assert _close(*norms, 1e-5), norms  # Adam would hide a wrong gradient scale in the weights
     assert _max_diff(_weights(ddp), _weights(one)) <= 1e-5
     state = json.loads((ddp / "checkpoints" / "step-00000004" / "trainer_state.json").read_text())
     assert state["world_size"] == 2
+    if not nsp:  # the frozen pooler and NSP head are still exported: transformers loads it all
+        transformers = pytest.importorskip("transformers")
+        _, info = transformers.BertForPreTraining.from_pretrained(ddp / "final", output_loading_info=True)
+        assert not info["missing_keys"] and not info["unexpected_keys"], info
 
 
 # ----------------------------------------------------------------------------- 4. accumulation

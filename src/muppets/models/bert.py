@@ -187,6 +187,18 @@ class BertForPreTraining(nn.Module):
         self.nsp = nn.Linear(cfg.hidden_size, 2)
         init_weights(self, cfg.initializer_range)
 
+    def train_nsp(self, on: bool) -> BertForPreTraining:
+        """Whether the pooler and NSP head train (they do by default); returns ``self``.
+
+        MLM-only pretraining (no NSP labels) gives them no gradient, so it turns them off:
+        frozen (``requires_grad=False``), they are left out of the optimizer and out of what
+        DDP waits to all-reduce, and they keep their values, so the exported directory still
+        has every weight that Hugging Face's ``BertForPreTraining`` loads.
+        """
+        for param in (*self.pooler.parameters(), *self.nsp.parameters()):
+            param.requires_grad_(on)
+        return self
+
     def forward(
         self,
         input_ids: torch.Tensor,

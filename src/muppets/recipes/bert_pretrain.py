@@ -104,6 +104,12 @@ def ensure_corpus(cfg: PretrainConfig, tok: WordPieceTokenizer, run_dir: Path) -
 
 
 def build_model(cfg: PretrainConfig, tok: WordPieceTokenizer) -> BertForPreTraining:
+    """A random BERT of the preset (or ``model.init_from``); without NSP its pooler and NSP
+    head are frozen (see :meth:`BertForPreTraining.train_nsp`)."""
+    return _new_or_loaded(cfg, tok).train_nsp(cfg.data.nsp)
+
+
+def _new_or_loaded(cfg: PretrainConfig, tok: WordPieceTokenizer) -> BertForPreTraining:
     if cfg.model.init_from:
         model = load_hf_bert(resolve_data_path(cfg.model.init_from))
         if model.cfg.vocab_size < tok.vocab_size:
