@@ -12,7 +12,9 @@ import hashlib
 from collections.abc import Sequence
 from typing import TypeVar
 
-__all__ = ["SPLIT_SALT", "hash_split"]
+import numpy as np
+
+__all__ = ["SPLIT_SALT", "hash_split", "stratified_split"]
 
 T = TypeVar("T")
 
@@ -38,3 +40,29 @@ def hash_split(items: Sequence[T], keys: Sequence[str], fraction: float,
     held = set(order[:n_held])
     kept = [item for i, item in enumerate(items) if i not in held]
     return kept, [item for i, item in enumerate(items) if i in held]
+
+
+def stratified_split(strata: Sequence[str], fraction: float, seed: int) -> tuple[list[int], list[int]]:
+    """Indices ``(kept, held_out)``: ``max(1, round(fraction * n))`` items held out, shared
+    among the strata in proportion to their sizes (largest remainders get the rounding), each
+    stratum's drawn with a generator seeded by ``seed``; both lists sorted.
+
+    Strata keep their shares on both sides (a label's 10% goes to the held-out side), so a small
+    held-out slice of a skewed task still holds every label it can.
+
+    >>> stratified_split(["a"] * 6 + ["b"] * 4, 0.5, seed=0)[1]
+    [1, 3, 5, 6, 7]
+    """
+    if not 0.0 < fraction < 1.0:
+        raise ValueError(f"held-out fraction must be in (0, 1), got {fraction}")
+    names = sorted(set(strata))
+    members = [np.array([i for i, s in enumerate(strata) if s == name], dtype=np.int64) for name in names]
+    exact = np.array([fraction * len(m) for m in members])
+    quota = np.floor(exact).astype(np.int64)
+    extra = max(1, round(fraction * len(strata))) - int(quota.sum())
+    for k in np.argsort(-(exact - quota), kind="stable")[:max(extra, 0)]:
+        quota[k] += 1
+    rng = np.random.default_rng([seed, 29])
+    held = sorted(i for m, q in zip(members, quota) for i in rng.permutation(m)[:q].tolist())
+    held_set = set(held)
+    return [i for i in range(len(strata)) if i not in held_set], held

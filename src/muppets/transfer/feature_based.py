@@ -9,8 +9,10 @@
    other seeds, other task-model settings — start at once;
 3. train a :class:`~muppets.transfer.feature_models.FeatureTaskModel` with the shared
    :class:`~muppets.train.Trainer` (length-bucketed epochs, checkpoints, exact resume), scoring
-   dev at every epoch end; the best model is kept (``<run_dir>/best``) and training stops after
-   ``patience`` evaluations without improvement;
+   the selection data at every epoch end (:mod:`~muppets.transfer.selection`: by default a
+   stratified 10% slice of train; dev only when a labelled test split is what is reported);
+   the best model is kept (``<run_dir>/best``) and training stops after ``patience``
+   evaluations without improvement;
 4. reload ``best/``, predict dev and test; write ``metrics.json`` (SST-2: dev accuracy;
    CoNLL-2003: dev and test entity F1, by the task's own metric), ``predictions.jsonl`` and,
    for a mix, the learned weights (``mix_weights.json`` and a bar chart ``mix_weights.png``).
@@ -47,8 +49,9 @@ from muppets.transfer.embedders import POOLINGS
 from muppets.transfer.feature_cache import LAYER_MODES, FeatureSource, is_int
 from muppets.transfer.feature_models import (FeatureModelConfig, FeatureTaskModel, load_feature_model,
                                              save_feature_model)
-from muppets.transfer.finetune import (BestKeeper, TaskSection, load_task_data, mean_std, prediction_record,
-                                       primary_key, score, write_jsonl)
+from muppets.transfer.finetune import (BestKeeper, TaskSection, gold_of, load_task_data, mean_std,
+                                       prediction_record, primary_key, score, write_jsonl)
+from muppets.transfer.selection import SELECTIONS, resolve_mode, select
 
 log = logging.getLogger(__name__)
 
@@ -78,7 +81,11 @@ class FeatureConfig:
     schedule: str = "constant"  # constant | linear | cosine (after no warmup)
     weight_decay: float = 0.0  # AdamW decoupled weight decay (matrices only)
     clip_grad_norm: float = 5.0  # clip the gradient norm (0 = off)
-    patience: int = 3  # stop after this many dev evaluations without improvement (0 = never)
+    patience: int = 3  # stop after this many evaluations without a better selection metric (0 = never)
+    selection: str = "auto"  # what chooses the best model / stops early, never the reported split: auto | train-slice | dev | last (muppets.transfer.selection)
+    selection_fraction: float = 0.1  # train-slice: share of the training sentences held out to select on (stratified by label)
+    selection_seed: int = 1234  # train-slice: which sentences are held out (the same for every run seed)
+    watch_dev: bool = False  # also score dev at every evaluation, logged as dev/<metric> only (never used to select)
     eval_every: int = 0  # also evaluate every N steps (0 = at epoch ends)
     seed: int = 1  # task-model initialisation, dropout and batch order
     max_train_examples: int = 0  # only the first N training sentences (0 = all)
@@ -94,7 +101,9 @@ class FeatureConfig:
                   ("epochs", self.epochs >= 1), ("batch_size", self.batch_size >= 1),
                   ("eval_batch_size", self.eval_batch_size >= 1), ("embed_batch_size", self.embed_batch_size >= 1),
                   ("patience", self.patience >= 0), ("eval_every", self.eval_every >= 0),
-                  ("mix_l2", self.mix_l2 >= 0 and (self.mix_l2 == 0 or self.layers == "mix"))]
+                  ("mix_l2", self.mix_l2 >= 0 and (self.mix_l2 == 0 or self.layers == "mix")),
+                  ("selection", self.selection in SELECTIONS),
+                  ("selection_fraction", 0.0 < self.selection_fraction < 1.0)]
         for name, ok in checks:
             if not ok:
                 raise ConfigError(f"{name}: invalid value {getattr(self, name)!r}")
@@ -129,6 +138,11 @@ class SplitFeatures:
     @property
     def lengths(self) -> list[int]:
         return [f.shape[1] for f in self.features]
+
+    def subset(self, indices: Sequence[int]) -> SplitFeatures:
+        """The sentences ``indices`` of this split, in that order."""
+        pick = lambda xs: None if xs is None else [xs[i] for i in indices]  # noqa: E731
+        return SplitFeatures(pick(self.examples), pick(self.features), pick(self.extra), pick(self.labels))
 
     def batch(self, indices: Sequence[int], with_labels: bool = True) -> dict[str, torch.Tensor]:
         """``features (B, K, T, D)`` float32, ``attention_mask (B, T)``, ``extra (B, T, E)``, ``labels``."""
@@ -293,15 +307,33 @@ def mix_metrics(model: FeatureTaskModel) -> dict[str, float]:
     return {**{f"mix_w{k}": w for k, w in enumerate(mix["weights"])}, "mix_gamma": mix["gamma"]}
 
 
-def _evaluator(p: _Prepared, cfg: FeatureConfig):
-    """Trainer callback: the task metric on dev, plus the current mix weights (so they are logged)."""
-    dev = p.splits["dev"]
+def _evaluator(spec: TaskSpec, chosen: SplitFeatures | None, watched: SplitFeatures | None,
+               cfg: FeatureConfig):
+    """Trainer callback: the task metric on the sentences that select the model, on ``watched``
+    as ``dev/<metric>`` (logged only), and the current mix weights (so they are logged)."""
+    parts = [(prefix, split) for prefix, split in (("", chosen), ("dev/", watched)) if split is not None]
 
     def evaluate(model: FeatureTaskModel) -> dict[str, float]:
-        metrics = score(p.spec, dev.examples, predict_split(model, dev, p.spec, cfg.eval_batch_size))
-        return {**metrics, **mix_metrics(model)}
+        out = mix_metrics(model)
+        for prefix, split in parts:
+            metrics = score(spec, split.examples, predict_split(model, split, spec, cfg.eval_batch_size))
+            out.update({prefix + k: v for k, v in metrics.items()})
+        return out
 
     return evaluate
+
+
+def _selection(p: _Prepared, cfg: FeatureConfig) -> tuple[SplitFeatures, SplitFeatures | None, str]:
+    """``(sentences trained on, sentences that select or None, mode)``, by
+    :mod:`muppets.transfer.selection` (dev is reported, not selected on, unless a test is)."""
+    train, dev, test = (p.splits.get(name) for name in ("train", "dev", "test"))
+    has_dev, has_test = (s is not None and s.labels is not None for s in (dev, test))
+    mode = resolve_mode(cfg.selection, has_dev, has_test, cfg.epochs + (1 if cfg.eval_every else 0))
+    golds = [gold_of(p.spec.kind, ex) for ex in train.examples]
+    sel = select(mode, p.spec.kind, golds, len(dev.examples) if has_dev else 0, cfg.selection_fraction,
+                 cfg.selection_seed)
+    chosen = {"train": train, "dev": dev}.get(sel.split)
+    return train.subset(sel.train), chosen.subset(sel.select) if chosen is not None else None, sel.mode
 
 
 def model_stem(name: str) -> str:
@@ -331,9 +363,12 @@ def run(cfg: FeatureConfig, resume: bool = True, data: TaskData | None = None,
     p = prepared or prepare(cfg, data or load_task_data(cfg.task))
     seed_everything(cfg.seed)  # the task model's initialisation
     model = FeatureTaskModel(p.model_cfg).to(cfg.device)
-    steps = FeatureEpochData(p.splits["train"], p.spec.kind, cfg.batch_size, cfg.epochs, cfg.seed,
-                             mix_l2=cfg.mix_l2 > 0)
-    spe, has_dev = steps.steps_per_epoch, "dev" in p.splits and p.splits["dev"].labels is not None
+    train, chosen, mode = _selection(p, cfg)
+    steps = FeatureEpochData(train, p.spec.kind, cfg.batch_size, cfg.epochs, cfg.seed, mix_l2=cfg.mix_l2 > 0)
+    spe = steps.steps_per_epoch
+    watched = p.splits.get("dev") if cfg.watch_dev and p.splits.get("dev") is not None else None
+    if watched is not None and watched.labels is None:
+        watched = None
     extra = {"task": p.spec.name, "labels": list(p.spec.labels), "backbone": p.backbone, "static": p.static}
 
     def save_best() -> None:
@@ -345,21 +380,24 @@ def run(cfg: FeatureConfig, resume: bool = True, data: TaskData | None = None,
         log.info("%s stopped early before (best step %s); not training again", run_dir, keeper.state["best_step"])
         done, stopped = keeper.state["history"][-1]["step"], True
     else:
+        evaluate = _evaluator(p.spec, chosen, watched, cfg) if chosen is not None or watched is not None else None
         trainer = Trainer(model, steps, _train_config(cfg, steps.total_steps, spe), run_dir,
-                          evaluate=_evaluator(p, cfg) if has_dev else None, run_config=to_dict(cfg),
-                          should_stop=keeper if has_dev else None, eval_also_at=lambda step: step % spe == 0)
+                          evaluate=evaluate, run_config=to_dict(cfg),
+                          should_stop=keeper if chosen is not None else None,
+                          eval_also_at=lambda step: step % spe == 0)
         result = trainer.train(resume=resume)
         done, stopped = result.step, result.stopped_early
         if result.interrupted:  # not finished: no metrics.json, so no caller takes it for a result
             raise TrainingInterrupted(f"{run_dir}: stopped by a signal after step {result.step} (checkpoint "
                                       f"{result.checkpoint}); run the same command again to resume it")
-    if not has_dev:
-        log.warning("task %s has no labelled dev split: best/ is the final model", p.spec.name)
+    if chosen is None:
+        log.info("selection=%s: best/ is the model after the last step", mode)
         save_best()
     summary = {"task": p.spec.name, "model": cfg.model, "layers": cfg.layers, "static": cfg.static or None,
                "seed": cfg.seed, "run_dir": str(run_dir), "steps": done, "steps_per_epoch": spe,
-               "stopped_early": stopped, "best_step": keeper.state["best_step"] if has_dev else done,
-               "train_examples": len(p.splits["train"].examples), "backbone": p.backbone, "static_vectors": p.static}
+               "stopped_early": stopped, "best_step": keeper.state["best_step"] if chosen is not None else done,
+               "selection": mode, "selection_examples": len(chosen.examples) if chosen is not None else 0,
+               "train_examples": len(train.examples), "backbone": p.backbone, "static_vectors": p.static}
     summary.update(_final(run_dir, p, cfg))
     write_json_atomic(run_dir / "metrics.json", summary)
     return summary

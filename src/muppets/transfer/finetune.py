@@ -9,10 +9,13 @@
    (:class:`~muppets.transfer.batching.EpochData`);
 3. train with the shared :class:`~muppets.train.Trainer` (AdamW, linear warmup over
    ``warmup_ratio`` of the steps then linear decay, clipping, checkpoints, exact resume, DDP);
-   the dev set is scored every ``eval_every`` steps and at every epoch end with the task's
-   metric (:func:`score`); the best model so far is kept as the HF directory
-   ``<run_dir>/best`` (tokenizer, labels and feature settings included) and training stops
-   after ``patience`` evaluations without improvement;
+   the examples that choose the model (:mod:`~muppets.transfer.selection`: by default a
+   stratified 10% slice of train, held out from training; dev when the task has a labelled
+   test split to report; nothing for a one-epoch run) are scored every ``eval_every`` steps
+   and at every epoch end with the task's metric (:func:`score`); the best model so far is
+   kept as the HF directory ``<run_dir>/best`` (tokenizer, labels and feature settings
+   included) and training stops after ``patience`` evaluations without improvement; the
+   reported split is never what chooses;
 4. reload ``best/``, predict dev (and test) and write ``predictions.jsonl`` (labels, tags per
    word, answer texts) and ``metrics.json``.
 
@@ -58,6 +61,7 @@ from muppets.transfer.features import Feature, FeatureOptions, make_features
 from muppets.transfer.models import (default_orderings, load_task_model, load_tokenizer, new_task_model,
                                      save_task_model)
 from muppets.transfer.predict import SpanOptions, decode, feature_logits, save_settings
+from muppets.transfer.selection import SELECTIONS, resolve_mode, select
 
 log = logging.getLogger(__name__)
 
@@ -103,7 +107,11 @@ class FinetuneConfig:
     weight_decay: float = 0.01  # AdamW decoupled weight decay (not on biases / LayerNorm)
     clip_grad_norm: float = 1.0  # clip the global gradient norm (0 = off)
     seed: int = 1  # seeds the head initialisation, dropout and the batch order
-    patience: int = 0  # stop after this many evaluations without a better dev metric (0 = never)
+    patience: int = 0  # stop after this many evaluations without a better selection metric (0 = never)
+    selection: str = "auto"  # what chooses the best model / stops early, never the reported split: auto | train-slice | dev | last (muppets.transfer.selection)
+    selection_fraction: float = 0.1  # train-slice: share of the training examples held out to select on (stratified by label)
+    selection_seed: int = 1234  # train-slice: which examples are held out (the same for every run seed)
+    watch_dev: bool = False  # also score dev at every evaluation, logged as dev/<metric> only (never used to select)
     eval_every: int = 0  # also evaluate every N steps (0 = only at epoch ends)
     max_train_examples: int = 0  # use only the first N training examples (0 = all)
     max_eval_examples: int = 0  # score only the first N dev/test examples (0 = all)
@@ -119,7 +127,9 @@ class FinetuneConfig:
                   ("warmup_ratio", 0.0 <= self.warmup_ratio <= 1.0), ("eval_every", self.eval_every >= 0),
                   ("max_answer_len", self.max_answer_len >= 1), ("n_best", self.n_best >= 1),
                   ("init", self.init in ("pretrained", "random")), ("orderings", self.orderings in (0, 1, 2)),
-                  ("lm_coef", self.lm_coef >= 0.0), ("pool", self.pool in ("", *POOLS))]
+                  ("lm_coef", self.lm_coef >= 0.0), ("pool", self.pool in ("", *POOLS)),
+                  ("selection", self.selection in SELECTIONS),
+                  ("selection_fraction", 0.0 < self.selection_fraction < 1.0)]
         for name, ok in checks:
             if not ok:
                 raise ConfigError(f"{name}: invalid value {getattr(self, name)!r}")
@@ -280,35 +290,52 @@ class BestKeeper:
     """After each evaluation: save the model when the primary score improves, count the
     evaluations without improvement, and say when ``patience`` runs out.
 
-    Its state (best score and step, evaluations since, stopped) is kept in
-    ``<run_dir>/early_stopping.json`` so a resumed run continues it.
+    Its state is ``<run_dir>/early_stopping.json``: the history of ``(step, score)`` and what
+    follows from it (best score and step, evaluations since, stopped). The state is always
+    recomputed from the history, and an evaluation at a step the history already holds (or
+    precedes) replaces that step and everything after it: a run killed after an evaluation but
+    before its checkpoint resumes from an earlier checkpoint and replays the same evaluations,
+    which must not count twice.
     """
 
     def __init__(self, path: Path, key: str, patience: int, save_best: Callable[[], None],
                  is_main: bool, fresh: bool = False) -> None:
         self.path, self.key, self.patience = path, key, patience
         self.save_best, self.is_main = save_best, is_main
-        self.state = {"best": None, "best_step": None, "since_best": 0, "stopped": False, "history": []}
+        history = []
         if path.is_file() and not fresh:
-            self.state.update(json.loads(path.read_text(encoding="utf-8")))
+            history = json.loads(path.read_text(encoding="utf-8")).get("history", [])
+        self.state = self._replay(history)
+
+    def _replay(self, history: list[dict]) -> dict:
+        """The state after the evaluations in ``history``, in order."""
+        st = {"best": None, "best_step": None, "since_best": 0, "stopped": False, "history": history}
+        for entry in history:
+            value = entry[self.key]
+            if st["best"] is None or value > st["best"]:
+                st.update(best=value, best_step=entry["step"], since_best=0)
+            else:
+                st["since_best"] += 1
+        st["stopped"] = self.patience > 0 and st["since_best"] >= self.patience
+        return st
 
     def __call__(self, step: int, metrics: dict[str, float]) -> bool:
         value = metrics.get(self.key)
         if value is None or not math.isfinite(value):
             raise ConfigError(f"evaluation returned no finite {self.key!r}: {metrics}")
-        st = self.state
-        st["history"].append({"step": step, self.key: value})
-        if st["best"] is None or value > st["best"]:
-            st.update(best=value, best_step=step, since_best=0)
+        earlier = [h for h in self.state["history"] if h["step"] < step]
+        if len(earlier) < len(self.state["history"]):
+            log.info("step %d: replaying evaluations after a resume (%d recorded ones dropped)", step,
+                     len(self.state["history"]) - len(earlier))
+        before = self._replay(earlier)["best"]
+        self.state = self._replay(earlier + [{"step": step, self.key: value}])
+        if before is None or value > before:
             if self.is_main:
                 self.save_best()
             log.info("step %d: new best %s %.4f", step, self.key, value)
-        else:
-            st["since_best"] += 1
-        st["stopped"] = self.patience > 0 and st["since_best"] >= self.patience
         if self.is_main:
-            write_json_atomic(self.path, st)
-        return st["stopped"]
+            write_json_atomic(self.path, self.state)
+        return self.state["stopped"]
 
 
 def _saver(model: TaskModel, tok: WordPieceTokenizer, spec: TaskSpec, cfg: FinetuneConfig,
@@ -351,9 +378,11 @@ class _Setup:
     tok: WordPieceTokenizer
     model: TaskModel
     model_dir: Path
-    train: list  # training examples
+    train: list  # training examples (without a train-slice held out for selection)
     steps: EpochData  # their features, as the Trainer's StepData
-    dev: list  # labelled dev examples scored during training
+    selection: str  # resolved selection mode: train-slice | dev | last
+    select: list  # labelled examples that choose the model ([] = the last model is kept)
+    dev: list  # labelled dev examples (reported; scored during training only with watch_dev)
 
 
 def _setup(cfg: FinetuneConfig, data: TaskData, local_rank: int) -> _Setup:
@@ -367,13 +396,31 @@ def _setup(cfg: FinetuneConfig, data: TaskData, local_rank: int) -> _Setup:
         log.info("init=random: %s's weights replaced by a fresh initialisation", model_dir)
     _check_length(cfg, model)
     model.to(_device(cfg.device, local_rank))
-    train = _limit(data["train"], cfg.max_train_examples)
+    train, mode, chosen, dev = selection_split(cfg, data)
     features = make_features(spec.kind, train, tok, cfg.feature_options, spec.labels)
     steps = EpochData(features, spec.kind, cfg.batch_size, cfg.accumulation, cfg.epochs, cfg.seed,
                       tok.pad_id)
-    dev = [ex for ex in _limit(data.splits.get("dev", []), cfg.max_eval_examples)
-           if gold_of(spec.kind, ex) is not None]
-    return _Setup(spec, tok, model, model_dir, train, steps, dev)
+    return _Setup(spec, tok, model, model_dir, train, steps, mode, chosen, dev)
+
+
+def labelled(kind: str, examples: Sequence[Any]) -> list:
+    """The examples that have a gold label."""
+    return [ex for ex in examples if gold_of(kind, ex) is not None]
+
+
+def selection_split(cfg: FinetuneConfig, data: TaskData) -> tuple[list, str, list, list]:
+    """``(train examples, selection mode, examples that select, labelled dev)`` (see
+    :mod:`muppets.transfer.selection`): by default a stratified slice of train selects, and
+    dev is only reported, unless the task has a labelled test split to report."""
+    kind = data.spec.kind
+    train = _limit(data["train"], cfg.max_train_examples)
+    dev = labelled(kind, _limit(data.splits.get("dev", []), cfg.max_eval_examples))
+    has_test = bool(labelled(kind, data.splits.get("test", [])))
+    mode = resolve_mode(cfg.selection, bool(dev), has_test, cfg.epochs + (1 if cfg.eval_every else 0))
+    sel = select(mode, kind, [gold_of(kind, ex) for ex in train], len(dev), cfg.selection_fraction,
+                 cfg.selection_seed)
+    chosen = [(dev if sel.split == "dev" else train)[i] for i in sel.select]
+    return [train[i] for i in sel.train], sel.mode, chosen, dev
 
 
 def run(cfg: FinetuneConfig, resume: bool = True, data: TaskData | None = None) -> dict:
@@ -400,23 +447,25 @@ def run(cfg: FinetuneConfig, resume: bool = True, data: TaskData | None = None) 
                  keeper.state["best_step"])
         steps, stopped = keeper.state["history"][-1]["step"], True
     else:
+        watched = s.dev if cfg.watch_dev else []
+        evaluate = _evaluator(s.tok, s.spec, s.select, watched, cfg) if s.select or watched else None
         trainer = Trainer(FinetuneModel(s.model), s.steps, _train_config(cfg, s.steps.total_steps, spe),
-                          run_dir, evaluate=_evaluator(s.tok, s.spec, s.dev, cfg) if s.dev else None,
-                          run_config=to_dict(cfg), should_stop=keeper if s.dev else None,
-                          eval_also_at=lambda step: step % spe == 0)
+                          run_dir, evaluate=evaluate, run_config=to_dict(cfg),
+                          should_stop=keeper if s.select else None, eval_also_at=lambda step: step % spe == 0)
         result = trainer.train(resume=resume)
         steps, stopped = result.step, result.stopped_early
         if result.interrupted:  # not finished: no metrics.json, so no caller takes it for a result
             raise TrainingInterrupted(f"{run_dir}: stopped by a signal after step {result.step} (checkpoint "
                                       f"{result.checkpoint}); run the same command again to resume it")
-    if dist.is_main and not s.dev:
-        log.warning("task %s has no labelled dev split: best/ is the final model", s.spec.name)
+    if dist.is_main and not s.select:
+        log.info("selection=%s: best/ is the model after the last step", s.selection)
         save_best()
     barrier()
     summary = {"task": s.spec.name, "model": str(s.model_dir), "init": cfg.init, "seed": cfg.seed, "run_dir": str(run_dir),
                "best": str(run_dir / "best"), "steps": steps, "steps_per_epoch": spe,
-               "stopped_early": stopped, "best_step": keeper.state["best_step"] if s.dev else steps,
-               "primary": key, "train_examples": len(s.train), "train_features": len(s.steps.features)}
+               "stopped_early": stopped, "best_step": keeper.state["best_step"] if s.select else steps,
+               "primary": key, "selection": s.selection, "selection_examples": len(s.select),
+               "train_examples": len(s.train), "train_features": len(s.steps.features)}
     if dist.is_main:
         summary.update(_final_predictions(run_dir, data, cfg))
         write_json_atomic(run_dir / "metrics.json", summary)
@@ -430,12 +479,18 @@ def _check_length(cfg: FinetuneConfig, model: TaskModel) -> None:
                           f"{limit} position embeddings")
 
 
-def _evaluator(tok: WordPieceTokenizer, spec: TaskSpec, dev: list, cfg: FinetuneConfig):
-    """A Trainer ``evaluate`` callback: the task metric on the dev split (features built once)."""
-    features = make_features(spec.kind, dev, tok, cfg.feature_options, spec.labels)
+def _evaluator(tok: WordPieceTokenizer, spec: TaskSpec, chosen: list, watched: list, cfg: FinetuneConfig):
+    """A Trainer ``evaluate`` callback: the task metric on the examples that select the model,
+    and, logged as ``dev/<metric>``, on ``watched`` (features built once)."""
+    parts = [(prefix, examples, make_features(spec.kind, examples, tok, cfg.feature_options, spec.labels))
+             for prefix, examples in (("", chosen), ("dev/", watched)) if examples]
 
     def evaluate(model: nn.Module) -> dict[str, float]:
-        return predict_and_score(model.task, tok, spec, dev, cfg, features)[1]
+        out = {}
+        for prefix, examples, features in parts:
+            metrics = predict_and_score(model.task, tok, spec, examples, cfg, features)[1]
+            out.update({prefix + k: v for k, v in metrics.items()})
+        return out
 
     return evaluate
 
