@@ -28,8 +28,8 @@ characters still reach the char CNN. Only words beyond the vocabulary cap lose t
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import lru_cache
 
 import numpy as np
 import torch
@@ -37,9 +37,9 @@ import torch
 from muppets.data.shards import TokenCorpus, tokenizer_fingerprint
 from muppets.errors import ConfigError, DataError
 from muppets.objectives.mlm_nsp import split_documents
+from muppets.objectives.step_data import EpochData, in_batches, spread
 from muppets.tokenizers.characters import CharacterMapper
 from muppets.tokenizers.words import WordVocab
-from muppets.train.distributed import micro_batch_ranges
 
 log = logging.getLogger(__name__)
 
@@ -89,7 +89,7 @@ def windows(bounds: np.ndarray, window: int) -> tuple[np.ndarray, np.ndarray]:
     return starts, lengths
 
 
-class BiLMData:
+class BiLMData(EpochData):
     """The trainer's ``StepData`` for biLM pretraining: batches of ``char_ids (B, T, C)``,
     ``mask (B, T)``, ``next_ids (B, T)`` and ``prev_ids (B, T)`` (the model's forward arguments).
 
@@ -100,11 +100,13 @@ class BiLMData:
         max_chars: characters per token (the model's ``max_chars``).
     """
 
+    order_salt = 23
+
     def __init__(self, corpus: TokenCorpus, vocab: WordVocab, cfg: BiLMDataConfig, batch_size: int,
                  accumulation: int, seed: int, softmax_size: int, max_chars: int = 50) -> None:
         _check_corpus(corpus, vocab, softmax_size)
-        self.cfg, self.batch_size, self.accumulation, self.seed = cfg, batch_size, accumulation, seed
-        self.vocab, self.softmax_size = vocab, softmax_size
+        super().__init__(batch_size, accumulation, seed)
+        self.cfg, self.vocab, self.softmax_size = cfg, vocab, softmax_size
         words = vocab.settings
         mapper = CharacterMapper(max_chars, words.bos_token, words.eos_token, words.pad_token)
         self.char_table = mapper.encode_words(vocab.words)  # (V_in, C) int16
@@ -118,14 +120,7 @@ class BiLMData:
                  "%d of %d words", len(train_docs), len(self.eval_docs), self.epoch_size,
                  len(self.eval_windows[0]), cfg.window, softmax_size, len(vocab))
 
-    @lru_cache(maxsize=2)
-    def _order(self, epoch: int) -> np.ndarray:
-        return np.random.default_rng([self.seed, 23, epoch]).permutation(self.epoch_size)
-
     # --- StepData protocol -------------------------------------------------------------
-    def micro_batches(self, step: int, rank: int, world: int) -> list[dict[str, torch.Tensor]]:
-        return [self.batch(r) for r in micro_batch_ranges(step, rank, world, self.batch_size, self.accumulation)]
-
     def normalizers(self, batch: dict[str, torch.Tensor]) -> dict[str, float]:
         return {"fwd": float((batch["next_ids"] != IGNORE).sum()), "bwd": float((batch["prev_ids"] != IGNORE).sum())}
 
@@ -136,21 +131,15 @@ class BiLMData:
     def batch(self, examples: range) -> dict[str, torch.Tensor]:
         """Global examples ``g = step * batch_size + i`` -> one padded batch."""
         starts, lengths = self.train_windows
-        picks = []
-        for g in examples:
-            epoch, pos = divmod(g, self.epoch_size)
-            picks.append(int(self._order(epoch)[pos]))
-        return self.collate([self.stream[starts[i]:starts[i] + lengths[i]] for i in picks])
+        return self.collate([self.stream[starts[i]:starts[i] + lengths[i]] for i in self.rows(examples)])
 
     def eval_batches(self, batch_size: int) -> list[dict[str, torch.Tensor]]:
         """Fixed held-out batches: up to ``eval_windows`` windows spread evenly over the held-out documents."""
         starts, lengths = self.eval_windows
-        n = len(starts)
-        picks = np.unique(np.linspace(0, n - 1, min(n, self.cfg.eval_windows)).round().astype(np.int64))
-        rows = [self.stream[starts[i]:starts[i] + lengths[i]] for i in picks]
-        return [self.collate(rows[i:i + batch_size]) for i in range(0, len(rows), batch_size)]
+        rows = [self.stream[starts[i]:starts[i] + lengths[i]] for i in spread(len(starts), self.cfg.eval_windows)]
+        return in_batches(rows, batch_size, self.collate)
 
-    def collate(self, rows: list[np.ndarray]) -> dict[str, torch.Tensor]:
+    def collate(self, rows: Sequence[np.ndarray]) -> dict[str, torch.Tensor]:
         """Word-id windows -> right-padded ``char_ids``, ``mask``, ``next_ids``, ``prev_ids``."""
         B, T = len(rows), max(len(r) for r in rows)
         ids = np.zeros((B, T), np.int64)  # <pad> = 0, whose character row is all 0

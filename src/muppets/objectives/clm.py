@@ -11,8 +11,8 @@ slices), as in :mod:`muppets.objectives.mlm_nsp`, whose held-out document split 
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import lru_cache
 
 import numpy as np
 import torch
@@ -20,7 +20,7 @@ import torch
 from muppets.data.shards import TokenCorpus
 from muppets.errors import ConfigError
 from muppets.objectives.mlm_nsp import split_documents
-from muppets.train.distributed import micro_batch_ranges
+from muppets.objectives.step_data import EpochData, in_batches, spread
 
 log = logging.getLogger(__name__)
 
@@ -46,15 +46,18 @@ def document_stream(corpus: TokenCorpus, docs: np.ndarray, eos_id: int) -> np.nd
     return np.concatenate(parts) if parts else np.zeros(0, np.int64)
 
 
-class CausalLMData:
+class CausalLMData(EpochData):
     """The trainer's ``StepData`` for left-to-right LM pretraining (batches of ``input_ids`` and
     ``labels``, the model shifting labels by one)."""
+
+    order_salt = 19
 
     def __init__(self, corpus: TokenCorpus, eos_id: int, cfg: CLMDataConfig, batch_size: int,
                  accumulation: int, seed: int) -> None:
         if not 0 <= eos_id < corpus.vocab_size:
             raise ConfigError(f"eos id {eos_id} is outside the corpus vocabulary of {corpus.vocab_size}")
-        self.cfg, self.batch_size, self.accumulation, self.seed = cfg, batch_size, accumulation, seed
+        super().__init__(batch_size, accumulation, seed)
+        self.cfg = cfg
         train_docs, self.eval_docs = split_documents(corpus.num_documents, cfg.eval_fraction, cfg.split_seed)
         self.stream = document_stream(corpus, train_docs, eos_id)  # (N,)
         self.eval_stream = document_stream(corpus, self.eval_docs, eos_id)
@@ -66,14 +69,7 @@ class CausalLMData:
                  len(train_docs), len(self.eval_docs), len(self.stream), len(self.eval_stream),
                  self.epoch_size, cfg.block_size)
 
-    @lru_cache(maxsize=2)
-    def _order(self, epoch: int) -> np.ndarray:
-        return np.random.default_rng([self.seed, 19, epoch]).permutation(self.epoch_size)
-
     # --- StepData protocol -------------------------------------------------------------
-    def micro_batches(self, step: int, rank: int, world: int) -> list[dict[str, torch.Tensor]]:
-        return [self.batch(r) for r in micro_batch_ranges(step, rank, world, self.batch_size, self.accumulation)]
-
     def normalizers(self, batch: dict[str, torch.Tensor]) -> dict[str, float]:
         return {"lm": float(batch["labels"][:, 1:].numel())}
 
@@ -83,12 +79,7 @@ class CausalLMData:
     # --- blocks --------------------------------------------------------------------------
     def batch(self, examples: range) -> dict[str, torch.Tensor]:
         """Global examples ``examples`` (``g = step * batch_size + i``) as ``(B, T)`` tensors."""
-        rows = []
-        for g in examples:
-            epoch, pos = divmod(g, self.epoch_size)
-            rows.append(block(self.stream, int(self._order(epoch)[pos]), self.cfg.block_size))
-        ids = torch.from_numpy(np.stack(rows))  # (B, T)
-        return {"input_ids": ids, "labels": ids}
+        return stack_blocks([block(self.stream, int(i), self.cfg.block_size) for i in self.rows(examples)])
 
     def eval_batches(self, batch_size: int) -> list[dict[str, torch.Tensor]]:
         """Fixed held-out batches: up to ``eval_blocks`` blocks spread evenly over the held-out stream."""
@@ -96,13 +87,14 @@ class CausalLMData:
         if n == 0:
             raise ConfigError(f"the held-out documents ({len(self.eval_stream)} tokens) do not fill one "
                               f"block of {self.cfg.block_size}; raise eval_fraction")
-        picks = np.unique(np.linspace(0, n - 1, min(n, self.cfg.eval_blocks)).round().astype(np.int64))
-        rows = [block(self.eval_stream, int(i), self.cfg.block_size) for i in picks]
-        out = []
-        for i in range(0, len(rows), batch_size):
-            ids = torch.from_numpy(np.stack(rows[i:i + batch_size]))
-            out.append({"input_ids": ids, "labels": ids})
-        return out
+        rows = [block(self.eval_stream, int(i), self.cfg.block_size) for i in spread(n, self.cfg.eval_blocks)]
+        return in_batches(rows, batch_size, stack_blocks)
+
+
+def stack_blocks(rows: Sequence[np.ndarray]) -> dict[str, torch.Tensor]:
+    """Blocks of ``T`` tokens -> ``input_ids`` and ``labels``, both the same ``(B, T)`` tensor."""
+    ids = torch.from_numpy(np.stack(rows))  # (B, T)
+    return {"input_ids": ids, "labels": ids}
 
 
 def num_blocks(n_tokens: int, block_size: int) -> int:

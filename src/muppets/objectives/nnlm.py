@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from functools import lru_cache
 
 import numpy as np
 import torch
@@ -22,7 +21,7 @@ import torch
 from muppets.data.shards import TokenCorpus
 from muppets.errors import ConfigError
 from muppets.objectives.mlm_nsp import split_documents
-from muppets.train.distributed import micro_batch_ranges
+from muppets.objectives.step_data import EpochData, spread
 
 __all__ = ["NNLMDataConfig", "ngram_stream", "NNLMData"]
 
@@ -61,15 +60,18 @@ def _examples(stream: np.ndarray, positions: np.ndarray, context: int) -> dict[s
             "labels": torch.from_numpy(stream[positions].astype(np.int64))}
 
 
-class NNLMData:
+class NNLMData(EpochData):
     """The trainer's ``StepData`` for the NNLM (batches of ``input_ids`` (B, n-1), ``labels`` (B,))."""
+
+    order_salt = 23
 
     def __init__(self, corpus: TokenCorpus, context: int, bos_id: int, eos_id: int, cfg: NNLMDataConfig,
                  batch_size: int, accumulation: int, seed: int) -> None:
         for name, i in (("bos", bos_id), ("eos", eos_id)):
             if not 0 <= i < corpus.vocab_size:
                 raise ConfigError(f"{name} id {i} is outside the corpus vocabulary of {corpus.vocab_size}")
-        self.context, self.cfg, self.batch_size, self.accumulation, self.seed = context, cfg, batch_size, accumulation, seed
+        super().__init__(batch_size, accumulation, seed)
+        self.context, self.cfg = context, cfg
         train_docs, eval_docs = split_documents(corpus.num_documents, cfg.eval_fraction, cfg.split_seed)
         self.stream, self.targets = ngram_stream(corpus, train_docs, context, bos_id, eos_id)
         self.eval_stream, self.eval_targets = ngram_stream(corpus, eval_docs, context, bos_id, eos_id)
@@ -82,14 +84,7 @@ class NNLMData:
     def epoch_size(self) -> int:
         return len(self.targets)
 
-    @lru_cache(maxsize=2)
-    def _order(self, epoch: int) -> np.ndarray:
-        return np.random.default_rng([self.seed, 23, epoch]).permutation(self.epoch_size)
-
     # --- StepData protocol -------------------------------------------------------------
-    def micro_batches(self, step: int, rank: int, world: int) -> list[dict[str, torch.Tensor]]:
-        return [self.batch(r) for r in micro_batch_ranges(step, rank, world, self.batch_size, self.accumulation)]
-
     def normalizers(self, batch: dict[str, torch.Tensor]) -> dict[str, float]:
         return {"lm": float(batch["labels"].numel())}
 
@@ -99,17 +94,12 @@ class NNLMData:
     # --- examples ------------------------------------------------------------------------
     def batch(self, examples: range) -> dict[str, torch.Tensor]:
         """Global examples ``examples`` (``g = step * batch_size + i``)."""
-        g = np.arange(examples.start, examples.stop)
-        epochs, within = np.divmod(g, self.epoch_size)
-        picks = np.empty(len(g), dtype=np.int64)
-        for e in np.unique(epochs):  # a batch spans at most two epochs
-            picks[epochs == e] = self._order(int(e))[within[epochs == e]]
-        return _examples(self.stream, self.targets[picks], self.context)
+        return _examples(self.stream, self.targets[self.rows(examples)], self.context)
 
     def eval_batches(self, batch_size: int) -> list[dict[str, torch.Tensor]]:
         """Fixed held-out batches over ``eval_examples`` target positions spread evenly."""
         n = len(self.eval_targets)
         count = n if self.cfg.eval_examples <= 0 else min(n, self.cfg.eval_examples)
-        picks = self.eval_targets[np.unique(np.linspace(0, n - 1, count).round().astype(np.int64))]
+        picks = self.eval_targets[spread(n, count)]
         return [_examples(self.eval_stream, picks[i:i + batch_size], self.context)
                 for i in range(0, len(picks), batch_size)]
