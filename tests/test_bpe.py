@@ -115,8 +115,6 @@ def test_trained_layout_is_gpt2s(trained: ByteLevelBPETokenizer) -> None:
     assert trained.eos_id == trained.pad_id == trained.vocab_size - 1
     assert trained.id_to_token(trained.eos_id) == EOS_TOKEN
     assert trained.encode(EOS_TOKEN) == [trained.eos_id]
-    learned = [trained.id_to_token(i) for i in range(256, trained.eos_id)]
-    assert not any("<|" in t or "endoftext" in t for t in learned), "merges spent on eos"
     assert trained.token_to_id("Ġfox") is not None and len(trained.encode(" the fox")) == 2
 
 
@@ -147,7 +145,7 @@ def test_train_rejects_bad_arguments() -> None:
     with pytest.raises(ConfigError, match="min_frequency"):
         ByteLevelBPETokenizer.train(CORPUS, vocab_size=300, min_frequency=-1)
     with pytest.raises(DataError, match="empty"):
-        ByteLevelBPETokenizer.train(["", EOS_TOKEN], vocab_size=300)
+        ByteLevelBPETokenizer.train(["", ""], vocab_size=300)  # (a literal eos is text, not empty)
 
 
 @pytest.mark.parametrize("add_prefix_space", [False, True])
@@ -191,6 +189,32 @@ def test_prepare_corpus_with_bpe(tmp_path: Path) -> None:
         assert corpus.tokens.dtype == np.uint16 and corpus.vocab_size == tok.vocab_size
         assert corpus.tokens.tolist() == expected
         assert tok.decode(corpus.sentence(0).tolist()) == " " + sentences[0]
+
+
+LITERAL_EOS = "Our markup uses <|endoftext|> between stories.<|endoftext|>It is text here."
+
+
+def test_training_reads_a_literal_eos_as_text() -> None:
+    """Training texts are corpus text: the characters of ``<|endoftext|>`` count like any
+    others (GPT-2's regex cuts them into "<|", "endoftext", "|>", so no merge can rebuild the
+    special token), and eos stays the one id after the merges."""
+    tok = ByteLevelBPETokenizer.train([LITERAL_EOS] * 20, vocab_size=300)
+    assert ("<", "|") in tok.merges and tok.token_to_id("endoftext") is not None
+    assert tok.eos_id == tok.vocab_size - 1 and tok.id_to_token(tok.eos_id) == EOS_TOKEN
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_prepared_corpus_reads_a_literal_eos_as_text(tmp_path: Path, workers: int) -> None:
+    """``<|endoftext|>`` written in a corpus is text: no false document end in the shards
+    (while :meth:`encode`, for prompts that mean it, still gives eos)."""
+    gpt2 = ByteLevelBPETokenizer.load(_require(_data_root() / "vocab" / "gpt2")).with_prefix_space(True)
+    src = tmp_path / "raw.txt"
+    src.write_text(LITERAL_EOS + "\n", encoding="utf-8")
+    prepare_corpus([src], gpt2, tmp_path / "out", workers=workers, progress=False)
+    corpus = TokenCorpus(tmp_path / "out")
+    assert gpt2.eos_id not in corpus.tokens.tolist()
+    assert gpt2.decode(corpus.document_tokens(0).tolist()) == " " + " ".join(split_sentences(LITERAL_EOS))
+    assert gpt2.encode("a<|endoftext|>")[-1] == gpt2.eos_id
 
 
 # ---------------------------------------------------------------------------- 2. by hand

@@ -276,6 +276,32 @@ def test_train_warns_when_alphabet_exceeds_vocab_size(caplog: pytest.LogCaptureF
     assert tok.vocab_size > 30 and "more than vocab_size=30" in caplog.text
 
 
+LITERAL_SPECIALS = "Type [MASK] or [SEP], never [PAD] [CLS] [UNK] or <|endoftext|> here."
+
+
+def test_training_reads_special_token_strings_as_text() -> None:
+    tok = WordPieceTokenizer.train([LITERAL_SPECIALS] * 20, vocab_size=200)
+    assert [tok.id_to_token(i) for i in range(5)] == ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    assert all(tok.token_to_id(w) is not None for w in ("mask", "sep", "pad", "cls", "unk"))
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_prepared_corpus_reads_special_token_strings_as_text(bert: WordPieceTokenizer, tmp_path: Path,
+                                                            workers: int) -> None:
+    """``[MASK]`` written in a corpus is the text "[", "mask", "]": never an MLM target or a
+    [SEP] (while :meth:`encode`, for inputs that mean them, still maps them to their ids)."""
+    from muppets.data.prepare import prepare_corpus
+    from muppets.data.shards import TokenCorpus
+
+    src = tmp_path / "raw.txt"
+    src.write_text(LITERAL_SPECIALS + "\n", encoding="utf-8")
+    prepare_corpus([src], bert, tmp_path / "out", workers=workers, progress=False)
+    tokens = TokenCorpus(tmp_path / "out").tokens.tolist()
+    assert not set(tokens) & set(bert.special_ids.values())
+    assert [bert.id_to_token(t) for t in tokens[:8]] == ["type", "[", "mask", "]", "or", "[", "sep", "]"]
+    assert bert.encode("[MASK] [SEP]") == [bert.mask_id, bert.sep_id]
+
+
 # ---------------------------------------------------------------------------- 3. save / load
 ROUND_TRIP_TEXTS = SAMPLES + CORPUS[:5]
 

@@ -3,7 +3,7 @@
 The pipeline streams in one direction::
 
     iter_documents (main process, streaming) → chunks of documents
-        → workers: split_sentences + tokenizer.encode_batch → flat numpy arrays
+        → workers: split_sentences + tokenizer.encode_text_batch → flat numpy arrays
         → ShardWriter (main process, appends) → tokens.bin / sentences.bin / documents.bin
 
 Chunks go to a ``multiprocessing.Pool`` in order with at most ``2 × workers`` chunks in flight,
@@ -44,13 +44,20 @@ Encoded = tuple[np.ndarray, np.ndarray, np.ndarray]  # tokens (T,), lengths (S,)
 
 
 class CorpusTokenizer(Protocol):
-    """What the pipeline needs from a tokenizer (e.g. ``WordPieceTokenizer``)."""
+    """What the pipeline needs from a tokenizer (e.g. ``WordPieceTokenizer``).
+
+    Corpus text is text: a special token's string in it (``[MASK]``, ``<|endoftext|>``) must
+    come out as ordinary tokens, or it would become an MLM target or a false document end. A
+    tokenizer whose ``encode_batch`` maps such strings to their special ids (WordPiece and
+    byte-level BPE do, as transformers does) also has ``encode_text_batch(texts)``, which reads
+    them as text; the pipeline uses it where it exists (see :func:`encode_chunk`).
+    """
 
     vocab_size: int
 
     def to_json(self) -> str: ...
 
-    def encode_batch(self, texts: list[str]) -> list[list[int]]: ...  # no special tokens
+    def encode_batch(self, texts: list[str]) -> list[list[int]]: ...  # no special tokens added
 
 
 @dataclass
@@ -147,7 +154,7 @@ def chunk_documents(documents: Iterable[Any], batch_docs: int,
 
 
 def encode_chunk(tokenizer: CorpusTokenizer, chunk: Chunk) -> Encoded:
-    """Split a chunk's paragraphs into sentences and tokenize them, flat.
+    """Split a chunk's paragraphs into sentences and tokenize them as plain text, flat.
 
     Returns:
         tokens (T,) uint32, sentence_lengths (S,) int64, doc_sentence_counts (D,) int64.
@@ -159,7 +166,8 @@ def encode_chunk(tokenizer: CorpusTokenizer, chunk: Chunk) -> Encoded:
         for paragraph in paragraphs:
             sentences.extend(split_sentences(paragraph))
         counts[d] = len(sentences) - before
-    ids = tokenizer.encode_batch(sentences) if sentences else []
+    encode = getattr(tokenizer, "encode_text_batch", tokenizer.encode_batch)  # see CorpusTokenizer
+    ids = encode(sentences) if sentences else []
     lengths = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))  # (S,)
     tokens = np.fromiter(itertools.chain.from_iterable(ids), dtype=np.uint32,
                          count=int(lengths.sum()))  # (T,)

@@ -62,6 +62,7 @@ from muppets.tokenizers.wordpiece import (
     _UNSET_MAX_LENGTH,
     _read_json,
     _token_text,
+    plain_text_copy,
 )
 
 logger = logging.getLogger(__name__)
@@ -315,7 +316,7 @@ class ByteLevelBPETokenizer:
         vocab, merges = _train_merges(texts, settings, vocab_size - len(specials),
                                       min_frequency, show_progress)
         for token in specials:  # GPT-2's layout: <|endoftext|> after the merges
-            assert token not in vocab, "special tokens are cut out of the training texts"
+            assert token not in vocab, "the pre-tokenizer cuts special tokens apart"
             vocab[token] = len(vocab)
         logger.info("trained a byte-level BPE of %d tokens (%d merges)", len(vocab), len(merges))
         return cls(_build(vocab, merges, settings, None), settings)
@@ -506,6 +507,16 @@ class ByteLevelBPETokenizer:
         encodings = self._backend.encode_batch_fast(list(texts), add_special_tokens=False)
         return [enc.ids for enc in encodings]
 
+    def encode_text_batch(self, texts: Sequence[str]) -> list[list[int]]:
+        """Ids of each text with every character read as text, as corpus text is: a literal
+        ``<|endoftext|>`` becomes the bytes it is written with, not ``eos_id`` (which
+        :meth:`encode_batch` gives, for prompts that mean it), so it ends no document."""
+        return [enc.ids for enc in self._text_backend.encode_batch_fast(list(texts), add_special_tokens=False)]
+
+    @cached_property
+    def _text_backend(self) -> Tokenizer:
+        return plain_text_copy(self._backend)
+
     def encode_with_offsets(self, texts: Sequence[str]) -> list[tuple[list[int], Offsets]]:
         """(ids, (start, end) character span of each token in the original text) per text.
 
@@ -544,9 +555,10 @@ def _train_merges(texts: Iterable[str], settings: ByteLevelBPESettings, vocab_si
     Unlike WordPiece's (see ``wordpiece._train_vocab``) the Rust BPE trainer is deterministic
     on its own: it numbers the alphabet in code-point order, adds no ``##`` tokens, and of two
     equally frequent pairs merges the one with the smaller ids first; pair counts do not
-    depend on the order of the texts either. ``tests/test_bpe.py`` checks it. The special
-    tokens are cut out of the texts first, as :meth:`ByteLevelBPETokenizer.encode` does, so
-    no merge is spent on pieces of ``<|endoftext|>``.
+    depend on the order of the texts either. ``tests/test_bpe.py`` checks it. The texts are
+    read as text, as a prepared corpus is (:meth:`ByteLevelBPETokenizer.encode_text_batch`):
+    a literal ``<|endoftext|>`` counts as its characters, which GPT-2's regex cuts into
+    ``<|``, ``endoftext`` and ``|>``, so no merge can rebuild the special token.
     """
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size, min_frequency=min_frequency, show_progress=show_progress,
@@ -554,26 +566,21 @@ def _train_merges(texts: Iterable[str], settings: ByteLevelBPESettings, vocab_si
     backend = Tokenizer(BPE())
     backend.pre_tokenizer = pre_tokenizers.ByteLevel(
         add_prefix_space=settings.add_prefix_space, use_regex=True)
-    pieces = [0]  # number of non-empty pieces seen
-    backend.train_from_iterator(_cut_specials(texts, settings.special_tokens(), pieces),
-                                trainer=trainer)
-    if pieces[0] == 0:
+    seen = [0]  # number of non-empty texts
+    backend.train_from_iterator(_non_empty(texts, seen), trainer=trainer)
+    if seen[0] == 0:
         raise DataError("training texts are empty")
     model = json.loads(backend.to_str())["model"]
     merges = [_merge_item(item, rank, None) for rank, item in enumerate(model["merges"])]
     return dict(model["vocab"]), merges
 
 
-def _cut_specials(texts: Iterable[str], specials: Sequence[str], count: list[int]) -> Iterator[str]:
-    """The non-empty pieces of each text between special tokens; ``count[0]`` counts them."""
+def _non_empty(texts: Iterable[str], count: list[int]) -> Iterator[str]:
+    """The non-empty texts; ``count[0]`` counts them."""
     for text in texts:
-        pieces = [text]
-        for token in specials:
-            pieces = [part for piece in pieces for part in piece.split(token)]
-        for piece in pieces:
-            if piece:
-                count[0] += 1
-                yield piece
+        if text:
+            count[0] += 1
+            yield text
 
 
 def _check_train_args(texts: Iterable[str], vocab_size: int, min_frequency: int) -> None:

@@ -469,6 +469,18 @@ class WordPieceTokenizer:
         encodings = self._backend.encode_batch_fast(list(texts), add_special_tokens=False)
         return [enc.ids for enc in encodings]
 
+    def encode_text_batch(self, texts: Sequence[str]) -> list[list[int]]:
+        """Ids of each text read as plain text, as corpus text is: nothing is added, and a
+        special token's string in it (``[MASK]``, ``[SEP]``) is encoded as the characters it
+        is (``[`` ``mask`` ``]``), never as that token, which :meth:`encode_batch` gives (as
+        transformers does, for inputs that mean it)."""
+        encodings = self._text_backend.encode_batch_fast(list(texts), add_special_tokens=False)
+        return [enc.ids for enc in encodings]
+
+    @cached_property
+    def _text_backend(self) -> Tokenizer:
+        return plain_text_copy(self._backend)
+
     def encode_with_word_ids(self, texts: Sequence[str]) -> list[tuple[list[int], list[int]]]:
         """(ids, word index of each token) per text, without special tokens.
 
@@ -521,6 +533,14 @@ class WordPieceTokenizer:
         s = self._settings
         return (f"WordPieceTokenizer(vocab_size={self.vocab_size}, lowercase={s.lowercase}, "
                 f"strip_accents={s.strip_accents}, model_max_length={s.model_max_length})")
+
+
+def plain_text_copy(backend: Tokenizer) -> Tokenizer:
+    """A copy of ``backend`` that reads special-token strings in the text as ordinary text
+    (``encode_special_tokens``); the flag is not serialised, so every copy sets it again."""
+    copy = Tokenizer.from_str(backend.to_str())
+    copy.encode_special_tokens = True
+    return copy
 
 
 def _count_words(texts: Iterable[str], settings: WordPieceSettings,
