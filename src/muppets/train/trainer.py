@@ -123,7 +123,8 @@ class StepData(Protocol):
         ...
 
     def num_tokens(self, batch: dict[str, torch.Tensor]) -> int:
-        """Tokens in this micro-batch (for tokens/s)."""
+        """Real (non-padding) tokens in this micro-batch: logged per step as ``real_tokens``
+        (summed over micro-batches and ranks) and behind tokens/s."""
         ...
 
 
@@ -145,7 +146,7 @@ class _StepStats:
     terms: dict[str, float]  # per-term global means
     lr: float
     grad_norm: float  # before clipping
-    tokens: int  # over all ranks
+    tokens: int  # real (non-padding) tokens of the update, over all ranks
     seconds: float
 
 
@@ -474,7 +475,8 @@ class Trainer:
     def _report(self, stats: _StepStats) -> None:
         record = {"step": self.step, "loss": stats.loss, **{f"loss/{k}": v for k, v in stats.terms.items()}}
         tokens_per_s = stats.tokens / max(stats.seconds, 1e-9)
-        record.update(lr=stats.lr, grad_norm=stats.grad_norm, tokens_per_s=tokens_per_s, elapsed_s=self._elapsed())
+        record.update(lr=stats.lr, grad_norm=stats.grad_norm, real_tokens=stats.tokens, tokens_per_s=tokens_per_s,
+                      elapsed_s=self._elapsed())
         every = self.config.log_every
         periodic = every > 0 and self.step % every == 0
         self._log.log(record, tensorboard=periodic)
