@@ -53,7 +53,7 @@ class _Walker:
         self.max_tokens = max_tokens
         self.short_seq_prob = short_seq_prob
         self.rng = rng
-        self.rows: list[tuple[int, int, int, int, bool]] = []
+        self.rows = _Rows(5)  # a_lo, a_hi, b_lo, b_hi, is_random
         self.doc_cum_tokens = np.cumsum(self._doc_lengths(docs))  # for length-weighted draws
 
     def _doc_lengths(self, docs: np.ndarray) -> np.ndarray:
@@ -122,7 +122,26 @@ class _Walker:
     def emit(self, a_lo: int, a_hi: int, b_lo: int, b_hi: int, is_random: bool) -> None:
         a_lo, a_hi, b_lo, b_hi = truncate_pair(a_lo, a_hi, b_lo, b_hi, self.max_tokens, self.rng)
         if a_hi > a_lo and b_hi > b_lo:
-            self.rows.append((a_lo, a_hi, b_lo, b_hi, is_random))
+            self.rows.append(a_lo, a_hi, b_lo, b_hi, int(is_random))
+
+
+class _Rows:
+    """Growing ``(n, width)`` int64 rows, their storage doubled when full: 8 bytes a value (a
+    Python tuple of ints costs about 25)."""
+
+    def __init__(self, width: int, capacity: int = 1024) -> None:
+        self.data = np.empty((capacity, width), dtype=np.int64)
+        self.n = 0
+
+    def append(self, *values: int) -> None:
+        if self.n == len(self.data):
+            self.data = np.concatenate([self.data, np.empty_like(self.data)])
+        self.data[self.n] = values
+        self.n += 1
+
+    def array(self) -> np.ndarray:
+        """``(n, width)``: the rows so far (a view)."""
+        return self.data[:self.n]
 
 
 def truncate_pair(a_lo: int, a_hi: int, b_lo: int, b_hi: int, budget: int,
@@ -155,6 +174,6 @@ def plan_pairs(sent_ends: np.ndarray, doc_ends: np.ndarray, docs: np.ndarray, ma
     walker = _Walker(sent_ends, doc_ends, docs, max_seq_len - 3, short_seq_prob, rng)
     for d in docs:
         walker.walk(int(d))
-    rows = np.array(walker.rows, dtype=np.int64).reshape(-1, 5)
-    rows = rows[rng.permutation(len(rows))]
+    rows = walker.rows.array()
+    rows = rows[rng.permutation(len(rows))]  # (N, 5), a copy: the walker's storage is freed
     return PairPlan(rows[:, 0], rows[:, 1], rows[:, 2], rows[:, 3], rows[:, 4].astype(bool))
