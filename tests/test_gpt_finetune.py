@@ -133,3 +133,68 @@ def test_classify_learns_and_backbone_loads_in_transformers(gpt_dir, tmp_path):
     assert hf.config.vocab_size == GPTTaskTokenizer.load(gpt_dir).vocab_size
     hf_tok = transformers.AutoTokenizer.from_pretrained(tmp_path / "best")
     assert hf_tok.convert_tokens_to_ids("<|extract|>") == Predictor(tmp_path / "best").tokenizer.extract_id
+
+
+@pytest.fixture(scope="module")
+def gpt_dir_no_dropout(tmp_path_factory) -> Path:
+    """The tiny GPT-2 of ``gpt_dir`` without dropout (so micro-batches see the same network)."""
+    tok = ByteLevelBPETokenizer.train(CORPUS, vocab_size=320, min_frequency=1)
+    torch.manual_seed(0)
+    cfg = GPTConfig(vocab_size=tok.vocab_size, max_position_embeddings=96, hidden_size=32, num_layers=2,
+                    num_heads=4, intermediate_size=64, eos_token_id=tok.eos_id, hidden_dropout=0.0,
+                    embedding_dropout=0.0, attention_dropout=0.0)
+    return save_hf_gpt(GPTLanguageModel(cfg), tmp_path_factory.mktemp("tiny-gpt-nodrop"), tok)
+
+
+def test_lm_term_is_a_token_sum_over_one_ordering(gpt_dir_no_dropout):
+    """The auxiliary LM loss is its own term: lm_coef x the SUM of next-token losses over the
+    real tokens of the first ordering only (each text once), normalised by their count."""
+    from muppets.transfer.batching import EpochData, collate
+    from muppets.transfer.finetune import FinetuneModel
+
+    tok = GPTTaskTokenizer.load(gpt_dir_no_dropout)
+    model = build_gpt_task_model(gpt_dir_no_dropout, "pair", 2, tok, orderings=2, lm_coef=0.5)
+    feats = make_features("pair", text_task("pair", n=4)["train"], tok, FeatureOptions(48, orderings=2), ["0", "1"])
+    batch = collate(feats, tok.pad_id)  # (4, 2, T): both orders of each pair
+    data = EpochData(feats, "pair", 4, 1, 1, 0, tok.pad_id, lm_orderings=model.lm_orderings)
+    first_rows = [f.input_ids[0] for f in feats]
+    assert data.normalizers(batch) == {"task": 4.0, "lm": float(sum(len(r) - 1 for r in first_rows))}
+    with torch.no_grad():
+        sums = FinetuneModel(model)(**batch).loss_sums
+        lm_sum = 0.0
+        for row in first_rows:
+            ids = torch.tensor([row])
+            hidden = model.backbone(ids, None, torch.ones_like(ids)).last[0]  # (T, H)
+            logits = hidden @ model.backbone.gpt.embeddings.tokens.weight.T  # (T, V)
+            lm_sum += float(F.cross_entropy(logits[:-1], ids[0, 1:], reduction="sum"))
+    assert sorted(sums) == ["lm", "task"]
+    assert sums["lm"].item() == pytest.approx(0.5 * lm_sum, rel=1e-5)
+    assert model.lm_orderings == 2 and build_gpt_task_model(gpt_dir_no_dropout, "pair", 2, tok, orderings=2,
+                                                          lm_coef=0.0).lm_orderings == 0
+
+
+def test_accumulation_equals_one_batch_with_the_lm_loss(gpt_dir_no_dropout, tmp_path):
+    """GPT fine-tuning with lm_coef > 0 and two orderings: 2 micro-batches per step give the
+    update of one batch of the same examples (the LM term is normalised by the global count of
+    LM target tokens, not by a per-micro-batch mean times the example count)."""
+    from muppets.transfer.models import load_task_model
+
+    data = text_task("regress", n=24, seed=1)
+    params = {}
+    for accumulation in (1, 2):
+        run_dir = tmp_path / f"acc{accumulation}"
+        run(cfg_for(gpt_dir_no_dropout, run_dir, batch_size=8, accumulation=accumulation, epochs=1,
+                    max_train_examples=24, orderings=2, lm_coef=0.5, lr=1e-3, clip_grad_norm=0.0), data=data)
+        params[accumulation] = load_task_model(run_dir / "best").state_dict()
+    start = build_gpt_task_model(gpt_dir_no_dropout, "regress", 0, GPTTaskTokenizer.load(gpt_dir_no_dropout)).state_dict()
+    moved = max(float((params[1][k] - start[k]).abs().max()) for k in start if ".layers." in k)
+    assert moved > 1e-4  # the transformer layers did move
+    for k, v in params[1].items():
+        assert torch.allclose(v, params[2][k], atol=1e-6, rtol=0), k
+
+
+def test_lm_targets_doctest():
+    import doctest
+
+    from muppets.transfer import batching
+    assert doctest.testmod(batching).failed == 0

@@ -16,7 +16,7 @@ head and a new head works on every backbone.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
@@ -162,10 +162,14 @@ def build_head(kind: str, hidden_size: int, num_labels: int = 0, dropout_p: floa
 @dataclass
 class TaskOutput:
     """logits: ``(B, C)`` classify/pair/choice, ``(B,)`` regress, ``(B, T, C)`` tag,
-    ``(B, T, 2)`` span. loss: mean loss over the batch's labelled units when labels are given."""
+    ``(B, T, 2)`` span. With labels: ``task_loss``, the mean task loss over the batch's labelled
+    units; ``aux_sums``, each auxiliary term (GPT's ``"lm"``) weighted and SUMMED over its own
+    units; ``loss``, the task loss plus each auxiliary term's mean over this batch."""
 
     logits: torch.Tensor
     loss: torch.Tensor | None = None
+    task_loss: torch.Tensor | None = None
+    aux_sums: dict[str, torch.Tensor] = field(default_factory=dict)
 
 
 def task_loss(kind: str, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
@@ -187,6 +191,8 @@ def task_loss(kind: str, logits: torch.Tensor, labels: torch.Tensor) -> torch.Te
 
 class TaskModel(nn.Module):
     """A backbone (anything returning ``Encoded``) + one task head."""
+
+    lm_orderings = 0  # an auxiliary LM term reads the first of every N input rows (0 = no such term; GPT)
 
     def __init__(self, backbone: nn.Module, head: nn.Module, kind: str) -> None:
         super().__init__()
@@ -213,10 +219,14 @@ class TaskModel(nn.Module):
             logits = logits.view(shape[0], shape[1])  # (B, C)
         elif self.kind == "regress":
             logits = logits.squeeze(-1)  # (B,)
-        loss = None if labels is None else self.loss(logits, labels, encoded, input_ids)
-        return TaskOutput(logits=logits, loss=loss)
+        if labels is None:
+            return TaskOutput(logits=logits)
+        task = task_loss(self.kind, logits, labels)
+        aux = self.auxiliary_losses(encoded, input_ids)
+        loss = task + sum(total / units.clamp(min=1) for total, units in aux.values())
+        return TaskOutput(logits, loss, task, {name: total for name, (total, _) in aux.items()})
 
-    def loss(self, logits: torch.Tensor, labels: torch.Tensor, encoded: Encoded,
-             input_ids: torch.Tensor) -> torch.Tensor:
-        """The training loss: :func:`task_loss` (subclasses add terms, e.g. GPT's auxiliary LM)."""
-        return task_loss(self.kind, logits, labels)
+    def auxiliary_losses(self, encoded: Encoded, input_ids: torch.Tensor) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+        """Training terms beside the task loss: ``{name: (weighted SUM over its units, number
+        of units)}``; none here (GPT adds its auxiliary LM loss, ``"lm"``)."""
+        return {}

@@ -93,6 +93,18 @@ def loss_units(kind: str, labels: torch.Tensor) -> float:
     return float(labels.shape[0])
 
 
+def lm_targets(attention_mask: torch.Tensor, orderings: int = 1) -> torch.Tensor:
+    """``(N, T - 1)`` bool: the tokens GPT's auxiliary LM loss predicts, every real token after a
+    row's first, in the rows of ``attention_mask`` (``(B, T)``, or ``(B, R, T)`` flattened to
+    ``B·R`` rows) taking every ``orderings``-th: a pair read in both orders counts once.
+
+    >>> lm_targets(torch.tensor([[[1, 1, 1, 0], [1, 1, 0, 0]]]), orderings=2).sum().item()
+    2
+    """
+    rows = attention_mask.reshape(-1, attention_mask.shape[-1])[::orderings].bool()
+    return rows[:, 1:]
+
+
 class EpochData:
     """:class:`~muppets.train.StepData` over ``epochs`` passes of bucketed batches.
 
@@ -101,15 +113,19 @@ class EpochData:
     micro-batches (each padded on its own). The last batch of an epoch can be short; when it
     has fewer examples than ``world * accumulation`` it is topped up with the epoch's first
     examples (cycling), so that no micro-batch is empty.
+
+    ``lm_orderings`` > 0 adds the ``"lm"`` term of a GPT task model's auxiliary LM loss, whose
+    units are the tokens it predicts (:func:`lm_targets`; the model's ``lm_orderings``).
     """
 
     def __init__(self, features: Sequence[Feature], kind: str, batch_size: int, accumulation: int,
-                 epochs: int, seed: int, pad_id: int) -> None:
+                 epochs: int, seed: int, pad_id: int, lm_orderings: int = 0) -> None:
         if not features:
             raise ConfigError("no training features: the train split is empty")
         self.features, self.kind = list(features), kind
         self.batch_size, self.accumulation = batch_size, accumulation
         self.epochs, self.seed, self.pad_id = epochs, seed, pad_id
+        self.lm_orderings = lm_orderings
         self.lengths = [f.length for f in self.features]
         self._cached: tuple[int, list[list[int]]] | None = None
 
@@ -142,7 +158,10 @@ class EpochData:
         return collate([self.features[i] for i in indices], self.pad_id)
 
     def normalizers(self, batch: dict[str, torch.Tensor]) -> dict[str, float]:
-        return {"task": loss_units(self.kind, batch["labels"])}
+        units = {"task": loss_units(self.kind, batch["labels"])}
+        if self.lm_orderings:
+            units["lm"] = float(lm_targets(batch["attention_mask"], self.lm_orderings).sum())
+        return units
 
     def num_tokens(self, batch: dict[str, torch.Tensor]) -> int:
         return int(batch["attention_mask"].sum())

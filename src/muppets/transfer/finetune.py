@@ -222,8 +222,10 @@ class FinetuneOutput:
 
 class FinetuneModel(nn.Module):
     """A :class:`~muppets.heads.TaskModel` under the Trainer's contract: the task loss as a
-    SUM over its units (examples; labelled tokens for tagging), so accumulation and DDP give
-    the same update as one big batch."""
+    SUM over its units (examples; labelled tokens for tagging), and each auxiliary term (GPT's
+    ``"lm"``, summed over the tokens it predicts) as its own term, so accumulation and DDP give
+    the same update as one big batch. The data counts the units of every term
+    (:class:`~muppets.transfer.batching.EpochData`, ``lm_orderings=task.lm_orderings``)."""
 
     def __init__(self, task: TaskModel) -> None:
         super().__init__()
@@ -233,8 +235,8 @@ class FinetuneModel(nn.Module):
                 attention_mask: torch.Tensor, labels: torch.Tensor) -> FinetuneOutput:
         out = self.task(input_ids, token_type_ids, attention_mask, labels)
         units = loss_units(self.task.kind, labels)
-        total = out.loss * units if units > 0 else out.logits.sum() * 0.0
-        return FinetuneOutput({"task": total}, out.logits)
+        total = out.task_loss * units if units > 0 else out.logits.sum() * 0.0
+        return FinetuneOutput({"task": total, **out.aux_sums}, out.logits)
 
 
 def gold_of(kind: str, example: Any) -> Any:
@@ -399,7 +401,7 @@ def _setup(cfg: FinetuneConfig, data: TaskData, local_rank: int) -> _Setup:
     train, mode, chosen, dev = selection_split(cfg, data)
     features = make_features(spec.kind, train, tok, cfg.feature_options, spec.labels)
     steps = EpochData(features, spec.kind, cfg.batch_size, cfg.accumulation, cfg.epochs, cfg.seed,
-                      tok.pad_id)
+                      tok.pad_id, lm_orderings=model.lm_orderings)
     return _Setup(spec, tok, model, model_dir, train, steps, mode, chosen, dev)
 
 

@@ -12,7 +12,11 @@ on the last token, and the auxiliary language-model loss.
   (:class:`~muppets.heads.SentenceVector` with ``pool="last"``); token-level heads (tagging,
   spans) read every position as for BERT, each token seeing only its left context.
 - **Loss.** ``L3 = L2 + λ · L1``: the task loss plus ``lm_coef`` times the mean next-token loss
-  on the task's own inputs (0 disables it).
+  on the task's own inputs (0 disables it). In training the LM loss is its own term ``"lm"``:
+  summed over the predicted tokens and divided by their count over the whole update (all
+  micro-batches and ranks, :class:`~muppets.transfer.batching.EpochData` with
+  ``lm_orderings``), so accumulation and DDP give the big-batch update, as for every other
+  loss. A pair read in both orders is one text: only its first order feeds the LM loss.
 
 A fine-tuned GPT task model is saved as an HF GPT-2 directory (``GPT2LMHeadModel`` loads its
 backbone and tokenizer, added tokens included) plus ``task_head.safetensors`` and a
@@ -31,7 +35,7 @@ from torch import nn
 from tokenizers import AddedToken
 
 from muppets.errors import CheckpointError
-from muppets.heads import KINDS, TaskModel, build_head, task_loss
+from muppets.heads import KINDS, TaskModel, build_head
 from muppets.interop.hf_gpt import load_hf_gpt, save_hf_gpt
 from muppets.interop.safetensors_io import read_file, write_weights
 from muppets.models.gpt import GPTBackbone, resize_token_embeddings
@@ -39,6 +43,7 @@ from muppets.nn.encoded import Encoded
 from muppets.nn.linear_ce import linear_cross_entropy
 from muppets.tokenizers.bpe import ByteLevelBPETokenizer
 from muppets.tokenizers.wordpiece import _longest_first, content_budget
+from muppets.transfer.batching import lm_targets
 
 log = logging.getLogger(__name__)
 
@@ -124,20 +129,27 @@ class GPTTaskModel(TaskModel):
         super().__init__(CausalTaskBackbone(gpt), head, kind)
         self.lm_coef = lm_coef
 
-    def loss(self, logits: torch.Tensor, labels: torch.Tensor, encoded: Encoded,
-             input_ids: torch.Tensor) -> torch.Tensor:
-        loss = task_loss(self.kind, logits, labels)
-        if self.lm_coef == 0.0:
-            return loss
-        return loss + self.lm_coef * self.lm_loss(encoded, input_ids)
+    @property
+    def lm_orderings(self) -> int:
+        """Rows per input (2: a pair in both orders) of which the LM loss reads the first; 0 = off."""
+        return getattr(getattr(self.head, "vector", None), "orderings", 1) if self.lm_coef > 0 else 0
 
-    def lm_loss(self, encoded: Encoded, input_ids: torch.Tensor) -> torch.Tensor:
-        """Mean next-token cross entropy over the real tokens of the inputs ``(B, T)``."""
-        hidden, mask = encoded.last[:, :-1], encoded.mask[:, 1:]  # position t predicts t + 1
-        rows, targets = hidden[mask], input_ids[:, 1:][mask]  # (M, H), (M,)
+    def auxiliary_losses(self, encoded: Encoded, input_ids: torch.Tensor) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+        """``{"lm": (lm_coef · summed next-token loss, predicted tokens)}``; {} when lm_coef is 0."""
+        if self.lm_coef == 0.0:
+            return {}
+        total, count = self.lm_loss_sum(encoded, input_ids)
+        return {"lm": (self.lm_coef * total, count)}
+
+    def lm_loss_sum(self, encoded: Encoded, input_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Summed next-token cross entropy over the tokens :func:`lm_targets` picks from the
+        inputs ``(B·R, T)`` (R = :attr:`lm_orderings`), and their number."""
+        R = self.lm_orderings or 1
+        mask = lm_targets(encoded.mask, R)  # (B, T - 1): position t predicts t + 1
+        rows, targets = encoded.last[::R, :-1][mask], input_ids[::R, 1:][mask]  # (M, H), (M,)
         weight = self.backbone.gpt.embeddings.tokens.weight  # tied output layer
         total, _ = linear_cross_entropy(rows, weight, None, targets)
-        return total / max(1, targets.numel())
+        return total, mask.sum()
 
 
 def build_gpt_task_model(directory: str | Path, kind: str, num_labels: int, tok: GPTTaskTokenizer,
