@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import logging
+from collections import Counter
+
 import numpy as np
 import pytest
 
 from muppets.data.shards import ShardWriter, TokenCorpus
+from muppets.errors import ConfigError
 from muppets.objectives.mlm import IGNORE, MaskingConfig, choose_targets, mask_sequence, word_groups
 from muppets.objectives.mlm_nsp import BertPretrainingData, PretrainDataConfig, SpecialIds, split_documents
 from muppets.objectives.nsp import plan_pairs, truncate_pair
@@ -43,12 +47,13 @@ def test_masking_rates_over_many_batches(corpus):
     for step in range(60):
         batch = data.micro_batches(step, 0, 1)[0]
         ids, pos, labels = batch["input_ids"].numpy(), batch["mlm_positions"].numpy(), batch["mlm_labels"].numpy()
-        maskable = (ids != PAD) & (ids != CLS) & (ids != SEP) | (ids == MASK)
-        n_maskable += int(((batch["attention_mask"].numpy()) & (np.isin(ids, [CLS, SEP]) == False)).sum())
+        maskable = batch["attention_mask"].numpy() & ~np.isin(ids, [CLS, SEP])  # (B, T) real, not special
+        n_maskable += int(maskable.sum())
         for b in range(len(ids)):
             keep = labels[b] != IGNORE
             p, y = pos[b][keep], labels[b][keep]
-            assert np.all(np.isin(ids[b][p], [CLS, SEP, PAD]) == False) or np.all(ids[b][p] != PAD)
+            assert maskable[b][p].all()  # a target is a real token, never [CLS], [SEP] or padding
+            assert not np.isin(y, [PAD, CLS, SEP]).any()
             got = ids[b][p]
             n_targets += len(p)
             n_mask += int((got == MASK).sum())
@@ -78,17 +83,19 @@ def test_special_tokens_and_padding_never_targets(corpus):
 
 def test_nsp_is_half_random_and_segments_are_well_formed(corpus):
     data = make_data(corpus)
-    labels = []
+    labels, longest = [], 0
     for step in range(40):
         b = data.micro_batches(step, 0, 1)[0]
         labels += b["nsp_labels"].tolist()
         for ids, seg, m in zip(b["input_ids"], b["token_type_ids"], b["attention_mask"]):
             n = int(m.sum())
             assert n <= 64 and ids[0] == CLS and ids[n - 1] == SEP
+            longest = max(longest, n)
             seps = np.flatnonzero(ids[:n].numpy() == SEP)
             assert len(seps) == 2
             assert (seg[: seps[0] + 1] == 0).all() and (seg[seps[0] + 1 : n] == 1).all()
     assert abs(np.mean(labels) - 0.5) < 0.05
+    assert longest == 64  # the pairs fill max_seq_len
 
 
 def test_isnext_pairs_are_contiguous_text(corpus):
@@ -157,12 +164,23 @@ def test_batches_are_a_pure_function_of_step_and_fresh_each_epoch(corpus):
     # rank shares of a 2-process step are the halves of the 1-process step
     halves = [a.micro_batches(3, r, 2)[0] for r in range(2)]
     assert np.array_equal(np.concatenate([h["nsp_labels"] for h in halves]), x["nsp_labels"])
-    # the same instance in the next epoch gets another mask
-    e = a.epoch_size
-    first = a.example(0)
-    again = a.example(e)
-    assert np.array_equal(first["labels"].shape, first["labels"].shape)
-    assert not (np.array_equal(first["positions"], again["positions"]) and np.array_equal(first["ids"], again["ids"]))
+    # the same instance, met again as another example (e.g. in a later epoch), gets another mask
+    plan = a._plan(0)
+    first = a.build(plan, 0, np.random.default_rng([0, 11, 0]))
+    masks = [a.build(plan, 0, np.random.default_rng([0, 11, g])) for g in (1, 2, 3)]
+    assert np.array_equal(a.example(0)["ids"], first["ids"])  # example 0 is row 0 of epoch 0's plan
+    for again in masks:
+        assert np.array_equal(unmasked(again), unmasked(first))  # the same tokens ...
+    assert any(not np.array_equal(again["positions"], first["positions"]) for again in masks)  # ... masked anew
+    # and every epoch draws a new plan (other pairs), not only new masks
+    assert not np.array_equal(a._plan(1).a_lo[:50], plan.a_lo[:50])
+
+
+def unmasked(example: dict) -> np.ndarray:
+    """An example's token ids with the original tokens put back at its MLM targets."""
+    ids = example["ids"].copy()
+    ids[example["positions"]] = example["labels"]
+    return ids
 
 
 def test_held_out_documents_are_disjoint_and_fixed(corpus):
@@ -172,3 +190,101 @@ def test_held_out_documents_are_disjoint_and_fixed(corpus):
     data = make_data(corpus)
     e1, e2 = data.eval_batches(16), data.eval_batches(16)
     assert all(np.array_equal(x[k], y[k]) for x, y in zip(e1, e2) for k in x)
+
+
+# ----------------------------------------------------------------------------- epochs (issue 14 item 9)
+
+
+def test_every_epoch_covers_its_own_plan_exactly_once(corpus):
+    """Plans differ in length from epoch to epoch; the examples of epoch e are exactly plan e."""
+    data = make_data(corpus)
+    plans = [data._plan(e) for e in range(3)]
+    assert len({len(p) for p in plans}) > 1  # otherwise this test proves nothing
+    start = 0
+    for plan in plans:
+        expected = Counter(tuple(unmasked(data.build(plan, r, np.random.default_rng(0)))) for r in range(len(plan)))
+        seen = Counter(tuple(unmasked(data.example(g))) for g in range(start, start + len(plan)))
+        assert seen == expected
+        start += len(plan)
+
+
+# ----------------------------------------------------------------------------- MLM only (issue 14 item 2)
+
+
+def test_mlm_only_sequences_are_packed_full(corpus):
+    """Without NSP, sentences are packed up to max_seq_len: >= 95% of the positions are real tokens."""
+    data = make_data(corpus, nsp=False)
+    real = positions = 0
+    for step in range(30):
+        b = data.micro_batches(step, 0, 1)[0]
+        assert "nsp_labels" not in b and (b["token_type_ids"] == 0).all()
+        real, positions = real + int(b["attention_mask"].sum()), positions + b["attention_mask"].numel()
+    assert real / positions >= 0.95, real / positions
+    full = make_data(corpus, nsp=False, short_seq_prob=0.0)
+    lengths = [len(full.example(g)["ids"]) for g in range(len(full._plan(0)))]
+    assert lengths.count(64) > 0.9 * len(lengths)  # a separator at either edge is dropped: 63
+    assert sum(n < 63 for n in lengths) <= 1  # and the epoch's last sequence may be shorter
+
+
+def test_mlm_only_epoch_reads_every_training_token_once(corpus):
+    """One epoch of packed sequences holds each token of the training documents exactly once
+    ([SEP] between documents), the short ones included."""
+    data = make_data(corpus, nsp=False, short_seq_prob=0.3)
+    n = len(data._plan(0))
+    seqs = [unmasked(data.example(g)) for g in range(n)]
+    assert all(s[0] == CLS and s[-1] == SEP and CLS not in s[1:] for s in seqs)
+    body = np.concatenate([s[1:-1] for s in seqs])
+    train_tokens = np.concatenate([corpus.document_tokens(int(d)) for d in data.train_docs])
+    assert np.array_equal(np.sort(body[body != SEP]), np.sort(train_tokens))
+    assert (body == SEP).sum() <= len(data.train_docs) - 1  # document separators
+    lengths = np.array([len(s) for s in seqs])
+    assert 0.2 < (lengths < 64).mean() < 0.4  # short_seq_prob of them shorter (and the last one)
+
+
+# ----------------------------------------------------------------------------- held-out NSP (issue 14 item 8)
+
+
+def write_corpus(path, doc_sentences: list[int], seed: int = 0) -> TokenCorpus:
+    """Documents of the given numbers of 8..20-token sentences."""
+    rng = np.random.default_rng(seed)
+    with ShardWriter(path, vocab_size=VOCAB) as w:
+        for n in doc_sentences:
+            w.add_document([rng.integers(5, VOCAB, size=rng.integers(8, 21)).tolist() for _ in range(n)])
+        w.finish()
+    return TokenCorpus(path)
+
+
+def test_held_out_nsp_has_notnext_pairs(corpus, caplog):
+    """60 documents x 2% would hold out one document, where no NotNext pair can be drawn."""
+    with caplog.at_level(logging.INFO, logger="muppets.objectives.mlm_nsp"):
+        data = make_data(corpus)
+        batches = data.eval_batches(16)
+    assert len(data.eval_docs) == 2
+    labels = np.concatenate([b["nsp_labels"].numpy() for b in batches])
+    assert labels.any() and not labels.all()
+    text = caplog.text
+    assert "training NSP pairs (epoch 0)" in text and "held-out NSP pairs" in text and "NotNext" in text
+    assert f"only {len(labels)} held-out NSP pairs (2 documents)" in text  # too few to measure NSP well
+    with caplog.at_level(logging.INFO, logger="muppets.objectives.mlm_nsp"):
+        caplog.clear()
+        make_data(corpus, eval_fraction=0.5).eval_batches(16)
+    assert "held-out NSP pairs" in caplog.text and "only" not in caplog.text
+
+
+def test_nsp_needs_four_documents(tmp_path):
+    corpus = write_corpus(tmp_path / "c", [5, 6, 7])
+    with pytest.raises(ConfigError, match="NSP"):
+        make_data(corpus)
+    assert len(make_data(corpus, nsp=False).eval_docs) == 1  # MLM alone needs no NotNext pairs
+
+
+def test_notnext_draws_succeed_next_to_a_dominant_document(tmp_path):
+    """A short document beside a long one still gets NotNext partners, and failures are counted."""
+    corpus = write_corpus(tmp_path / "c", [300, 3])
+    plan = plan_pairs(corpus.sentence_ends, corpus.document_ends, np.array([0, 1]), 64, 0.0,
+                      np.random.default_rng(0))
+    assert plan.not_next_failed == 0 and plan.not_next_drawn > 0
+    assert 0.4 < plan.is_random.mean() < 0.6, plan.is_random.mean()
+    alone = plan_pairs(corpus.sentence_ends, corpus.document_ends, np.array([0]), 64, 0.0,
+                       np.random.default_rng(0))
+    assert alone.not_next_failed == alone.not_next_drawn > 0 and not alone.is_random.any()

@@ -1,25 +1,29 @@
-"""BERT pretraining batches (MLM + NSP) from a prepared corpus, as a deterministic step source.
+"""BERT pretraining batches (MLM + NSP, or MLM alone) from a prepared corpus, as a deterministic step source.
 
-Example ``g`` of the whole run (``g = step * batch_size + i``) is built from the epoch plan of
-``g // epoch_size`` and masked with a generator seeded by ``(seed, g)``. Every batch is thus a
-pure function of ``(seed, step)``: a resumed run sees exactly the batches it would have seen,
-each DDP rank builds just its own slice of the global batch, and the masks differ every epoch.
+Epoch ``e`` is a plan drawn from ``(seed, e)``: sentence pairs with IsNext/NotNext labels
+(:mod:`muppets.objectives.nsp`), or without NSP whole-corpus packed sequences
+(:func:`muppets.objectives.mlm.plan_packed`). Plans differ in length from epoch to epoch and
+each epoch covers its own plan exactly once (:class:`~muppets.objectives.step_data.EpochData`).
+Example ``g`` of the whole run (``g = step * batch_size + i``) is masked with a generator seeded
+by ``(seed, g)``. Every batch is thus a pure function of ``(seed, step)``: a resumed run sees
+exactly the batches it would have seen, each DDP rank builds just its own slice of the global
+batch, and the masks differ every epoch.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from functools import lru_cache
 
 import numpy as np
 import torch
 
 from muppets.data.shards import TokenCorpus
 from muppets.errors import ConfigError
-from muppets.objectives.mlm import IGNORE, MaskingConfig, mask_sequence
+from muppets.objectives.mlm import IGNORE, MaskingConfig, PackedPlan, mask_sequence, plan_packed
 from muppets.objectives.nsp import PairPlan, plan_pairs
-from muppets.train.distributed import micro_batch_ranges, rank_shares
+from muppets.objectives.step_data import EpochCache, EpochData, in_batches
 
 log = logging.getLogger(__name__)
 
@@ -35,46 +39,53 @@ class SpecialIds:
 
 @dataclass
 class PretrainDataConfig:
-    max_seq_len: int = 128  # tokens per sequence including [CLS] and two [SEP]
+    max_seq_len: int = 128  # tokens per sequence including [CLS] and the [SEP]s
     short_seq_prob: float = 0.1  # share of instances with a random shorter target length
-    nsp: bool = True  # sentence pairs with IsNext/NotNext labels; False = one segment, no NSP loss
+    nsp: bool = True  # sentence pairs with IsNext/NotNext labels; False = MLM alone on packed text, no NSP loss
     masking: MaskingConfig = field(default_factory=MaskingConfig)
-    eval_fraction: float = 0.02  # share of documents held out for evaluation (at least 1)
+    eval_fraction: float = 0.02  # share of documents held out for evaluation (at least 1; 2 with NSP)
     eval_examples: int = 512  # held-out sequences scored at every evaluation
     split_seed: int = 1234  # fixes which documents are held out, independent of the run seed
 
 
-class BertPretrainingData:
-    """The trainer's ``StepData`` for BERT: ``micro_batches(step, rank, world)`` and friends."""
+class BertPretrainingData(EpochData):
+    """The trainer's ``StepData`` for BERT: batches of ``input_ids``, ``token_type_ids``,
+    ``attention_mask`` ``(B, T)``, ``mlm_positions``, ``mlm_labels`` ``(B, P)`` and, with NSP,
+    ``nsp_labels`` ``(B,)``."""
 
     def __init__(self, corpus: TokenCorpus, special: SpecialIds, cfg: PretrainDataConfig,
                  batch_size: int, accumulation: int, seed: int,
                  is_continuation: np.ndarray | None = None) -> None:
+        super().__init__(batch_size, accumulation, seed)
         self.corpus, self.special, self.cfg = corpus, special, cfg
-        self.batch_size, self.accumulation, self.seed = batch_size, accumulation, seed
         self.is_continuation = is_continuation
         if cfg.masking.whole_word and is_continuation is None:
             raise ConfigError("whole-word masking needs the tokenizer's ##-piece lookup")
         vocab = np.arange(corpus.vocab_size)
         self.random_ids = vocab[~np.isin(vocab, special.all)]
-        self.train_docs, self.eval_docs = split_documents(corpus.num_documents, cfg.eval_fraction,
-                                                          cfg.split_seed)
-        self.epoch_size = len(self._plan(0))
-        if self.epoch_size == 0:
+        self.train_docs, self.eval_docs = split_for(corpus, cfg)
+        self._plan = EpochCache(self._draw_plan)
+        if len(self._plan(0)) == 0:
             raise ConfigError(f"{corpus.directory}: the training documents yield no instances")
-        log.info("pretraining data: %d train / %d held-out documents, %d instances per epoch",
-                 len(self.train_docs), len(self.eval_docs), self.epoch_size)
+        log.info("pretraining data: %d train / %d held-out documents, %d %s in epoch 0",
+                 len(self.train_docs), len(self.eval_docs), len(self._plan(0)),
+                 "sentence pairs" if cfg.nsp else "packed sequences")
 
-    @lru_cache(maxsize=2)
-    def _plan(self, epoch: int) -> PairPlan:
-        rng = np.random.default_rng([self.seed, 7, epoch])
-        return plan_pairs(self.corpus.sentence_ends, self.corpus.document_ends, self.train_docs,
-                          self.cfg.max_seq_len, self.cfg.short_seq_prob, rng)
+    def epoch_length(self, epoch: int) -> int:
+        return len(self._plan(epoch))
+
+    def _draw_plan(self, epoch: int) -> PairPlan | PackedPlan:
+        plan = self.make_plan(self.train_docs, np.random.default_rng([self.seed, 7, epoch]))
+        log_plan(plan, "training", f" (epoch {epoch})")
+        return plan
+
+    def make_plan(self, docs: np.ndarray, rng: np.random.Generator) -> PairPlan | PackedPlan:
+        """Sentence pairs (NSP) or packed sequences (MLM alone) over documents ``docs``."""
+        plan = plan_pairs if self.cfg.nsp else plan_packed
+        return plan(self.corpus.sentence_ends, self.corpus.document_ends, docs, self.cfg.max_seq_len,
+                    self.cfg.short_seq_prob, rng)
 
     # --- StepData protocol -------------------------------------------------------------
-    def micro_batches(self, step: int, rank: int, world: int) -> list[dict[str, torch.Tensor]]:
-        return [self.batch(r) for r in micro_batch_ranges(step, rank, world, self.batch_size, self.accumulation)]
-
     def normalizers(self, batch: dict[str, torch.Tensor]) -> dict[str, float]:
         out = {"mlm": float((batch["mlm_labels"] != IGNORE).sum())}
         if "nsp_labels" in batch:
@@ -85,64 +96,109 @@ class BertPretrainingData:
         return int(batch["attention_mask"].sum())
 
     # --- building examples -------------------------------------------------------------
-    def shares(self, world: int) -> tuple[int, int]:
-        """Sequences per rank and per micro-batch; the global batch must divide evenly."""
-        return rank_shares(self.batch_size, world, self.accumulation)
-
     def batch(self, examples: range) -> dict[str, torch.Tensor]:
         """Collate global examples ``examples`` into one padded batch."""
-        rows = [self.example(g) for g in examples]
+        epochs, rows = self.locate(examples)
+        return self.collate([self.build(self._plan(int(e)), int(r), self.mask_rng(g))
+                             for g, e, r in zip(examples, epochs, rows)])
+
+    def example(self, g: int) -> dict:
+        """Global example ``g``: its instance from its epoch's plan and a fresh mask."""
+        (epoch,), (row,) = self.locate(range(g, g + 1))
+        return self.build(self._plan(int(epoch)), int(row), self.mask_rng(g))
+
+    def mask_rng(self, g: int) -> np.random.Generator:
+        """The generator of global example ``g``'s mask."""
+        return np.random.default_rng([self.seed, 11, g])
+
+    def build(self, plan: PairPlan | PackedPlan, row: int, rng: np.random.Generator) -> dict:
+        """Instance ``row`` of ``plan``, masked with ``rng``: ``ids``, ``segments`` ``(T,)``,
+        ``positions``, ``labels`` ``(P,)`` and ``nsp`` (1 = NotNext)."""
+        if isinstance(plan, PairPlan):
+            ids, segments, maskable = self.pair(plan, row)
+            nsp = int(plan.is_random[row])
+        else:
+            ids, segments, maskable = self.packed(plan, row)
+            nsp = 0
+        m = mask_sequence(ids, maskable, self.cfg.masking, self.special.mask, self.random_ids, rng,
+                          self.is_continuation)
+        return {"ids": m.input_ids, "segments": segments, "positions": m.positions, "labels": m.labels, "nsp": nsp}
+
+    def pair(self, plan: PairPlan, row: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``[CLS] A [SEP] B [SEP]``: ids, segments ``(T,)`` and the maskable positions."""
+        toks, sp = self.corpus.tokens, self.special
+        a = np.asarray(toks[plan.a_lo[row]:plan.a_hi[row]], dtype=np.int64)
+        b = np.asarray(toks[plan.b_lo[row]:plan.b_hi[row]], dtype=np.int64)
+        ids = np.concatenate([[sp.cls], a, [sp.sep], b, [sp.sep]])
+        segments = np.concatenate([np.zeros(len(a) + 2, np.int64), np.ones(len(b) + 1, np.int64)])
+        maskable = np.concatenate([np.arange(1, len(a) + 1), np.arange(len(a) + 2, len(a) + 2 + len(b))])
+        return ids, segments, maskable
+
+    def packed(self, plan: PackedPlan, row: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``[CLS] text [SEP]`` (document separators inside): ids, segments ``(T,)``, maskable positions."""
+        body, is_sep = plan.sequence(row, self.corpus.tokens, self.special.sep)
+        ids = np.concatenate([[self.special.cls], body, [self.special.sep]])
+        return ids, np.zeros(len(ids), np.int64), 1 + np.flatnonzero(~is_sep)
+
+    def collate(self, rows: Sequence[dict]) -> dict[str, torch.Tensor]:
         return collate(rows, self.special.pad, self.cfg.masking.max_predictions, self.cfg.nsp)
 
-    def example(self, g: int, plan: PairPlan | None = None, row: int | None = None) -> dict:
-        """Global example ``g``: its instance from the epoch plan and a fresh mask."""
-        if plan is None:
-            epoch, pos = divmod(g, self.epoch_size)
-            plan = self._plan(epoch)
-            row = pos % len(plan)
-        rng = np.random.default_rng([self.seed, 11, g])
-        return self.build(plan, row, rng)
-
-    def build(self, plan: PairPlan, row: int, rng: np.random.Generator) -> dict:
-        toks = self.corpus.tokens
-        a = np.asarray(toks[plan.a_lo[row]:plan.a_hi[row]], dtype=np.int64)
-        sp = self.special
-        if self.cfg.nsp:
-            b = np.asarray(toks[plan.b_lo[row]:plan.b_hi[row]], dtype=np.int64)
-            ids = np.concatenate([[sp.cls], a, [sp.sep], b, [sp.sep]])
-            segments = np.concatenate([np.zeros(len(a) + 2, np.int64), np.ones(len(b) + 1, np.int64)])
-            maskable = np.concatenate([np.arange(1, len(a) + 1), np.arange(len(a) + 2, len(a) + 2 + len(b))])
-        else:
-            a = a[: self.cfg.max_seq_len - 2]
-            ids = np.concatenate([[sp.cls], a, [sp.sep]])
-            segments = np.zeros(len(ids), np.int64)
-            maskable = np.arange(1, len(a) + 1)
-        m = mask_sequence(ids, maskable, self.cfg.masking, sp.mask, self.random_ids, rng,
-                          self.is_continuation)
-        return {"ids": m.input_ids, "segments": segments, "positions": m.positions,
-                "labels": m.labels, "nsp": int(plan.is_random[row])}
-
     def eval_batches(self, batch_size: int) -> list[dict[str, torch.Tensor]]:
-        """Fixed held-out batches: the same documents, pairs and masks at every evaluation."""
-        rng = np.random.default_rng([self.cfg.split_seed, 13])
-        plan = plan_pairs(self.corpus.sentence_ends, self.corpus.document_ends, self.eval_docs,
-                          self.cfg.max_seq_len, self.cfg.short_seq_prob, rng)
+        """Fixed held-out batches: the same documents, instances and masks at every evaluation."""
+        plan = self.make_plan(self.eval_docs, np.random.default_rng([self.cfg.split_seed, 13]))
+        log_plan(plan, "held-out")
         n = min(self.cfg.eval_examples, len(plan))
+        if isinstance(plan, PairPlan):
+            check_nsp_eval(plan, n, len(self.eval_docs))
         rows = [self.build(plan, r, np.random.default_rng([self.cfg.split_seed, 17, r])) for r in range(n)]
-        return [collate(rows[i:i + batch_size], self.special.pad, self.cfg.masking.max_predictions,
-                        self.cfg.nsp) for i in range(0, n, batch_size)]
+        return in_batches(rows, batch_size, self.collate)
 
 
-def split_documents(num_docs: int, eval_fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """Deterministic held-in / held-out document indices (each sorted)."""
-    if num_docs < 2:
-        raise ConfigError(f"need at least 2 documents for a train/eval split, got {num_docs}")
-    n_eval = min(num_docs - 1, max(1, int(round(num_docs * eval_fraction))))
+def log_plan(plan: PairPlan | PackedPlan, which: str, when: str = "") -> None:
+    """Log a plan's size (and NSP's real NotNext rate); warn when NotNext draws failed."""
+    if isinstance(plan, PackedPlan):
+        log.info("%s MLM sequences%s: %d", which, when, len(plan))
+        return
+    log.info("%s NSP pairs%s: %s", which, when, plan.summary())
+    if plan.not_next_failed > 0.01 * max(plan.not_next_drawn, 1):
+        log.warning("%s NSP pairs%s: %d of %d NotNext draws found no other document; those instances "
+                    "were dropped", which, when, plan.not_next_failed, plan.not_next_drawn)
+
+
+def check_nsp_eval(plan: PairPlan, used: int, n_docs: int, enough: int = 100) -> None:
+    """Warn when the held-out NSP pairs cannot measure NSP accuracy: the ``used`` first pairs
+    hold one label only, or the held-out documents yield so few pairs that its standard error
+    exceeds 5 points."""
+    labels = plan.is_random[:used]
+    if used == 0 or labels.all() or not labels.any():
+        log.warning("the %d held-out NSP pairs (%d documents) hold one label only: NSP accuracy cannot be "
+                    "evaluated; raise data.eval_fraction", used, n_docs)
+    elif len(plan) < enough:
+        log.warning("only %d held-out NSP pairs (%d documents): NSP accuracy has a standard error of about "
+                    "%.0f points; raise data.eval_fraction", len(plan), n_docs, 50 / np.sqrt(len(plan)))
+
+
+def split_for(corpus: TokenCorpus, cfg: PretrainDataConfig) -> tuple[np.ndarray, np.ndarray]:
+    """The held-in / held-out documents; with NSP at least 2 on each side, so that both have
+    NotNext pairs (a B segment from another document of the same side)."""
+    if cfg.nsp and corpus.num_documents < 4:
+        raise ConfigError(f"{corpus.directory}: NSP needs at least 4 documents (2 held out, so that NotNext "
+                          f"pairs can be evaluated), the corpus has {corpus.num_documents}; set data.nsp=false")
+    return split_documents(corpus.num_documents, cfg.eval_fraction, cfg.split_seed, min_each=2 if cfg.nsp else 1)
+
+
+def split_documents(num_docs: int, eval_fraction: float, seed: int,
+                    min_each: int = 1) -> tuple[np.ndarray, np.ndarray]:
+    """Deterministic held-in / held-out document indices (each sorted): ``eval_fraction`` of
+    the documents held out, and at least ``min_each`` documents on either side."""
+    if num_docs < 2 * min_each:
+        raise ConfigError(f"need at least {2 * min_each} documents for a train/eval split, got {num_docs}")
+    n_eval = min(num_docs - min_each, max(min_each, int(round(num_docs * eval_fraction))))
     order = np.random.default_rng([seed, 3]).permutation(num_docs)
     return np.sort(order[n_eval:]), np.sort(order[:n_eval])
 
 
-def collate(rows: list[dict], pad_id: int, max_predictions: int, nsp: bool) -> dict[str, torch.Tensor]:
+def collate(rows: Sequence[dict], pad_id: int, max_predictions: int, nsp: bool) -> dict[str, torch.Tensor]:
     """Pad examples to the longest in the batch; MLM targets padded to ``max_predictions``."""
     B, T = len(rows), max(len(r["ids"]) for r in rows)
     P = max(max_predictions, max(len(r["positions"]) for r in rows))

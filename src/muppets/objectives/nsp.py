@@ -6,13 +6,19 @@ reached (``max_seq_len - 3``, or with probability ``short_seq_prob`` a random sh
 split at a random sentence boundary into segment A and B; with probability 1/2 B is replaced by
 text from a random other document and the unused sentences are put back. The reference forces
 NotNext whenever only one sentence was gathered, which skews the labels towards NotNext (56% on
-short documents); here an IsNext draw on a one-sentence chunk takes the next sentence as B, or,
-for a document's lone last sentence, emits nothing — so the labels are 50/50 in expectation.
+short documents); here an IsNext draw on a one-sentence chunk takes the next sentence as B, and
+a document's lone last sentence is skipped (before the coin is drawn: emitting it as NotNext
+only would skew the labels, 52% NotNext on documents of 3-30 sentences) — so every chunk is a
+fair coin and the labels are 50/50 in expectation.
 The reference also draws the random document uniformly, so on a corpus of a few long books and
 many short articles almost every NotNext B of a book is Wikipedia text and NSP degenerates into
 telling style apart; here the document is drawn in proportion to its length, so NotNext B
-segments come from the same mixture of text as A segments. Pairs longer than the budget are trimmed one token at a time from
-the front or back (at random) of the longer segment.
+segments come from the same mixture of text as A segments. The draw leaves A's own document out
+(its tokens are skipped, not redrawn: the reference redraws up to 10 times and gives up, which
+beside a dominant document loses most NotNext pairs), so it fails only when no other document
+has text; the plan counts NotNext draws and failures (``not_next_drawn``, ``not_next_failed``).
+Pairs longer than the budget are trimmed one token at a time from the front or back (at random)
+of the longer segment.
 
 Because the sentences of a document are contiguous in the token shards, each segment is one
 token range, so a plan is five integer columns — ``a_lo, a_hi, b_lo, b_hi, is_random`` — and
@@ -37,9 +43,17 @@ class PairPlan:
     b_lo: np.ndarray  # (N,) int64
     b_hi: np.ndarray  # (N,) int64
     is_random: np.ndarray  # (N,) bool: True = NotNext
+    not_next_drawn: int = 0  # NotNext B segments asked for while building the plan
+    not_next_failed: int = 0  # of those, draws that found no other document (the instance is dropped)
 
     def __len__(self) -> int:
         return len(self.a_lo)
+
+    def summary(self) -> str:
+        """``"N pairs, NotNext x%, f of n NotNext draws failed"`` (for the logs)."""
+        share = float(self.is_random.mean()) if len(self) else 0.0
+        return (f"{len(self):,} pairs, NotNext {share:.1%}, {self.not_next_failed:,} of "
+                f"{self.not_next_drawn:,} NotNext draws failed")
 
 
 class _Walker:
@@ -54,7 +68,9 @@ class _Walker:
         self.short_seq_prob = short_seq_prob
         self.rng = rng
         self.rows = _Rows(5)  # a_lo, a_hi, b_lo, b_hi, is_random
-        self.doc_cum_tokens = np.cumsum(self._doc_lengths(docs))  # for length-weighted draws
+        self.doc_cum_tokens = np.cumsum(self._doc_lengths(docs))  # (D,) for length-weighted draws
+        self.doc_index = {int(d): k for k, d in enumerate(docs)}  # document -> its place in docs
+        self.not_next_drawn = self.not_next_failed = 0
 
     def _doc_lengths(self, docs: np.ndarray) -> np.ndarray:
         """Tokens in each of ``docs``."""
@@ -84,10 +100,10 @@ class _Walker:
         target, chunk_start, i = self.target(), s0, s0
         while i < s1:
             if i == s1 - 1 or tok(i + 1) - tok(chunk_start) >= target:
+                if i == chunk_start and i + 1 == s1:
+                    break  # a lone last sentence cannot be IsNext: skip it whatever the coin, keep labels 50/50
                 want_random = self.rng.random() < 0.5
                 if i == chunk_start and not want_random:
-                    if i + 1 == s1:
-                        break  # a lone last sentence cannot be IsNext: skip it, keep labels 50/50
                     i += 1  # IsNext needs two sentences: take the next one as B
                 n = i + 1 - chunk_start
                 a_end = chunk_start + (int(self.rng.integers(1, n)) if n >= 2 else 1)
@@ -102,15 +118,12 @@ class _Walker:
             i += 1
 
     def random_b(self, d: int, want: int) -> tuple[int, int] | None:
-        """Token range of ``>= want`` tokens of whole sentences from a random other document."""
-        if len(self.docs) < 2:
-            return None
-        for _ in range(10):  # a document drawn with probability proportional to its length
-            pick = int(np.searchsorted(self.doc_cum_tokens, self.rng.integers(self.doc_cum_tokens[-1]), side="right"))
-            other = int(self.docs[pick])
-            if other != d:
-                break
-        else:
+        """Token range of ``>= want`` tokens of whole sentences from a random other document
+        (None, counted, when there is none)."""
+        self.not_next_drawn += 1
+        other = self.other_document(d)
+        if other is None:
+            self.not_next_failed += 1
             return None
         s0, s1 = self.doc_sents(other)
         first = int(self.rng.integers(s0, s1))
@@ -118,6 +131,19 @@ class _Walker:
         # the first sentence end at or beyond lo + want (whole sentences, at least one)
         last = first + int(np.searchsorted(self.sent_ends[first:s1], lo + max(want, 1)))
         return lo, int(self.sent_ends[min(last, s1 - 1)])
+
+    def other_document(self, d: int) -> int | None:
+        """A document of ``docs`` other than ``d``, drawn in proportion to its length: a token
+        is drawn among all but ``d``'s, and its document taken."""
+        k = self.doc_index[d]
+        lo = int(self.doc_cum_tokens[k - 1]) if k > 0 else 0
+        own = int(self.doc_cum_tokens[k]) - lo
+        rest = int(self.doc_cum_tokens[-1]) - own
+        if rest <= 0:
+            return None
+        token = int(self.rng.integers(rest))
+        token += own if token >= lo else 0  # skip d's own tokens
+        return int(self.docs[int(np.searchsorted(self.doc_cum_tokens, token, side="right"))])
 
     def emit(self, a_lo: int, a_hi: int, b_lo: int, b_hi: int, is_random: bool) -> None:
         a_lo, a_hi, b_lo, b_hi = truncate_pair(a_lo, a_hi, b_lo, b_hi, self.max_tokens, self.rng)
@@ -176,4 +202,5 @@ def plan_pairs(sent_ends: np.ndarray, doc_ends: np.ndarray, docs: np.ndarray, ma
         walker.walk(int(d))
     rows = walker.rows.array()
     rows = rows[rng.permutation(len(rows))]  # (N, 5), a copy: the walker's storage is freed
-    return PairPlan(rows[:, 0], rows[:, 1], rows[:, 2], rows[:, 3], rows[:, 4].astype(bool))
+    return PairPlan(rows[:, 0], rows[:, 1], rows[:, 2], rows[:, 3], rows[:, 4].astype(bool),
+                    walker.not_next_drawn, walker.not_next_failed)

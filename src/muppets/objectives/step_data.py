@@ -54,7 +54,7 @@ class EpochData:
     """Base of the deterministic pretraining batch sources (each one a trainer ``StepData``)."""
 
     order_salt: int = 0  # each objective draws its epoch orders from its own random stream
-    epoch_size: int = 0  # examples per epoch, for objectives whose every epoch has the same length
+    epoch_size: int  # examples per epoch, set by objectives whose every epoch has the same length
 
     def __init__(self, batch_size: int, accumulation: int, seed: int) -> None:
         self.batch_size, self.accumulation, self.seed = batch_size, accumulation, seed
