@@ -168,7 +168,9 @@ def test_batches_are_a_pure_function_of_step_and_fresh_each_epoch(corpus):
     plan = a._plan(0)
     first = a.build(plan, 0, np.random.default_rng([0, 11, 0]))
     masks = [a.build(plan, 0, np.random.default_rng([0, 11, g])) for g in (1, 2, 3)]
-    assert np.array_equal(a.example(0)["ids"], first["ids"])  # example 0 is row 0 of epoch 0's plan
+    for g, epoch, row in ((0, 0, 0), (7, 0, 7), (len(plan) + 3, 1, 3)):  # example g: its row, masked by (seed, g)
+        built = a.build(a._plan(epoch), row, np.random.default_rng([0, 11, g]))
+        assert all(np.array_equal(a.example(g)[k], built[k]) for k in ("ids", "positions", "labels"))
     for again in masks:
         assert np.array_equal(unmasked(again), unmasked(first))  # the same tokens ...
     assert any(not np.array_equal(again["positions"], first["positions"]) for again in masks)  # ... masked anew
