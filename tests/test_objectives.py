@@ -164,13 +164,14 @@ def test_batches_are_a_pure_function_of_step_and_fresh_each_epoch(corpus):
     # rank shares of a 2-process step are the halves of the 1-process step
     halves = [a.micro_batches(3, r, 2)[0] for r in range(2)]
     assert np.array_equal(np.concatenate([h["nsp_labels"] for h in halves]), x["nsp_labels"])
-    # the same instance, met again as another example (e.g. in a later epoch), gets another mask
+    # example g is a row of its epoch's plan, masked by a generator of (seed, g) ...
     plan = a._plan(0)
-    first = a.build(plan, 0, np.random.default_rng([0, 11, 0]))
-    masks = [a.build(plan, 0, np.random.default_rng([0, 11, g])) for g in (1, 2, 3)]
-    for g, epoch, row in ((0, 0, 0), (7, 0, 7), (len(plan) + 3, 1, 3)):  # example g: its row, masked by (seed, g)
+    for g, epoch, row in ((0, 0, 0), (7, 0, 7), (len(plan) + 3, 1, 3)):
         built = a.build(a._plan(epoch), row, np.random.default_rng([0, 11, g]))
         assert all(np.array_equal(a.example(g)[k], built[k]) for k in ("ids", "positions", "labels"))
+    # ... so the same instance, met again as another example (e.g. in a later epoch), gets another mask
+    first = a.build(plan, 0, np.random.default_rng([0, 11, 0]))
+    masks = [a.build(plan, 0, np.random.default_rng([0, 11, g])) for g in (1, 2, 3)]
     for again in masks:
         assert np.array_equal(unmasked(again), unmasked(first))  # the same tokens ...
     assert any(not np.array_equal(again["positions"], first["positions"]) for again in masks)  # ... masked anew
