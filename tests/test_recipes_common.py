@@ -1,16 +1,21 @@
 """What every pretraining recipe shares (muppets.recipes.common): the corpus stage never
-overwrites a directory the user named, only the run's own ``<run_dir>/corpus``."""
+overwrites a directory the user named, only the run's own ``<run_dir>/corpus``; under DDP
+rank 0 prepares first, and its failure stops the other ranks too."""
 
 from __future__ import annotations
 
 import json
+import os
+import socket
 from pathlib import Path
 
 import pytest
+import torch
 
 from muppets.data.shards import tokenizer_fingerprint
-from muppets.errors import ConfigError
-from muppets.recipes.common import CorpusSection, prepare_once
+from muppets.errors import ConfigError, MuppetsError
+from muppets.recipes.common import CorpusSection, prepare_once, rank_zero_first
+from muppets.train.distributed import shutdown_distributed
 from muppets.tokenizers.words import WordVocab
 
 TEXT = "The cat sat on the mat. A dog ran far away.\n\nThe Dog came back. The cat did not.\n"
@@ -73,3 +78,39 @@ def test_the_runs_own_corpus_is_rebuilt_for_a_new_tokenizer(tmp_path: Path, raw:
             assert corpus.directory == run_dir / "corpus"
             meta = json.loads((run_dir / "corpus" / "meta.json").read_text())
             assert meta["tokenizer_sha256"] == tokenizer_fingerprint(vocab.to_json())
+
+
+# ----------------------------------------------------------------------------- rank 0 first
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _rank_zero_fails(rank: int, port: int, out: str) -> None:
+    os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE="2", MASTER_ADDR="127.0.0.1",
+                      MASTER_PORT=str(port))
+
+    def build() -> str:
+        if rank == 0:
+            raise ConfigError("corpus.prepared=x is not a prepared corpus")
+        return "opened"
+
+    try:
+        rank_zero_first(build)
+        outcome = "returned"
+    except MuppetsError as err:
+        outcome = f"{type(err).__name__}: {err}"
+    finally:
+        shutdown_distributed()
+    (Path(out) / f"rank{rank}.txt").write_text(outcome, encoding="utf-8")
+
+
+def test_rank_zero_error_reaches_the_other_ranks(tmp_path: Path) -> None:
+    """Rank 0 fails while preparing: it raises its error and rank 1 raises too, instead of
+    waiting at the barrier for ever."""
+    torch.multiprocessing.spawn(_rank_zero_fails, args=(_free_port(), str(tmp_path)), nprocs=2)
+    assert (tmp_path / "rank0.txt").read_text() == "ConfigError: corpus.prepared=x is not a prepared corpus"
+    assert (tmp_path / "rank1.txt").read_text().startswith("MuppetsError: rank 0 failed")

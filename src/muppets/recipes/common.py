@@ -1,21 +1,47 @@
-"""What every pretraining recipe shares: the corpus section of its config, preparing the corpus
-once per tokenizer, and picking the device."""
+"""What every recipe shares before training: the config sections common to all, the corpus
+texts, the tokenizer and corpus stages (each done once and reused; rank 0 first under
+``torchrun``), and the model's seed and device.
+
+A recipe's ``run`` then reads as what is new about it::
+
+    tok, corpus = open_inputs(cfg.run_dir, cfg.corpus, partial(ensure_tokenizer, cfg))
+    model = seeded_model(cfg, lambda: build_model(cfg, tok))
+    data = TheObjectiveData(corpus, …)
+    return train_and_export(cfg, corpus, Pretraining(model, data, evaluate, export, baseline), resume)
+
+(:mod:`muppets.recipes.pretraining` holds the second half.)
+"""
 
 from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 import torch
+from torch import nn
 
+from muppets.config import apply_overrides, from_dict, load_file
 from muppets.data.prepare import CorpusTokenizer, prepare_corpus
+from muppets.data.readers import iter_documents
 from muppets.data.shards import TokenCorpus, tokenizer_fingerprint
-from muppets.errors import ConfigError
+from muppets.errors import ConfigError, MuppetsError
 from muppets.paths import resolve_data_path
+from muppets.train import TrainConfig
+from muppets.train.distributed import any_rank, dist_info, init_distributed
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+C = TypeVar("C")  # a recipe config
+Tok = TypeVar("Tok")  # a tokenizer
+M = TypeVar("M", bound=nn.Module)  # a model with a ``cfg.vocab_size``
+
+
+# ----------------------------------------------------------------------------- config sections
 
 
 @dataclass
@@ -25,6 +51,121 @@ class CorpusSection:
     prepared: str = ""  # prepared corpus directory ("" = <run_dir>/corpus)
     workers: int = 0  # tokenizer processes (0 = one per CPU)
     errors: str = "strict"  # strict | skip | replace: what to do with undecodable or empty input
+
+
+@dataclass
+class ModelSection:
+    preset: str = ""  # a preset of the recipe's model (each recipe names its own and the default)
+    overrides: dict = field(default_factory=dict)  # model config fields to change, e.g. {hidden_dropout: 0.0}
+
+
+@dataclass
+class PretrainedModelSection(ModelSection):
+    init_from: str = ""  # Hugging Face directory to continue pretraining from ("" = random init)
+
+
+def load_pretrained(sec: PretrainedModelSection, load: Callable[[Path], M], vocab_size: int) -> M:
+    """The model of ``model.init_from`` (``load`` reads the directory); its vocabulary must
+    hold the tokenizer's ``vocab_size`` ids."""
+    model = load(resolve_data_path(sec.init_from))
+    if model.cfg.vocab_size < vocab_size:
+        raise ConfigError(f"model.init_from={sec.init_from} has {model.cfg.vocab_size} tokens, "
+                          f"the tokenizer {vocab_size}")
+    return model
+
+
+@dataclass
+class TokenizerSection:
+    path: str = ""  # a tokenizer to use ("" = train one on the corpus into <run_dir>/tokenizer, once)
+    vocab_size: int = 30522  # size of a newly trained vocabulary
+    min_frequency: int = 2  # pieces seen fewer times are not learned
+    max_documents: int = 0  # train on at most this many documents (0 = all)
+
+
+@dataclass
+class RunSection:
+    """The fields of every pretraining config; a recipe's config adds ``model``, its
+    tokenizer or vocabulary section and ``data`` (the objective's), and may change defaults."""
+
+    run_dir: str = "runs/pretrain"  # checkpoints, logs, tokenizer, corpus and final/ go here
+    corpus: CorpusSection = field(default_factory=CorpusSection)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    eval_batch_size: int = 64  # examples per evaluation batch
+    device: str = "auto"  # auto (cuda:<local rank> when CUDA is available, else cpu) | cpu | cuda:N
+
+
+def config_loader(cls: type[C]) -> Callable[[str | Path | None, list[str]], C]:
+    """A recipe's ``load_config(path, overrides)``: its config ``cls`` from a YAML/JSON file
+    (optional, None = the defaults) and dotted ``key=value`` overrides, type-checked."""
+
+    def load_config(path: str | Path | None, overrides: list[str]) -> C:
+        cfg = from_dict(cls, load_file(path)) if path else cls()
+        return apply_overrides(cfg, overrides)
+
+    load_config.__doc__ = f"A {cls.__name__} from a YAML/JSON file (optional) + dotted overrides, type-checked."
+    return load_config
+
+
+# ----------------------------------------------------------------------------- tokenizer stage
+
+
+def corpus_texts(sec: CorpusSection, max_documents: int = 0) -> Iterator[str]:
+    """The paragraphs of the corpus inputs, of at most ``max_documents`` documents (0 = all):
+    what a tokenizer or word vocabulary is trained on."""
+    inputs = [resolve_data_path(p) for p in sec.inputs]
+    for i, doc in enumerate(iter_documents(inputs, sec.format, errors=sec.errors)):
+        if max_documents and i >= max_documents:
+            return
+        yield from doc.paragraphs
+
+
+def tokenizer_stage(path: str, run_dir: Path, load: Callable[[Path], T], train: Callable[[], T]) -> T:
+    """``load(path)`` when a tokenizer is configured (``data:`` paths resolve); else the one an
+    earlier run trained into ``<run_dir>/tokenizer``; else ``train()``'s, saved there."""
+    if path:
+        return load(resolve_data_path(path))
+    out = Path(run_dir) / "tokenizer"
+    if (out / "tokenizer.json").is_file():
+        return load(out)
+    tok = train()
+    tok.save(out)
+    return tok
+
+
+# ----------------------------------------------------------------------------- corpus stage
+
+
+def open_inputs(run_dir: str | Path, corpus: CorpusSection, tokenizer: Callable[[Path], Tok],
+                corpus_form: Callable[[Tok], CorpusTokenizer] = lambda tok: tok) -> tuple[Tok, TokenCorpus]:
+    """The tokenizer (``tokenizer(run_dir)``) and the corpus prepared with ``corpus_form`` of
+    it (:func:`prepare_once`): rank 0 builds them, then the other ranks open what it wrote."""
+    run_dir = Path(run_dir)
+
+    def build() -> tuple[Tok, TokenCorpus]:
+        tok = tokenizer(run_dir)
+        return tok, prepare_once(corpus, corpus_form(tok), run_dir)
+
+    return rank_zero_first(build)
+
+
+def rank_zero_first(build: Callable[[], T]) -> T:
+    """``build()`` on rank 0, then on the other ranks (which then find its files and reuse
+    them). Rank 0's error is raised there and, as a :class:`MuppetsError`, on the other ranks
+    too, instead of leaving them waiting. One process: just ``build()``."""
+    dist = init_distributed()
+    if dist.world == 1:
+        return build()
+    result, failed = None, None
+    if dist.is_main:
+        try:
+            result = build()
+        except Exception as err:  # re-raised below, after the other ranks heard of it
+            failed = err
+    if any_rank(failed is not None):  # also the barrier the other ranks wait at
+        if failed is not None:
+            raise failed
+        raise MuppetsError("rank 0 failed to prepare the inputs (its error is in its log)")
+    return result if dist.is_main else build()
 
 
 def prepare_once(sec: CorpusSection, tok: CorpusTokenizer, run_dir: Path) -> TokenCorpus:
@@ -64,8 +205,18 @@ def _not_reusable(out: Path, found: str | None, fingerprint: str) -> str:
             f"corpus.prepared empty to prepare the run's own <run_dir>/corpus")
 
 
+# ----------------------------------------------------------------------------- device
+
+
 def pick_device(name: str, local_rank: int) -> torch.device:
     """``auto`` = this rank's GPU when CUDA is available, else the CPU; or a torch device name."""
     if name == "auto":
         return torch.device(f"cuda:{local_rank}" if torch.cuda.is_available() else "cpu")
     return torch.device(name)
+
+
+def seeded_model(cfg: RunSection, build: Callable[[], nn.Module]) -> nn.Module:
+    """``build()`` after seeding torch with ``train.seed`` (the same initial weights on every
+    rank and in every run), on this rank's device."""
+    torch.manual_seed(cfg.train.seed)
+    return build().to(pick_device(cfg.device, dist_info().local_rank))

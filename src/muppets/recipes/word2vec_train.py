@@ -20,12 +20,13 @@ from __future__ import annotations
 
 import logging
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from pathlib import Path
 
-from muppets.config import apply_overrides, from_dict, load_file, to_dict, write_json_atomic
+from muppets.config import to_dict, write_json_atomic
 from muppets.errors import ConfigError
 from muppets.models.word2vec import Word2VecConfig, train_word2vec
-from muppets.recipes.common import CorpusSection, prepare_once
+from muppets.recipes.common import CorpusSection, config_loader, open_inputs
 from muppets.recipes.word_vocab import WordVocabSection, ensure_word_vocab
 
 __all__ = ["Word2VecRunConfig", "load_config", "run"]
@@ -42,17 +43,13 @@ class Word2VecRunConfig:
     evaluate: bool = True  # score the vectors on WordSim-353, SimLex-999 and Google analogies (needs gensim's files)
 
 
-def load_config(path: str | Path | None, overrides: list[str]) -> Word2VecRunConfig:
-    """YAML/JSON file (optional) + dotted overrides (``word2vec.sg=false``), type-checked."""
-    cfg = from_dict(Word2VecRunConfig, load_file(path)) if path else Word2VecRunConfig()
-    return apply_overrides(cfg, overrides)
+load_config = config_loader(Word2VecRunConfig)  # what `muppets` calls: load_config, then run
 
 
 def run(cfg: Word2VecRunConfig, resume: bool = True) -> dict:
     """Vocabulary -> corpus -> training -> vectors and scores; returns the summary."""
     run_dir = Path(cfg.run_dir)
-    vocab = ensure_word_vocab(cfg.vocab, cfg.corpus, run_dir)
-    corpus = prepare_once(cfg.corpus, vocab, run_dir)
+    vocab, corpus = open_inputs(run_dir, cfg.corpus, partial(ensure_word_vocab, cfg.vocab, cfg.corpus))
     write_json_atomic(run_dir / "config.json", to_dict(cfg))
     model, result = train_word2vec(corpus, vocab.words, cfg.word2vec, run_dir=run_dir, resume=resume)
     summary = {"run_dir": str(run_dir), "vectors": str(run_dir / "vectors.bin"), "words": len(model.words),

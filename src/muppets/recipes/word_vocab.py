@@ -5,14 +5,12 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 from muppets.config import write_json_atomic
-from muppets.data.readers import iter_documents
 from muppets.paths import resolve_data_path
-from muppets.recipes.common import CorpusSection
+from muppets.recipes.common import CorpusSection, corpus_texts
 from muppets.tokenizers.words import WordVocab
 
 __all__ = ["WordVocabSection", "ensure_word_vocab"]
@@ -34,22 +32,15 @@ def ensure_word_vocab(sec: WordVocabSection, corpus: CorpusSection, run_dir: Pat
     if sec.path:
         return WordVocab.load(resolve_data_path(sec.path))
     out = Path(run_dir) / "vocab"
-    settings = {"inputs": corpus.inputs, "format": corpus.format, **asdict(sec)}
+    settings = {"inputs": corpus.inputs, "format": corpus.format,  # (a subclass's own fields left out)
+                **{f.name: getattr(sec, f.name) for f in fields(WordVocabSection)}}
     stamp = out / "build.json"
     if stamp.is_file() and json.loads(stamp.read_text(encoding="utf-8")) == settings:
         return WordVocab.load(out)
     log.info("counting words on %s", corpus.inputs)
-    vocab = WordVocab.build(_texts(sec, corpus), min_count=sec.min_count, max_size=sec.max_size,
-                            lowercase=sec.lowercase)
+    vocab = WordVocab.build(corpus_texts(corpus, sec.max_documents), min_count=sec.min_count,
+                            max_size=sec.max_size, lowercase=sec.lowercase)
     vocab.save(out)
     write_json_atomic(stamp, settings)
     log.info("word vocabulary: %d words (min_count %d, max_size %d)", len(vocab), sec.min_count, sec.max_size)
     return vocab
-
-
-def _texts(sec: WordVocabSection, corpus: CorpusSection) -> Iterator[str]:
-    inputs = [resolve_data_path(p) for p in corpus.inputs]
-    for i, doc in enumerate(iter_documents(inputs, corpus.format, errors=corpus.errors)):
-        if sec.max_documents and i >= sec.max_documents:
-            return
-        yield from doc.paragraphs

@@ -1,0 +1,123 @@
+"""What every pretraining recipe shares after its inputs are ready: training with the shared
+:class:`~muppets.train.Trainer`, held-out evaluation by loss term, the unigram baseline, and
+the export of ``<run_dir>/final`` with ``summary.json``.
+
+A recipe describes its run in a :class:`Pretraining` (model, objective data, how to evaluate,
+export and score the baseline, and any summary entries of its own) and hands it to
+:func:`train_and_export`. (:mod:`muppets.recipes.common` holds the first half.)
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from muppets.config import to_dict, write_json_atomic
+from muppets.data.shards import TokenCorpus
+from muppets.recipes.common import RunSection
+from muppets.train import StepData, Trainer
+from muppets.train.distributed import dist_info
+
+Batch = dict[str, torch.Tensor]
+Metrics = dict[str, float]
+
+
+@dataclass
+class Pretraining:
+    """What one recipe brings to :func:`train_and_export`."""
+
+    model: nn.Module  # seeded and on its device (common.seeded_model)
+    data: StepData  # the objective's batches; also ``eval_batches(batch_size)``
+    evaluate: Callable[[nn.Module], Metrics]  # held-out metrics (see held_out_evaluator)
+    export: Callable[[Path], Any]  # writes the final model into the directory it is given
+    baseline: Callable[[], Metrics]  # the unigram baseline on the same held-out targets
+    summary: dict = field(default_factory=dict)  # the recipe's own summary entries
+
+
+def train_and_export(cfg: RunSection, corpus: TokenCorpus, job: Pretraining, resume: bool = True) -> dict:
+    """Train (resuming from ``run_dir``'s checkpoints when ``resume``), then on rank 0 export
+    ``<run_dir>/final`` (with the resolved config as ``muppets_config.json``), score the
+    baseline and write ``summary.json``. Every rank returns the summary (rank 0's has the
+    baseline)."""
+    run_dir = Path(cfg.run_dir)
+    trainer = Trainer(job.model, job.data, cfg.train, run_dir, evaluate=job.evaluate, run_config=to_dict(cfg))
+    result = trainer.train(resume=resume)
+    final = run_dir / "final"
+    summary = {"step": result.step, "stopped_early": result.stopped_early, "final": str(final),
+               "eval": result.last_eval, "corpus": str(corpus.directory), "tokens": corpus.num_tokens,
+               "documents": corpus.num_documents, **job.summary}
+    if dist_info().is_main:
+        job.export(final)
+        write_json_atomic(final / "muppets_config.json", to_dict(cfg))
+        summary["unigram_baseline"] = job.baseline()
+        write_json_atomic(run_dir / "summary.json", summary)
+    return summary
+
+
+# ----------------------------------------------------------------------------- evaluation
+
+
+def held_out_evaluator(data: Any, batch_size: int, perplexity: Sequence[str] = ()) -> Callable[[nn.Module], Metrics]:
+    """A trainer ``evaluate`` callback on the fixed held-out batches ``data.eval_batches``
+    (documents never trained on): for every loss term of the model's output (``loss_sums``,
+    ``correct``, ``counts``), ``{term}_loss`` per unit and ``{term}_accuracy``; for the
+    language-model terms named in ``perplexity``, also ``{term}_perplexity`` = exp(loss)."""
+    batches = data.eval_batches(batch_size)
+
+    def evaluate(model: nn.Module) -> Metrics:
+        return term_metrics(_term_sums(model, batches), perplexity)
+
+    return evaluate
+
+
+def _term_sums(model: nn.Module, batches: Sequence[Batch]) -> dict[str, list[float]]:
+    """Per loss term: [summed loss, correct predictions, units] over ``batches``."""
+    sums: dict[str, list[float]] = {}
+    device = next(model.parameters()).device
+    for batch in batches:
+        out = model(**{k: v.to(device) for k, v in batch.items()})
+        for term, loss in out.loss_sums.items():
+            acc = sums.setdefault(term, [0.0, 0.0, 0.0])
+            acc[0] += float(loss)
+            acc[1] += float(out.correct[term])
+            acc[2] += float(out.counts[term])
+    return sums
+
+
+def term_metrics(sums: dict[str, list[float]], perplexity: Sequence[str] = ()) -> Metrics:
+    """``{term}_loss``, ``{term}_accuracy`` (and ``{term}_perplexity``) of :func:`_term_sums`;
+    a term without units is left out."""
+    metrics: Metrics = {}
+    for term, (loss, correct, n) in sums.items():
+        if n:
+            metrics.update({f"{term}_loss": loss / n, f"{term}_accuracy": correct / n})
+            if term in perplexity:
+                metrics[f"{term}_perplexity"] = perplexity_of(loss / n)
+    return metrics
+
+
+def perplexity_of(mean_loss: float) -> float:
+    """exp(mean cross entropy), capped at exp(50) so an untrained model's stays finite."""
+    return math.exp(min(mean_loss, 50.0))
+
+
+# ----------------------------------------------------------------------------- unigram baseline
+
+
+def held_out(data: Any, batch_size: int, pick: Callable[[Batch], np.ndarray]) -> np.ndarray:
+    """``pick(batch)`` of every held-out batch, concatenated (e.g. one term's target ids)."""
+    return np.concatenate([pick(batch) for batch in data.eval_batches(batch_size)])
+
+
+def unigram_scores(counts: np.ndarray, targets: np.ndarray) -> tuple[float, float]:
+    """(perplexity, accuracy) on ``targets`` of what token frequencies alone give: the
+    add-one-smoothed unigram of ``counts (V,)``, and always guessing its most frequent id."""
+    logp = np.log((counts + 1) / (counts.sum() + len(counts)))  # (V,)
+    return math.exp(-float(logp[targets].mean())), float((targets == counts.argmax()).mean())
