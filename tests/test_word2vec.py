@@ -21,8 +21,8 @@ from muppets.errors import CheckpointError, ConfigError, DataError
 from muppets.evaluation.word_vectors import (GOOGLE_ANALOGIES, SIMLEX999, WORDSIM353, evaluate_analogies,
                                              evaluate_word_pairs, gensim_test_file)
 from muppets.interop.word2vec_format import read_vectors, sniff_format, write_word2vec_format
-from muppets.models.word2vec import (Word2VecConfig, Word2VecModel, _Kernel, cbow_step,
-                                     sgns_step, sgns_steps, train_word2vec)
+from muppets.models.word2vec import (Word2VecConfig, Word2VecModel, _ChunkTrainer, _Kernel, build_examples,
+                                     cbow_step, sgns_step, sgns_steps, train_word2vec)
 from muppets.objectives.word2vec import (NoiseSampler, TrainingVocab, Word2VecExamples, context_positions,
                                          keep_probabilities, lanes, plan_chunks, reduced_windows, skipgram_pairs)
 from muppets.recipes.word2vec_train import Word2VecRunConfig
@@ -91,6 +91,29 @@ def test_worker_processes_train_the_same_examples(tmp_path):
     model, two = train_word2vec(corpus, vocab.words, tiny_config(sample=1e-3, workers=2))
     assert (one.effective_words, one.examples) == (two.effective_words, two.examples)  # chunks are pure
     assert torch.isfinite(model.input_vectors).all()
+
+
+def test_worker_processes_get_the_vocabulary_in_shared_memory(tmp_path, monkeypatch):
+    """The corpus is counted once, in the parent: a worker maps the corpus and reads the
+    training vocabulary from shared memory (one copy for every worker), it never recounts."""
+    corpus, _ = make_corpus(tmp_path / "c", topic_docs(sentences=100))
+    cfg = tiny_config(sample=1e-3)
+    examples = build_examples(corpus, cfg)
+    assert np.array_equal(examples.vocab.counts[np.argsort(examples.vocab.corpus_ids)],
+                          np.bincount(np.asarray(corpus.tokens))[np.sort(examples.vocab.corpus_ids)])
+    w = torch.zeros(len(examples.vocab), cfg.vector_size)
+    trainer = _ChunkTrainer(cfg, examples, w, w)
+    state = trainer.__getstate__()
+    assert all(t.is_shared() for t in state["vocab"]) and trainer.__getstate__()["vocab"] is state["vocab"]
+    monkeypatch.setattr(TokenCorpus, "count_tokens", lambda *a, **k: pytest.fail("a worker counted the corpus"))
+    worker = _ChunkTrainer.__new__(_ChunkTrainer)
+    worker.__setstate__(state)
+    for name in ("corpus_ids", "counts", "remap"):
+        assert np.array_equal(getattr(worker.examples.vocab, name), getattr(examples.vocab, name))
+    a, b = worker.examples.chunk(1, 1), examples.chunk(1, 1)
+    assert torch.equal(a.inputs, b.inputs) and torch.equal(a.targets, b.targets)
+    assert np.array_equal(worker.examples.token_bounds, examples.token_bounds)
+    assert examples.token_bounds[0] == 0 and examples.token_bounds[-1] == corpus.num_tokens
 
 
 def test_recipe_end_to_end(tmp_path):

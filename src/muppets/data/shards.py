@@ -34,7 +34,7 @@ import numpy as np
 from muppets.errors import DataError
 
 __all__ = ["FORMAT_NAME", "FORMAT_VERSION", "token_dtype", "tokenizer_fingerprint",
-           "ShardWriter", "TokenCorpus"]
+           "ShardWriter", "TokenCorpus", "TokenStream", "FramedTokens", "DocumentStream"]
 
 logger = logging.getLogger(__name__)
 
@@ -277,6 +277,35 @@ class TokenCorpus:
         starts = np.concatenate([[0], self.document_ends[:-1]]).astype(np.int64)
         return np.stack([starts, np.asarray(self.document_ends, dtype=np.int64)], axis=1)
 
+    @cached_property
+    def document_token_ends(self) -> np.ndarray:
+        """(D,) int64 end offset of each document in ``tokens``."""
+        return np.asarray(self.sentence_ends[np.asarray(self.document_ends) - 1], dtype=np.int64)
+
+    def count_tokens(self, docs: np.ndarray | None = None, minlength: int = 0,
+                     chunk_tokens: int = 1 << 18) -> np.ndarray:
+        """``(max(vocab_size, minlength),)`` int64 occurrences of every id in documents ``docs``
+        (all when None), counted ``chunk_tokens`` at a time: the ids are read in place, in their
+        own dtype, and no copy of more than one chunk is ever made."""
+        counts = np.zeros(max(self.vocab_size, minlength), dtype=np.int64)
+        for start, stop in self._token_runs(docs):
+            for lo in range(start, stop, chunk_tokens):
+                counts += np.bincount(self.tokens[lo:min(lo + chunk_tokens, stop)], minlength=len(counts))
+        return counts
+
+    def _token_runs(self, docs: np.ndarray | None) -> list[tuple[int, int]]:
+        """``[start, stop)`` token ranges of documents ``docs``, adjacent documents merged."""
+        if docs is None:
+            return [(0, self.num_tokens)]
+        docs = np.asarray(docs, dtype=np.int64)
+        if len(docs) == 0:
+            return []
+        ends = self.document_token_ends
+        starts, stops = np.where(docs > 0, ends[np.maximum(docs - 1, 0)], 0), ends[docs]  # (n,) each
+        first = np.flatnonzero(np.concatenate([[True], starts[1:] != stops[:-1]]))  # (R,) run starts
+        last = np.append(first[1:], len(docs)) - 1
+        return list(zip(starts[first].tolist(), stops[last].tolist()))
+
     def __getstate__(self) -> dict[str, Any]:
         return {"directory": self.directory}  # re-map in the receiving process, never copy
 
@@ -287,6 +316,156 @@ class TokenCorpus:
         return (f"TokenCorpus({str(self.directory)!r}, documents={self.num_documents}, "
                 f"sentences={self.num_sentences}, tokens={self.num_tokens}, "
                 f"dtype={self.tokens.dtype.name})")
+
+
+class TokenStream:
+    """A sequence of token ids read in place: ``len(s)``, ``s[i]``, ``s[a:b]`` (an int64 copy of
+    just that slice) and :meth:`ids` at any positions; subclasses say how positions map to ids."""
+
+    def __len__(self) -> int:
+        raise NotImplementedError
+
+    def ids(self, positions: np.ndarray) -> np.ndarray:
+        """int64 ids at ``positions`` (any shape, each in ``[0, len)``), same shape."""
+        raise NotImplementedError
+
+    def __getitem__(self, index: int | slice) -> np.ndarray | np.int64:
+        if isinstance(index, slice):
+            start, stop, step = index.indices(len(self))
+            if step != 1:
+                raise ValueError("a token stream is sliced with step 1 only")
+            return self.ids(np.arange(start, max(start, stop), dtype=np.int64))
+        i = index + len(self) if index < 0 else index
+        _check_index("position", i, len(self))
+        return self.ids(np.array([i], dtype=np.int64))[0]
+
+
+class FramedTokens(TokenStream):
+    """The corpus' tokens, every sentence (or document) framed by ``bos`` / ``eos``, read in place.
+
+    Units (sentences, or documents) follow one another, unit ``i`` as ``[bos] + its tokens +
+    [eos]`` (``bos`` / ``eos`` only when given): with documents and ``eos`` the stream GPT packs,
+    with sentences, ``<s>`` and ``</s>`` the one ELMo reads. Nothing of the stream's size is
+    built: unit ``i`` starts at ``token_start(i) + frame * i`` (``frame`` ids per unit), so a
+    position's unit is a binary search over the memory-mapped unit ends, and ids are read from
+    the token memmap when asked for.
+
+    >>> import tempfile
+    >>> out = Path(tempfile.mkdtemp()) / "corpus"
+    >>> with ShardWriter(out, vocab_size=100) as writer:
+    ...     writer.add_document([[5, 6, 7], [8]])
+    ...     writer.add_document([[9]])
+    True
+    True
+    >>> framed = FramedTokens(TokenCorpus(out), "sentence", bos=2, eos=3)
+    >>> framed[:].tolist(), framed.document_spans([0, 1]).tolist()
+    ([2, 5, 6, 7, 3, 2, 8, 3, 2, 9, 3], [[0, 8], [8, 11]])
+    >>> DocumentStream(FramedTokens(TokenCorpus(out), "document", eos=1), [1, 0])[:].tolist()
+    [9, 1, 5, 6, 7, 8, 1]
+    """
+
+    def __init__(self, corpus: TokenCorpus, unit: str = "sentence", bos: int | None = None,
+                 eos: int | None = None) -> None:
+        if unit not in ("sentence", "document"):
+            raise ValueError(f"unit must be 'sentence' or 'document', got {unit!r}")
+        self.corpus, self.unit, self.bos, self.eos = corpus, unit, bos, eos
+        # (U,) token end of each unit: the sentence memmap itself, or (D,) document ends
+        self.ends = corpus.sentence_ends if unit == "sentence" else corpus.document_token_ends
+        self.lead = int(bos is not None)  # ids before a unit's tokens
+        self.frame = self.lead + int(eos is not None)  # ids added per unit
+
+    def __len__(self) -> int:
+        return self.corpus.num_tokens + self.frame * len(self.ends)
+
+    def token_starts(self, units: np.ndarray) -> np.ndarray:
+        """Token offset where each of ``units`` begins (``units == U`` gives the corpus end)."""
+        units = np.asarray(units, dtype=np.int64)
+        before = np.asarray(self.ends[np.maximum(units - 1, 0)], dtype=np.int64)
+        return np.where(units > 0, before, 0)
+
+    def unit_starts(self, units: np.ndarray) -> np.ndarray:
+        """Position where each of ``units`` begins in the stream (its ``bos`` or first token)."""
+        units = np.asarray(units, dtype=np.int64)
+        return self.token_starts(units) + self.frame * units
+
+    def units_at(self, positions: np.ndarray) -> np.ndarray:
+        """The unit holding each position: the first ``i`` with ``unit_starts(i + 1) > p``."""
+        p = np.asarray(positions, dtype=np.int64)
+        lo, hi = np.zeros(p.shape, np.int64), np.full(p.shape, len(self.ends), np.int64)
+        while (open_ := lo < hi).any():  # vectorised bisection, ~log2(U) rounds
+            mid = np.minimum((lo + hi) // 2, len(self.ends) - 1)
+            right = np.asarray(self.ends[mid], dtype=np.int64) + self.frame * (mid + 1) <= p
+            lo, hi = np.where(open_ & right, mid + 1, lo), np.where(open_ & ~right, mid, hi)
+        return lo
+
+    def ids(self, positions: np.ndarray) -> np.ndarray:
+        p = np.asarray(positions, dtype=np.int64)
+        if p.size == 0:
+            return np.zeros(p.shape, np.int64)
+        units = self.units_at(p)
+        start = self.token_starts(units)
+        offset = p - self.unit_starts(units) - self.lead  # index into the unit's tokens
+        length = np.asarray(self.ends[units], dtype=np.int64) - start
+        inside = np.clip(start + offset, 0, self.corpus.num_tokens - 1)
+        out = np.asarray(self.corpus.tokens[inside.reshape(-1)], dtype=np.int64).reshape(p.shape)
+        if self.bos is not None:
+            out[offset < 0] = self.bos
+        if self.eos is not None:
+            out[offset >= length] = self.eos
+        return out
+
+    def document_spans(self, docs: np.ndarray) -> np.ndarray:
+        """(n, 2) int64 ``[start, stop)`` of documents ``docs`` in the stream."""
+        docs = np.asarray(docs, dtype=np.int64)
+        if self.unit == "document":
+            first, stop = docs, docs + 1
+        else:
+            first, stop = self.corpus.doc_sentence_bounds[docs].T
+        return np.stack([self.unit_starts(first), self.unit_starts(stop)], axis=1).reshape(-1, 2)
+
+    def counts(self, docs: np.ndarray | None = None, minlength: int = 0) -> np.ndarray:
+        """int64 occurrences of every id in documents ``docs`` (all when None), ``bos`` and
+        ``eos`` included (see :meth:`TokenCorpus.count_tokens`)."""
+        counts = self.corpus.count_tokens(docs, minlength)
+        if docs is None:
+            units = len(self.ends)
+        elif self.unit == "document":
+            units = len(docs)
+        else:
+            bounds = self.corpus.doc_sentence_bounds[np.asarray(docs, dtype=np.int64)]
+            units = int((bounds[:, 1] - bounds[:, 0]).sum())
+        for framing in (self.bos, self.eos):
+            if framing is not None:
+                counts[framing] += units
+        return counts
+
+
+class DocumentStream(TokenStream):
+    """Documents ``docs`` of a :class:`FramedTokens` stream laid end to end (in the given order),
+    read in place: position ``x`` is ``locate(x)`` in the framed stream."""
+
+    def __init__(self, framed: FramedTokens, docs: np.ndarray) -> None:
+        self.framed, self.docs = framed, np.asarray(docs, dtype=np.int64)
+        spans = framed.document_spans(self.docs)  # (n, 2)
+        self.starts = spans[:, 0]  # (n,) where each document begins in the framed stream
+        self.ends = np.cumsum(spans[:, 1] - spans[:, 0])  # (n,) where each one ends here
+
+    def __len__(self) -> int:
+        return int(self.ends[-1]) if len(self.ends) else 0
+
+    def locate(self, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(framed positions, framed starts of their documents)`` of ``positions`` (same shape)."""
+        x = np.asarray(positions, dtype=np.int64)
+        k = np.searchsorted(self.ends, x, side="right")
+        begin = np.where(k > 0, self.ends[np.maximum(k - 1, 0)], 0)  # where document k begins here
+        return self.starts[k] + x - begin, self.starts[k]
+
+    def ids(self, positions: np.ndarray) -> np.ndarray:
+        return self.framed.ids(self.locate(positions)[0])
+
+    def counts(self, minlength: int = 0) -> np.ndarray:
+        """int64 occurrences of every id in the stream (see :meth:`FramedTokens.counts`)."""
+        return self.framed.counts(self.docs, minlength)
 
 
 def _read_meta(directory: Path) -> dict[str, Any]:

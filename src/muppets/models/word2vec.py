@@ -352,17 +352,24 @@ class _ChunkTrainer:
                  w_out: torch.Tensor) -> None:
         self.cfg, self.examples, self.w_in, self.w_out = cfg, examples, w_in, w_out
         self.kernel: _Kernel | None = None
+        self._shared_vocab: list[torch.Tensor] | None = None
 
     def __getstate__(self) -> dict:
-        """Sent to a worker process: the config, the corpus directory and the shared matrices.
-        The worker rebuilds the examples (:func:`build_examples` is deterministic) and compiles
-        its own kernel: a small message, so a worker that dies at start-up (e.g. a script
-        without an ``if __name__ == "__main__":`` guard) cannot block the parent on a full pipe."""
+        """Sent to a worker process: the config, the corpus directory, and shared-memory tensors
+        (the two matrices and the training vocabulary, counted once, here). The worker maps the
+        corpus, rebuilds the examples on that vocabulary and compiles its own kernel: a small
+        message, so a worker that dies at start-up (e.g. a script without an ``if __name__ ==
+        "__main__":`` guard) cannot block the parent on a full pipe."""
+        if self._shared_vocab is None:  # one shared copy for every worker
+            vocab = self.examples.vocab
+            self._shared_vocab = [torch.from_numpy(a).share_memory_()
+                                  for a in (vocab.corpus_ids, vocab.counts, vocab.remap)]
         return {"cfg": self.cfg, "corpus_dir": self.examples.corpus.directory, "w_in": self.w_in,
-                "w_out": self.w_out}
+                "w_out": self.w_out, "vocab": self._shared_vocab}
 
     def __setstate__(self, state: dict) -> None:
-        self.__init__(state["cfg"], build_examples(TokenCorpus(state["corpus_dir"]), state["cfg"]),
+        vocab = TrainingVocab(*(t.numpy() for t in state["vocab"]))
+        self.__init__(state["cfg"], build_examples(TokenCorpus(state["corpus_dir"]), state["cfg"], vocab),
                       state["w_in"], state["w_out"])
 
     def setup(self) -> str:
@@ -554,9 +561,11 @@ _SHAPE_FIELDS = ("sg", "vector_size", "window", "negative", "ns_exponent", "samp
 _BEFORE_FIELD = {"batch_layout": "consecutive"}  # what checkpoints written before a field existed used
 
 
-def build_examples(corpus: TokenCorpus, cfg: Word2VecConfig) -> Word2VecExamples:
-    """The training vocabulary of ``corpus`` under ``cfg`` and its chunked example builder."""
-    vocab = TrainingVocab.from_corpus(corpus, cfg.min_count, max_size=cfg.max_vocab)
+def build_examples(corpus: TokenCorpus, cfg: Word2VecConfig, vocab: TrainingVocab | None = None) -> Word2VecExamples:
+    """The chunked example builder of ``corpus`` under ``cfg``, on ``vocab`` (None: the training
+    vocabulary counted on ``corpus``)."""
+    if vocab is None:
+        vocab = TrainingVocab.from_corpus(corpus, cfg.min_count, max_size=cfg.max_vocab)
     return Word2VecExamples(corpus, vocab, sg=cfg.sg, window=cfg.window, negative=cfg.negative,
                             sample=cfg.sample, ns_exponent=cfg.ns_exponent, batch_size=cfg.batch_size,
                             chunk_tokens=cfg.chunk_tokens, seed=cfg.seed, updates_multiple=cfg.updates_per_call,

@@ -1,7 +1,8 @@
 """Bidirectional LM batches (ELMo) from a prepared word-id corpus, as a deterministic step source.
 
 **Stream.** Every sentence of the corpus is framed ``<s> w_1 … w_n </s>`` (as ELMo reads
-sentences, in training and at feature time) and a document is its sentences in order.
+sentences, in training and at feature time) and a document is its sentences in order
+(read in place from the memory-mapped corpus: :class:`~muppets.data.shards.FramedTokens`).
 
 **Windows.** Training examples are windows of ``window`` consecutive tokens of one document,
 consecutive windows overlapping by one token; a document's last window is shorter (padded).
@@ -34,7 +35,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from muppets.data.shards import TokenCorpus, tokenizer_fingerprint
+from muppets.data.shards import FramedTokens, TokenCorpus, tokenizer_fingerprint
 from muppets.errors import ConfigError, DataError
 from muppets.objectives.mlm_nsp import split_documents
 from muppets.objectives.step_data import EpochData, in_batches, spread
@@ -58,35 +59,32 @@ class BiLMDataConfig:
             raise ConfigError(f"data.window: {self.window} is too short (at least 3 tokens)")
 
 
-def bracketed_stream(corpus: TokenCorpus, bos_id: int, eos_id: int) -> tuple[np.ndarray, np.ndarray]:
-    """The corpus with each sentence framed ``<s> … </s>``: ``(N + 2S,)`` int32, and every
-    document's ``[start, stop)`` in it, ``(D, 2)`` int64."""
-    S, N = corpus.num_sentences, corpus.num_tokens
-    ends = np.asarray(corpus.sentence_ends, dtype=np.int64)  # (S,)
-    bos_at = ends - corpus.sentence_lengths + 2 * np.arange(S)  # (S,) where sentence i's <s> lands
-    eos_at = ends + 2 * np.arange(S) + 1  # (S,)
-    stream = np.empty(N + 2 * S, np.int32)
-    is_word = np.ones(N + 2 * S, bool)
-    is_word[bos_at] = is_word[eos_at] = False
-    stream[is_word] = corpus.tokens
-    stream[bos_at], stream[eos_at] = bos_id, eos_id
-    first, stop = corpus.doc_sentence_bounds.T  # (D,) each
-    return stream, np.stack([bos_at[first], eos_at[stop - 1] + 1], axis=1)
+def bracketed_stream(corpus: TokenCorpus, bos_id: int, eos_id: int) -> tuple[FramedTokens, np.ndarray]:
+    """The corpus with each sentence framed ``<s> … </s>`` (``N + 2S`` ids, read in place from the
+    memory-mapped corpus), and every document's ``[start, stop)`` in it, ``(D, 2)`` int64."""
+    stream = FramedTokens(corpus, "sentence", bos=bos_id, eos=eos_id)
+    return stream, stream.document_spans(np.arange(corpus.num_documents))
 
 
-def windows(bounds: np.ndarray, window: int) -> tuple[np.ndarray, np.ndarray]:
+def windows_per_document(bounds: np.ndarray, window: int) -> np.ndarray:
+    """``(D,)`` windows in each ``[start, stop)`` of ``bounds (D, 2)``: ceil((n - 1) / (window - 1))."""
+    return np.maximum(bounds[:, 1] - bounds[:, 0] - 2, 0) // (window - 1) + 1
+
+
+def windows(bounds: np.ndarray, window: int, picks: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Windows of ``window`` tokens overlapping by one inside each ``[start, stop)`` of ``bounds (D, 2)``.
 
-    Returns ``starts (W,)`` and ``lengths (W,)`` (the last window of a document may be shorter,
-    but holds at least 2 tokens, so it has a target).
+    Returns ``starts`` and ``lengths`` of windows ``picks`` (numbered document by document; all
+    ``W`` when None), each ``(len(picks),)``. The last window of a document may be shorter, but
+    holds at least 2 tokens, so it has a target. Only the picked windows are computed: a batch
+    never builds the ``W``-long list.
     """
-    start, stop = bounds[:, 0], bounds[:, 1]
-    per_doc = np.maximum(stop - start - 2, 0) // (window - 1) + 1  # ceil((n - 1) / (window - 1))
-    first = np.cumsum(per_doc) - per_doc  # (D,) index of each document's first window
-    k = np.arange(int(per_doc.sum())) - np.repeat(first, per_doc)  # (W,) window number inside its document
-    starts = np.repeat(start, per_doc) + k * (window - 1)
-    lengths = np.minimum(window, np.repeat(stop, per_doc) - starts)
-    return starts, lengths
+    per_doc = windows_per_document(bounds, window)
+    ends = np.cumsum(per_doc)  # (D,) one past each document's last window
+    w = np.arange(int(per_doc.sum())) if picks is None else np.asarray(picks, dtype=np.int64)
+    doc = np.searchsorted(ends, w, side="right")
+    starts = bounds[doc, 0] + (w - ends[doc] + per_doc[doc]) * (window - 1)  # k-th window of its document
+    return starts, np.minimum(window, bounds[doc, 1] - starts)
 
 
 class BiLMData(EpochData):
@@ -111,13 +109,12 @@ class BiLMData(EpochData):
         mapper = CharacterMapper(max_chars, words.bos_token, words.eos_token, words.pad_token)
         self.char_table = mapper.encode_words(vocab.words)  # (V_in, C) int16
         self.stream, bounds = bracketed_stream(corpus, vocab.bos_id, vocab.eos_id)
-        train_docs, self.eval_docs = split_documents(corpus.num_documents, cfg.eval_fraction, cfg.split_seed)
-        self.train_bounds = bounds[train_docs]  # (D_train, 2)
-        self.train_windows = windows(self.train_bounds, cfg.window)
+        self.train_docs, self.eval_docs = split_documents(corpus.num_documents, cfg.eval_fraction, cfg.split_seed)
+        self.train_bounds = bounds[self.train_docs]  # (D_train, 2)
         self.eval_windows = windows(bounds[self.eval_docs], cfg.window)
-        self.epoch_size = len(self.train_windows[0])
+        self.epoch_size = int(windows_per_document(self.train_bounds, cfg.window).sum())
         log.info("biLM data: %d train / %d held-out documents, %d + %d windows of <= %d tokens; softmax over "
-                 "%d of %d words", len(train_docs), len(self.eval_docs), self.epoch_size,
+                 "%d of %d words", len(self.train_docs), len(self.eval_docs), self.epoch_size,
                  len(self.eval_windows[0]), cfg.window, softmax_size, len(vocab))
 
     # --- StepData protocol -------------------------------------------------------------
@@ -128,10 +125,16 @@ class BiLMData(EpochData):
         return int(batch["mask"].sum())
 
     # --- windows -> batches --------------------------------------------------------------
+    @property
+    def train_windows(self) -> tuple[np.ndarray, np.ndarray]:
+        """``starts (W,)`` and ``lengths (W,)`` of every training window (to inspect; a batch
+        computes just its own)."""
+        return windows(self.train_bounds, self.cfg.window)
+
     def batch(self, examples: range) -> dict[str, torch.Tensor]:
         """Global examples ``g = step * batch_size + i`` -> one padded batch."""
-        starts, lengths = self.train_windows
-        return self.collate([self.stream[starts[i]:starts[i] + lengths[i]] for i in self.rows(examples)])
+        starts, lengths = windows(self.train_bounds, self.cfg.window, self.rows(examples))
+        return self.collate([self.stream[s:s + n] for s, n in zip(starts, lengths)])
 
     def eval_batches(self, batch_size: int) -> list[dict[str, torch.Tensor]]:
         """Fixed held-out batches: up to ``eval_windows`` windows spread evenly over the held-out documents."""
@@ -154,11 +157,9 @@ class BiLMData(EpochData):
     def token_counts(self) -> np.ndarray:
         """``(softmax_size,)`` count of each output word (rarer words as ``<unk>``) over the tokens of
         the training documents, ``<s>`` and ``</s>`` included: a unigram baseline's counts."""
-        counts = np.zeros(self.softmax_size, np.int64)
-        for start, stop in self.train_bounds:
-            ids = self.stream[start:stop].astype(np.int64)
-            ids = np.where(ids < self.softmax_size, ids, self.vocab.unk_id)
-            counts += np.bincount(ids, minlength=self.softmax_size)
+        words = self.stream.counts(self.train_docs, minlength=len(self.vocab))  # (V_in,) read in place
+        counts = words[:self.softmax_size].copy()
+        counts[self.vocab.unk_id] += words[self.softmax_size:].sum()
         return counts
 
 

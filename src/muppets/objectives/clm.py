@@ -6,6 +6,8 @@ tokens cut from it, consecutive blocks overlapping by one token so that every to
 stream is a next-token target exactly once per epoch. The block order is a permutation drawn
 from ``(seed, epoch)``, so a batch is a pure function of ``(seed, step)`` (exact resume, DDP
 slices), as in :mod:`muppets.objectives.mlm_nsp`, whose held-out document split is reused.
+The stream is never built: a :class:`~muppets.data.shards.DocumentStream` reads each block from
+the memory-mapped corpus when it is asked for, so memory does not grow with the corpus.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from muppets.data.shards import TokenCorpus
+from muppets.data.shards import DocumentStream, FramedTokens, TokenCorpus, TokenStream
 from muppets.errors import ConfigError
 from muppets.objectives.mlm_nsp import split_documents
 from muppets.objectives.step_data import EpochData, in_batches, spread
@@ -37,13 +39,15 @@ class CLMDataConfig:
             raise ConfigError(f"block_size: {self.block_size} is too short (at least 2 tokens)")
 
 
+def lm_stream(corpus: TokenCorpus, docs: np.ndarray, eos_id: int) -> DocumentStream:
+    """Documents ``docs`` end to end, each followed by ``eos_id``, read in place."""
+    return DocumentStream(FramedTokens(corpus, "document", eos=eos_id), docs)
+
+
 def document_stream(corpus: TokenCorpus, docs: np.ndarray, eos_id: int) -> np.ndarray:
-    """Documents ``docs`` concatenated, each followed by ``eos_id``: ``(N,)`` int64."""
-    parts = []
-    for d in docs:
-        parts.append(np.asarray(corpus.document_tokens(int(d)), dtype=np.int64))
-        parts.append(np.array([eos_id], dtype=np.int64))
-    return np.concatenate(parts) if parts else np.zeros(0, np.int64)
+    """:func:`lm_stream` as one ``(N,)`` int64 array (to inspect a small corpus; training never
+    builds it)."""
+    return lm_stream(corpus, docs, eos_id)[:]
 
 
 class CausalLMData(EpochData):
@@ -59,8 +63,8 @@ class CausalLMData(EpochData):
         super().__init__(batch_size, accumulation, seed)
         self.cfg = cfg
         train_docs, self.eval_docs = split_documents(corpus.num_documents, cfg.eval_fraction, cfg.split_seed)
-        self.stream = document_stream(corpus, train_docs, eos_id)  # (N,)
-        self.eval_stream = document_stream(corpus, self.eval_docs, eos_id)
+        self.stream = lm_stream(corpus, train_docs, eos_id)  # (N,) read in place
+        self.eval_stream = lm_stream(corpus, self.eval_docs, eos_id)
         self.epoch_size = num_blocks(len(self.stream), cfg.block_size)
         if self.epoch_size == 0:
             raise ConfigError(f"{corpus.directory}: {len(self.stream)} training tokens do not fill one "
@@ -102,7 +106,7 @@ def num_blocks(n_tokens: int, block_size: int) -> int:
     return max(0, (n_tokens - 1) // (block_size - 1))
 
 
-def block(stream: np.ndarray, i: int, block_size: int) -> np.ndarray:
+def block(stream: np.ndarray | TokenStream, i: int, block_size: int) -> np.ndarray:
     """Block ``i``: ``stream[i * (T - 1) : i * (T - 1) + T]`` (its first token is the previous
     block's last, so it is context only)."""
     start = i * (block_size - 1)

@@ -7,7 +7,10 @@ position t is one example: context ``stream[t-n+1 .. t-1]`` (oldest first), targ
 A fixed share of the documents is held out (:func:`muppets.objectives.mlm_nsp.split_documents`)
 for perplexity. Example ``g`` of the run is position ``order_e[g mod N]`` of epoch
 ``e = g // N``, ``order_e`` a permutation drawn from ``(seed, e)``: a batch is a pure function
-of ``(seed, step)``, so resume is exact and DDP ranks take their own slices.
+of ``(seed, step)``, so resume is exact and DDP ranks take their own slices. The stream is
+never built: the words are read in place from the memory-mapped corpus
+(:class:`~muppets.data.shards.DocumentStream`) and a context reaching before its document's
+start reads ``<s>``, so memory does not grow with the corpus.
 """
 
 from __future__ import annotations
@@ -18,12 +21,12 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from muppets.data.shards import TokenCorpus
+from muppets.data.shards import DocumentStream, FramedTokens, TokenCorpus
 from muppets.errors import ConfigError
 from muppets.objectives.mlm_nsp import split_documents
 from muppets.objectives.step_data import EpochData, spread
 
-__all__ = ["NNLMDataConfig", "ngram_stream", "NNLMData"]
+__all__ = ["NNLMDataConfig", "word_stream", "ngram_stream", "NNLMData"]
 
 log = logging.getLogger(__name__)
 
@@ -35,29 +38,34 @@ class NNLMDataConfig:
     split_seed: int = 1234  # fixes which documents are held out, independent of the run seed
 
 
+def word_stream(corpus: TokenCorpus, docs: np.ndarray, eos_id: int) -> DocumentStream:
+    """The documents ``docs`` end to end with ``</s>`` after every sentence, read in place: its
+    position ``j`` is target word ``j``."""
+    return DocumentStream(FramedTokens(corpus, "sentence", eos=eos_id), docs)
+
+
 def ngram_stream(corpus: TokenCorpus, docs: np.ndarray, context: int, bos_id: int,
                  eos_id: int) -> tuple[np.ndarray, np.ndarray]:
-    """``(stream (N,) int32, targets (M,) int64)``: the documents ``docs`` as ``<s>``-padded
-    streams with ``</s>`` after every sentence, and the positions that are prediction targets."""
-    streams, targets, offset = [], [], 0
-    for d in docs.tolist():
-        sentences = corpus.document_sentences(d)
-        start = int(corpus.sentence_ends[sentences.start - 1]) if sentences.start > 0 else 0
-        ends = np.asarray(corpus.sentence_ends[sentences.start:sentences.stop], dtype=np.int64) - start
-        words = np.insert(np.asarray(corpus.document_tokens(d), dtype=np.int32), ends, eos_id)  # (L + S,)
-        streams += [np.full(context, bos_id, dtype=np.int32), words]
-        targets.append(offset + context + np.arange(len(words), dtype=np.int64))
-        offset += context + len(words)
-    if not streams:
-        return np.zeros(0, np.int32), np.zeros(0, np.int64)
-    return np.concatenate(streams), np.concatenate(targets)
+    """``(stream (N,) int32, targets (M,) int64)``: :func:`word_stream` as one array with the
+    ``context`` ``<s>`` before each document, and the positions of its words (to inspect a small
+    corpus; training never builds it)."""
+    words = word_stream(corpus, docs, eos_id)
+    doc_of = np.searchsorted(words.ends, np.arange(len(words)), side="right")  # (M,)
+    targets = np.arange(len(words)) + context * (doc_of + 1)
+    stream = np.full(len(words) + context * len(words.ends), bos_id, dtype=np.int32)
+    stream[targets] = words[:]
+    return stream, targets
 
 
-def _examples(stream: np.ndarray, positions: np.ndarray, context: int) -> dict[str, torch.Tensor]:
-    """``input_ids`` (B, n-1) and ``labels`` (B,) of target positions ``positions`` (B,)."""
-    window = positions[:, None] - context + np.arange(context)[None, :]  # (B, n-1)
-    return {"input_ids": torch.from_numpy(stream[window].astype(np.int64)),
-            "labels": torch.from_numpy(stream[positions].astype(np.int64))}
+def _examples(stream: DocumentStream, targets: np.ndarray, context: int, bos_id: int) -> dict[str, torch.Tensor]:
+    """``input_ids`` (B, n-1) and ``labels`` (B,) of words ``targets`` (B,) of ``stream``: the
+    context is the n-1 words before, in the same document (``<s>`` before its start)."""
+    at, doc_start = stream.locate(targets)  # (B,) each, positions in stream.framed
+    window = at[:, None] - context + np.arange(context)[None, :]  # (B, n-1)
+    before = window < doc_start[:, None]
+    ids = stream.framed.ids(np.where(before, doc_start[:, None], window))  # (B, n-1)
+    ids[before] = bos_id
+    return {"input_ids": torch.from_numpy(ids), "labels": torch.from_numpy(stream.framed.ids(at))}
 
 
 class NNLMData(EpochData):
@@ -71,18 +79,18 @@ class NNLMData(EpochData):
             if not 0 <= i < corpus.vocab_size:
                 raise ConfigError(f"{name} id {i} is outside the corpus vocabulary of {corpus.vocab_size}")
         super().__init__(batch_size, accumulation, seed)
-        self.context, self.cfg = context, cfg
+        self.context, self.cfg, self.bos_id = context, cfg, bos_id
         train_docs, eval_docs = split_documents(corpus.num_documents, cfg.eval_fraction, cfg.split_seed)
-        self.stream, self.targets = ngram_stream(corpus, train_docs, context, bos_id, eos_id)
-        self.eval_stream, self.eval_targets = ngram_stream(corpus, eval_docs, context, bos_id, eos_id)
-        if len(self.targets) == 0 or len(self.eval_targets) == 0:
+        self.stream = word_stream(corpus, train_docs, eos_id)  # read in place
+        self.eval_stream = word_stream(corpus, eval_docs, eos_id)
+        if len(self.stream) == 0 or len(self.eval_stream) == 0:
             raise ConfigError(f"{corpus.directory}: too little text for NNLM training and held-out data")
         log.info("NNLM data: %d train / %d held-out documents, %d + %d target words, context %d",
-                 len(train_docs), len(eval_docs), len(self.targets), len(self.eval_targets), context)
+                 len(train_docs), len(eval_docs), len(self.stream), len(self.eval_stream), context)
 
     @property
     def epoch_size(self) -> int:
-        return len(self.targets)
+        return len(self.stream)
 
     # --- StepData protocol -------------------------------------------------------------
     def normalizers(self, batch: dict[str, torch.Tensor]) -> dict[str, float]:
@@ -94,12 +102,12 @@ class NNLMData(EpochData):
     # --- examples ------------------------------------------------------------------------
     def batch(self, examples: range) -> dict[str, torch.Tensor]:
         """Global examples ``examples`` (``g = step * batch_size + i``)."""
-        return _examples(self.stream, self.targets[self.rows(examples)], self.context)
+        return _examples(self.stream, self.rows(examples), self.context, self.bos_id)
 
     def eval_batches(self, batch_size: int) -> list[dict[str, torch.Tensor]]:
         """Fixed held-out batches over ``eval_examples`` target positions spread evenly."""
-        n = len(self.eval_targets)
+        n = len(self.eval_stream)
         count = n if self.cfg.eval_examples <= 0 else min(n, self.cfg.eval_examples)
-        picks = self.eval_targets[spread(n, count)]
-        return [_examples(self.eval_stream, picks[i:i + batch_size], self.context)
+        picks = spread(n, count)
+        return [_examples(self.eval_stream, picks[i:i + batch_size], self.context, self.bos_id)
                 for i in range(0, len(picks), batch_size)]

@@ -57,9 +57,9 @@ class TrainingVocab:
     @classmethod
     def from_corpus(cls, corpus: TokenCorpus, min_count: int, skip_ids: int = NUM_SPECIALS,
                     max_size: int = 0) -> TrainingVocab:
-        """Count ``corpus``; keep the ids >= ``skip_ids`` seen ``min_count`` times (the
-        ``max_size`` most frequent when > 0), by count descending, ties by id."""
-        counts = np.bincount(np.asarray(corpus.tokens), minlength=corpus.vocab_size).astype(np.int64)
+        """Count ``corpus`` (in place, chunk by chunk); keep the ids >= ``skip_ids`` seen
+        ``min_count`` times (the ``max_size`` most frequent when > 0), by count descending, ties by id."""
+        counts = corpus.count_tokens(minlength=corpus.vocab_size)  # (corpus vocab size,) int64
         counts[:skip_ids] = 0
         order = np.argsort(-counts, kind="stable")
         kept = order[counts[order] >= max(min_count, 1)]
@@ -216,8 +216,8 @@ class Word2VecExamples:
         self.keep = np.append(keep_probabilities(vocab.counts, sample), 0.0)  # (V + 1,) V = dropped
         self.noise = NoiseSampler(vocab.counts, ns_exponent)
         self.bounds = plan_chunks(corpus.sentence_ends, chunk_tokens)  # (C + 1,)
-        ends = np.asarray(corpus.sentence_ends, dtype=np.int64)
-        self.token_bounds = np.concatenate([[0], ends])[self.bounds]  # (C + 1,) token offsets
+        self.token_bounds = np.zeros(len(self.bounds), dtype=np.int64)  # (C + 1,) token offsets
+        self.token_bounds[1:] = corpus.sentence_ends[self.bounds[1:] - 1]
 
     @property
     def num_chunks(self) -> int:

@@ -137,7 +137,7 @@ def evaluator(data: CausalLMData, batch_size: int):
 
 def unigram_baseline(data: CausalLMData, batch_size: int, vocab_size: int) -> dict[str, float]:
     """Perplexity and accuracy of the add-one-smoothed training unigram on the held-out targets."""
-    counts = np.bincount(data.stream, minlength=vocab_size)
+    counts = data.stream.counts(vocab_size)  # read in place, chunk by chunk
     logp = np.log((counts + 1) / (counts.sum() + vocab_size))
     top, nll, hits, n = int(counts.argmax()), 0.0, 0, 0
     for batch in data.eval_batches(batch_size):
