@@ -20,7 +20,7 @@ from muppets.objectives.bilm import BiLMData, BiLMDataConfig
 from muppets.objectives.clm import CausalLMData, CLMDataConfig
 from muppets.objectives.mlm_nsp import BertPretrainingData, PretrainDataConfig, SpecialIds
 from muppets.objectives.nnlm import NNLMData, NNLMDataConfig
-from muppets.objectives.step_data import EpochCache, EpochData, spread
+from muppets.objectives.step_data import EpochCache, PretrainingData, spread
 from muppets.tokenizers.words import WordVocab
 from muppets.train import Trainer, read_log
 
@@ -58,7 +58,7 @@ def words(tmp_path_factory) -> tuple[WordVocab, TokenCorpus]:
     return vocab, TokenCorpus(root / "corpus")
 
 
-def all_objectives(corpus: TokenCorpus, words: tuple[WordVocab, TokenCorpus]) -> dict[str, EpochData]:
+def all_objectives(corpus: TokenCorpus, words: tuple[WordVocab, TokenCorpus]) -> dict[str, PretrainingData]:
     vocab, word_corpus = words
     bert = PretrainDataConfig(max_seq_len=48, eval_fraction=0.2)
     return {
@@ -105,7 +105,7 @@ def test_step_data_does_not_pin_itself(corpus, words):
     assert [r() for r in refs] == [None] * len(refs)
 
 
-class Uneven(EpochData):
+class Uneven(PretrainingData):
     """Epoch e holds 3 + e % 3 examples, each the pair (epoch, position)."""
 
     order_salt = 5

@@ -38,7 +38,7 @@ import torch
 from muppets.data.shards import FramedTokens, TokenCorpus, tokenizer_fingerprint
 from muppets.errors import ConfigError, DataError
 from muppets.objectives.mlm_nsp import split_documents
-from muppets.objectives.step_data import EpochData, in_batches, spread
+from muppets.objectives.step_data import PretrainingData, in_batches, spread
 from muppets.tokenizers.characters import CharacterMapper
 from muppets.tokenizers.words import WordVocab
 
@@ -87,7 +87,7 @@ def windows(bounds: np.ndarray, window: int, picks: np.ndarray | None = None) ->
     return starts, np.minimum(window, bounds[doc, 1] - starts)
 
 
-class BiLMData(EpochData):
+class BiLMData(PretrainingData):
     """The trainer's ``StepData`` for biLM pretraining: batches of ``char_ids (B, T, C)``,
     ``mask (B, T)``, ``next_ids (B, T)`` and ``prev_ids (B, T)`` (the model's forward arguments).
 

@@ -22,7 +22,7 @@ import torch
 from muppets.data.shards import DocumentStream, FramedTokens, TokenCorpus, TokenStream
 from muppets.errors import ConfigError
 from muppets.objectives.mlm_nsp import split_documents
-from muppets.objectives.step_data import EpochData, in_batches, spread
+from muppets.objectives.step_data import PretrainingData, in_batches, spread
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +50,7 @@ def document_stream(corpus: TokenCorpus, docs: np.ndarray, eos_id: int) -> np.nd
     return lm_stream(corpus, docs, eos_id)[:]
 
 
-class CausalLMData(EpochData):
+class CausalLMData(PretrainingData):
     """The trainer's ``StepData`` for left-to-right LM pretraining (batches of ``input_ids`` and
     ``labels``, the model shifting labels by one)."""
 

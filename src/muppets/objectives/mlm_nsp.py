@@ -3,7 +3,7 @@
 Epoch ``e`` is a plan drawn from ``(seed, e)``: sentence pairs with IsNext/NotNext labels
 (:mod:`muppets.objectives.nsp`), or without NSP whole-corpus packed sequences
 (:func:`muppets.objectives.mlm.plan_packed`). Plans differ in length from epoch to epoch and
-each epoch covers its own plan exactly once (:class:`~muppets.objectives.step_data.EpochData`).
+each epoch covers its own plan exactly once (:class:`~muppets.objectives.step_data.PretrainingData`).
 Example ``g`` of the whole run (``g = step * batch_size + i``) is masked with a generator seeded
 by ``(seed, g)``. Every batch is thus a pure function of ``(seed, step)``: a resumed run sees
 exactly the batches it would have seen, each DDP rank builds just its own slice of the global
@@ -23,7 +23,7 @@ from muppets.data.shards import TokenCorpus
 from muppets.errors import ConfigError
 from muppets.objectives.mlm import IGNORE, MaskingConfig, PackedPlan, mask_sequence, plan_packed
 from muppets.objectives.nsp import PairPlan, plan_pairs
-from muppets.objectives.step_data import EpochCache, EpochData, in_batches
+from muppets.objectives.step_data import EpochCache, PretrainingData, in_batches
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +48,7 @@ class PretrainDataConfig:
     split_seed: int = 1234  # fixes which documents are held out, independent of the run seed
 
 
-class BertPretrainingData(EpochData):
+class BertPretrainingData(PretrainingData):
     """The trainer's ``StepData`` for BERT: batches of ``input_ids``, ``token_type_ids``,
     ``attention_mask`` ``(B, T)``, ``mlm_positions``, ``mlm_labels`` ``(B, P)`` and, with NSP,
     ``nsp_labels`` ``(B,)``."""
@@ -157,7 +157,7 @@ class BertPretrainingData(EpochData):
 def log_plan(plan: PairPlan | PackedPlan, which: str, when: str = "") -> None:
     """Log a plan's size (and NSP's real NotNext rate); warn when NotNext draws failed."""
     if isinstance(plan, PackedPlan):
-        log.info("%s MLM sequences%s: %d", which, when, len(plan))
+        log.info("%s MLM sequences%s: %s", which, when, f"{len(plan):,}")
         return
     log.info("%s NSP pairs%s: %s", which, when, plan.summary())
     if plan.not_next_failed > 0.01 * max(plan.not_next_drawn, 1):

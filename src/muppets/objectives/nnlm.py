@@ -24,7 +24,7 @@ import torch
 from muppets.data.shards import DocumentStream, FramedTokens, TokenCorpus
 from muppets.errors import ConfigError
 from muppets.objectives.mlm_nsp import split_documents
-from muppets.objectives.step_data import EpochData, spread
+from muppets.objectives.step_data import PretrainingData, spread
 
 __all__ = ["NNLMDataConfig", "word_stream", "ngram_stream", "NNLMData"]
 
@@ -68,7 +68,7 @@ def _examples(stream: DocumentStream, targets: np.ndarray, context: int, bos_id:
     return {"input_ids": torch.from_numpy(ids), "labels": torch.from_numpy(stream.framed.ids(at))}
 
 
-class NNLMData(EpochData):
+class NNLMData(PretrainingData):
     """The trainer's ``StepData`` for the NNLM (batches of ``input_ids`` (B, n-1), ``labels`` (B,))."""
 
     order_salt = 23

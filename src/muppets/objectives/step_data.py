@@ -9,11 +9,11 @@ cumulative lengths, computed lazily and kept, so a batch stays a pure function o
 ``(seed, step)``: a resumed run sees exactly the batches it would have seen, and a DDP rank
 builds only its own slice.
 
-A subclass says what is new about its objective: :meth:`EpochData.epoch_length` (or a fixed
-``epoch_size``), :meth:`EpochData.batch` (global examples -> tensors), ``normalizers`` and
+A subclass says what is new about its objective: :meth:`PretrainingData.epoch_length` (or a fixed
+``epoch_size``), :meth:`PretrainingData.batch` (global examples -> tensors), ``normalizers`` and
 ``num_tokens`` (the real, non-padding tokens of a micro-batch, which the trainer logs as
 ``real_tokens``). Objectives that shuffle fixed rows draw the order of epoch ``e`` from
-``(seed, order_salt, e)`` with :meth:`EpochData.rows`.
+``(seed, order_salt, e)`` with :meth:`PretrainingData.rows`.
 """
 
 from __future__ import annotations
@@ -50,8 +50,10 @@ class EpochCache(Generic[T]):
         return self.values[epoch]
 
 
-class EpochData:
-    """Base of the deterministic pretraining batch sources (each one a trainer ``StepData``)."""
+class PretrainingData:
+    """Base of the deterministic pretraining batch sources (each one a trainer ``StepData``;
+    fine-tuning's counterpart, over length-bucketed batches, is
+    :class:`muppets.transfer.batching.EpochData`)."""
 
     order_salt: int = 0  # each objective draws its epoch orders from its own random stream
     epoch_size: int  # examples per epoch, set by objectives whose every epoch has the same length
