@@ -6,7 +6,8 @@ become ``<unk>``, which is predicted like any word), the corpus is prepared once
 :class:`~muppets.train.Trainer` trains with exact resume, evaluating held-out perplexity.
 Outputs::
 
-    <run_dir>/final/           config.json + model.safetensors (the NNLM) and vocab/ (the WordVocab)
+    <run_dir>/final/           config.json + model.safetensors (the NNLM), vocab/ (the WordVocab)
+                               and muppets_config.json (the resolved run config)
     <run_dir>/embeddings.bin   the rows of C as word vectors (word2vec binary; specials left out)
     <run_dir>/summary.json     steps, held-out perplexity and the unigram baseline's
 """
@@ -14,21 +15,18 @@ Outputs::
 from __future__ import annotations
 
 import logging
-import math
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
-import numpy as np
-import torch
-
-from muppets.config import apply_overrides, from_dict, load_file, to_dict, write_json_atomic
 from muppets.models.nnlm import NNLM, NNLMConfig
 from muppets.objectives.nnlm import NNLMData, NNLMDataConfig
-from muppets.recipes.common import CorpusSection, pick_device, prepare_once
-from muppets.recipes.gpt_pretrain import evaluator as lm_evaluator
+from muppets.recipes.common import ModelSection, RunSection, config_loader, open_inputs, seeded_model
+from muppets.recipes.pretraining import (Pretraining, held_out, held_out_evaluator, train_and_export,
+                                         unigram_scores)
 from muppets.recipes.word_vocab import WordVocabSection, ensure_word_vocab
 from muppets.tokenizers.words import WordVocab
-from muppets.train import TrainConfig, Trainer
+from muppets.train import TrainConfig
 
 __all__ = ["NNLMRunConfig", "load_config", "run", "perplexity_evaluator", "unigram_baseline", "save_nnlm", "load_nnlm"]
 
@@ -36,9 +34,8 @@ log = logging.getLogger(__name__)
 
 
 @dataclass
-class NNLMModelSection:
+class NNLMModelSection(ModelSection):
     preset: str = "nnlm-small"  # nnlm-tiny | nnlm-small | nnlm-base
-    overrides: dict = field(default_factory=dict)  # NNLMConfig fields to change, e.g. {direct: false}
 
 
 def _default_vocab() -> WordVocabSection:
@@ -51,37 +48,27 @@ def _default_train() -> TrainConfig:
 
 
 @dataclass
-class NNLMRunConfig:
+class NNLMRunConfig(RunSection):
     run_dir: str = "runs/nnlm"  # vocab, corpus, checkpoints, final/ and embeddings.bin go here
-    model: NNLMModelSection = field(default_factory=NNLMModelSection)
-    vocab: WordVocabSection = field(default_factory=_default_vocab)
-    corpus: CorpusSection = field(default_factory=CorpusSection)
-    data: NNLMDataConfig = field(default_factory=NNLMDataConfig)
     train: TrainConfig = field(default_factory=_default_train)
     eval_batch_size: int = 1024  # held-out examples per evaluation batch
-    device: str = "auto"  # auto | cpu | cuda:N
-
-
-def load_config(path: str | Path | None, overrides: list[str]) -> NNLMRunConfig:
-    """YAML/JSON file (optional) + dotted overrides, type-checked."""
-    cfg = from_dict(NNLMRunConfig, load_file(path)) if path else NNLMRunConfig()
-    return apply_overrides(cfg, overrides)
+    model: NNLMModelSection = field(default_factory=NNLMModelSection)
+    vocab: WordVocabSection = field(default_factory=_default_vocab)
+    data: NNLMDataConfig = field(default_factory=NNLMDataConfig)
 
 
 def perplexity_evaluator(data: NNLMData, batch_size: int):
     """A trainer ``evaluate`` callback: held-out cross entropy ``lm_loss``, ``lm_perplexity`` =
-    exp(lm_loss) and ``lm_accuracy`` (GPT's evaluator: it only needs ``eval_batches``)."""
-    return lm_evaluator(data, batch_size)
+    exp(lm_loss) and ``lm_accuracy``."""
+    return held_out_evaluator(data, batch_size, perplexity=("lm",))
 
 
 def unigram_baseline(data: NNLMData, vocab_size: int, batch_size: int) -> dict[str, float]:
     """Perplexity of the add-one-smoothed training unigram, and the accuracy of always guessing
     the most frequent word, on the same held-out targets."""
     counts = data.stream.counts(vocab_size)  # every target word, read in place
-    logp = np.log((counts + 1) / (counts.sum() + vocab_size))
-    targets = np.concatenate([b["labels"].numpy() for b in data.eval_batches(batch_size)])
-    return {"lm_perplexity": float(math.exp(-logp[targets].mean())),
-            "lm_accuracy": float((targets == counts.argmax()).mean())}
+    perplexity, accuracy = unigram_scores(counts, held_out(data, batch_size, lambda b: b["labels"].numpy()))
+    return {"lm_perplexity": perplexity, "lm_accuracy": accuracy}
 
 
 def save_nnlm(model: NNLM, vocab: WordVocab, directory: str | Path) -> Path:
@@ -97,24 +84,23 @@ def load_nnlm(directory: str | Path) -> tuple[NNLM, WordVocab]:
     return NNLM.load(directory).eval(), WordVocab.load(directory / "vocab")
 
 
+load_config = config_loader(NNLMRunConfig)  # what `muppets` calls: load_config, then run
+
+
 def run(cfg: NNLMRunConfig, resume: bool = True) -> dict:
     """Vocabulary -> corpus -> NNLM training -> ``final/`` and ``embeddings.bin``; returns a summary."""
-    run_dir = Path(cfg.run_dir)
-    vocab = ensure_word_vocab(cfg.vocab, cfg.corpus, run_dir)
-    corpus = prepare_once(cfg.corpus, vocab, run_dir)
-    torch.manual_seed(cfg.train.seed)
+    vocab, corpus = open_inputs(cfg.run_dir, cfg.corpus, partial(ensure_word_vocab, cfg.vocab, cfg.corpus))
     model_cfg = NNLMConfig.preset(cfg.model.preset, **{"vocab_size": len(vocab), **cfg.model.overrides})
-    model = NNLM(model_cfg).to(pick_device(cfg.device, 0))
+    model = seeded_model(cfg, lambda: NNLM(model_cfg))
     data = NNLMData(corpus, model_cfg.context_size, vocab.bos_id, vocab.eos_id, cfg.data,
                     cfg.train.batch_size, cfg.train.accumulation, cfg.train.seed)
-    trainer = Trainer(model, data, cfg.train, run_dir, evaluate=perplexity_evaluator(data, cfg.eval_batch_size),
-                      run_config=to_dict(cfg))
-    result = trainer.train(resume=resume)
-    final = save_nnlm(model, vocab, run_dir / "final")
-    model.word_vectors(vocab.words).save(run_dir / "embeddings.bin", binary=True)
-    summary = {"step": result.step, "stopped_early": result.stopped_early, "final": str(final),
-               "embeddings": str(run_dir / "embeddings.bin"), "eval": result.last_eval,
-               "unigram_baseline": unigram_baseline(data, len(vocab), cfg.eval_batch_size),
-               "corpus_tokens": corpus.num_tokens, "vocab": len(vocab), "model_kind": "muppets NNLM"}
-    write_json_atomic(run_dir / "summary.json", summary)
-    return summary
+    embeddings = Path(cfg.run_dir) / "embeddings.bin"
+
+    def export(final: Path) -> None:
+        save_nnlm(model, vocab, final)
+        model.word_vectors(vocab.words).save(embeddings, binary=True)
+
+    job = Pretraining(model, data, perplexity_evaluator(data, cfg.eval_batch_size), export,
+                      baseline=lambda: unigram_baseline(data, len(vocab), cfg.eval_batch_size),
+                      summary={"embeddings": str(embeddings), "vocab": len(vocab), "model_kind": "muppets NNLM"})
+    return train_and_export(cfg, corpus, job, resume)
