@@ -197,7 +197,8 @@ def summarize(rows: list[dict]) -> list[dict]:
                     "rss_ratio": round(two["peak_tree_rss_bytes"] / one["peak_tree_rss_bytes"], 3),
                     "rss_growth_mb": round((two["peak_tree_rss_bytes"] - one["peak_tree_rss_bytes"]) / MB, 1),
                     "anon_ratio": round(two["peak_tree_anon_bytes"] / one["peak_tree_anon_bytes"], 3),
-                    "anon_growth_mb": round((two["peak_tree_anon_bytes"] - one["peak_tree_anon_bytes"]) / MB, 1)})
+                    "anon_growth_mb": round((two["peak_tree_anon_bytes"] - one["peak_tree_anon_bytes"]) / MB, 1),
+                    "maxrss_ratio": round(two["maxrss_bytes"] / one["maxrss_bytes"], 3)})
     return out
 
 
@@ -210,7 +211,7 @@ def print_table(rows: list[dict], ratios: list[dict]) -> None:
               f"{r['maxrss_bytes'] / MB:>11.1f}{r['peak_tree_processes']:>7}")
     for s in ratios:
         print(f"{s['kind']:<9} peak RSS 2x/1x {s['rss_ratio']:.3f} ({s['rss_growth_mb']:+.1f} MB), "
-              f"anon {s['anon_ratio']:.3f} ({s['anon_growth_mb']:+.1f} MB)")
+              f"anon {s['anon_ratio']:.3f} ({s['anon_growth_mb']:+.1f} MB), maxrss {s['maxrss_ratio']:.3f}")
 
 
 def main() -> None:

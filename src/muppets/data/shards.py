@@ -329,12 +329,16 @@ class TokenStream:
         """int64 ids at ``positions`` (any shape, each in ``[0, len)``), same shape."""
         raise NotImplementedError
 
+    def slice(self, start: int, stop: int) -> np.ndarray:
+        """``(stop - start,)`` int64 ids of positions ``[start, stop)`` (``0 <= start <= stop <= len``)."""
+        return self.ids(np.arange(start, stop, dtype=np.int64))
+
     def __getitem__(self, index: int | slice) -> np.ndarray | np.int64:
         if isinstance(index, slice):
             start, stop, step = index.indices(len(self))
             if step != 1:
                 raise ValueError("a token stream is sliced with step 1 only")
-            return self.ids(np.arange(start, max(start, stop), dtype=np.int64))
+            return self.slice(start, max(start, stop))
         i = index + len(self) if index < 0 else index
         _check_index("position", i, len(self))
         return self.ids(np.array([i], dtype=np.int64))[0]
@@ -346,9 +350,10 @@ class FramedTokens(TokenStream):
     Units (sentences, or documents) follow one another, unit ``i`` as ``[bos] + its tokens +
     [eos]`` (``bos`` / ``eos`` only when given): with documents and ``eos`` the stream GPT packs,
     with sentences, ``<s>`` and ``</s>`` the one ELMo reads. Nothing of the stream's size is
-    built: unit ``i`` starts at ``token_start(i) + frame * i`` (``frame`` ids per unit), so a
-    position's unit is a binary search over the memory-mapped unit ends, and ids are read from
-    the token memmap when asked for.
+    built: unit ``i`` ends at ``token_end(i) + frame * (i + 1)`` (``frame`` ids per unit), so a
+    position's unit is found in the memory-mapped unit ends (through an index of every
+    ``BLOCK``-th unit: 8 bytes per ``BLOCK`` units), and ids are read from the token memmap
+    when asked for.
 
     >>> import tempfile
     >>> out = Path(tempfile.mkdtemp()) / "corpus"
@@ -364,24 +369,34 @@ class FramedTokens(TokenStream):
     [9, 1, 5, 6, 7, 8, 1]
     """
 
+    BLOCK = 64  # units per entry of the in-memory index
+
     def __init__(self, corpus: TokenCorpus, unit: str = "sentence", bos: int | None = None,
                  eos: int | None = None) -> None:
         if unit not in ("sentence", "document"):
             raise ValueError(f"unit must be 'sentence' or 'document', got {unit!r}")
         self.corpus, self.unit, self.bos, self.eos = corpus, unit, bos, eos
-        # (U,) token end of each unit: the sentence memmap itself, or (D,) document ends
-        self.ends = corpus.sentence_ends if unit == "sentence" else corpus.document_token_ends
+        # (U,) token end of each unit: the sentence memmap itself, or (D,) document ends; plain
+        # ndarray views (no copy) index faster than np.memmap
+        self.ends = np.asarray(corpus.sentence_ends if unit == "sentence" else corpus.document_token_ends)
+        self._tokens = np.asarray(corpus.tokens)
         self.lead = int(bos is not None)  # ids before a unit's tokens
         self.frame = self.lead + int(eos is not None)  # ids added per unit
+        U, B = len(self.ends), self.BLOCK
+        self._index = self.stream_ends(np.minimum(np.arange(B - 1, U + B - 1, B), U - 1))  # (ceil(U / B),)
 
     def __len__(self) -> int:
         return self.corpus.num_tokens + self.frame * len(self.ends)
 
+    def stream_ends(self, units: np.ndarray) -> np.ndarray:
+        """Position one past each of ``units`` in the stream."""
+        units = np.asarray(units, dtype=np.int64)
+        return self.ends[units] + self.frame * (units + 1)
+
     def token_starts(self, units: np.ndarray) -> np.ndarray:
         """Token offset where each of ``units`` begins (``units == U`` gives the corpus end)."""
         units = np.asarray(units, dtype=np.int64)
-        before = np.asarray(self.ends[np.maximum(units - 1, 0)], dtype=np.int64)
-        return np.where(units > 0, before, 0)
+        return np.where(units > 0, self.ends[np.maximum(units - 1, 0)], 0)
 
     def unit_starts(self, units: np.ndarray) -> np.ndarray:
         """Position where each of ``units`` begins in the stream (its ``bos`` or first token)."""
@@ -389,29 +404,41 @@ class FramedTokens(TokenStream):
         return self.token_starts(units) + self.frame * units
 
     def units_at(self, positions: np.ndarray) -> np.ndarray:
-        """The unit holding each position: the first ``i`` with ``unit_starts(i + 1) > p``."""
+        """The unit holding each position: the first ``i`` with ``stream_ends(i) > p``."""
         p = np.asarray(positions, dtype=np.int64)
-        lo, hi = np.zeros(p.shape, np.int64), np.full(p.shape, len(self.ends), np.int64)
-        while (open_ := lo < hi).any():  # vectorised bisection, ~log2(U) rounds
-            mid = np.minimum((lo + hi) // 2, len(self.ends) - 1)
-            right = np.asarray(self.ends[mid], dtype=np.int64) + self.frame * (mid + 1) <= p
+        lo = np.searchsorted(self._index, p, side="right") * self.BLOCK  # the answer's block
+        hi = np.minimum(lo + self.BLOCK - 1, len(self.ends) - 1)
+        while (open_ := lo < hi).any():  # vectorised bisection inside the block
+            mid = (lo + hi) // 2
+            right = self.stream_ends(mid) <= p
             lo, hi = np.where(open_ & right, mid + 1, lo), np.where(open_ & ~right, mid, hi)
         return lo
 
     def ids(self, positions: np.ndarray) -> np.ndarray:
         p = np.asarray(positions, dtype=np.int64)
-        if p.size == 0:
-            return np.zeros(p.shape, np.int64)
-        units = self.units_at(p)
+        return self._read(p, self.units_at(p)) if p.size else np.zeros(p.shape, np.int64)
+
+    def slice(self, start: int, stop: int) -> np.ndarray:
+        if stop <= start:
+            return np.zeros(0, np.int64)
+        block = int(np.searchsorted(self._index, start, side="right")) * self.BLOCK
+        first = block + int(np.searchsorted(self.stream_ends(np.arange(block, min(block + self.BLOCK, len(self.ends)))),
+                                            start, side="right"))  # units_at(start), without a loop
+        # every unit holds a token, so the slice spans at most stop - start units
+        units = np.arange(first, min(first + stop - start, len(self.ends)))
+        p = np.arange(start, stop, dtype=np.int64)
+        return self._read(p, first + np.searchsorted(self.stream_ends(units), p, side="right"))
+
+    def _read(self, p: np.ndarray, units: np.ndarray) -> np.ndarray:
+        """int64 ids at positions ``p`` whose units are ``units`` (same shape)."""
         start = self.token_starts(units)
-        offset = p - self.unit_starts(units) - self.lead  # index into the unit's tokens
-        length = np.asarray(self.ends[units], dtype=np.int64) - start
-        inside = np.clip(start + offset, 0, self.corpus.num_tokens - 1)
-        out = np.asarray(self.corpus.tokens[inside.reshape(-1)], dtype=np.int64).reshape(p.shape)
+        offset = p - start - self.frame * units - self.lead  # index into the unit's tokens
+        inside = np.minimum(start + offset, self.corpus.num_tokens - 1)  # framing ids read a neighbour
+        out = self._tokens[inside].astype(np.int64)
         if self.bos is not None:
             out[offset < 0] = self.bos
         if self.eos is not None:
-            out[offset >= length] = self.eos
+            out[offset >= self.ends[units] - start] = self.eos
         return out
 
     def document_spans(self, docs: np.ndarray) -> np.ndarray:
@@ -462,6 +489,15 @@ class DocumentStream(TokenStream):
 
     def ids(self, positions: np.ndarray) -> np.ndarray:
         return self.framed.ids(self.locate(positions)[0])
+
+    def slice(self, start: int, stop: int) -> np.ndarray:
+        pieces, k = [], int(np.searchsorted(self.ends, start, side="right"))
+        while start < stop:  # one contiguous framed slice per document touched
+            begin, end = (int(self.ends[k - 1]) if k else 0), min(stop, int(self.ends[k]))
+            shift = int(self.starts[k]) - begin
+            pieces.append(self.framed.slice(start + shift, end + shift))
+            start, k = end, k + 1
+        return np.concatenate(pieces) if pieces else np.zeros(0, np.int64)
 
     def counts(self, minlength: int = 0) -> np.ndarray:
         """int64 occurrences of every id in the stream (see :meth:`FramedTokens.counts`)."""
