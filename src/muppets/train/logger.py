@@ -3,7 +3,8 @@
 Record kinds, all with an integer ``step`` (optimizer updates done):
 
 - every step: ``{"step", "loss", "loss/<term>"..., "lr", "grad_norm", "tokens_per_s",
-  "elapsed_s"}`` — written for *every* step (not only every ``log_every``), so two runs
+  "real_tokens", "elapsed_s"}`` (``real_tokens``: the step's non-padding tokens over every
+  micro-batch and rank, so padding waste stays visible) — written for *every* step (not only every ``log_every``), so two runs
   can be compared step by step from their logs;
 - every evaluation: ``{"step", "eval/<name>": value, ...}``;
 - every checkpoint: ``{"step", "checkpoint": "<path>"}``.

@@ -216,7 +216,7 @@ def _device(name: str, local_rank: int) -> torch.device:
 
 @dataclass
 class FinetuneOutput:
-    loss_sums: dict[str, torch.Tensor]  # {"task": loss summed over its units}
+    loss_sums: dict[str, torch.Tensor]  # {"task": loss summed over its units, plus auxiliary terms such as GPT's "lm"}
     logits: torch.Tensor
 
 
