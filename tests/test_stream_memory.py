@@ -87,13 +87,14 @@ def old_ngram_stream(corpus, docs, context, bos_id, eos_id):
     return np.concatenate(streams), np.concatenate(targets)
 
 
-def framed_by_hand(corpus: TokenCorpus, unit: str, bos, eos) -> np.ndarray:
-    units = ([corpus.sentence(i) for i in range(corpus.num_sentences)] if unit == "sentence"
-             else [corpus.document_tokens(d) for d in range(corpus.num_documents)])
+def framed_by_hand(corpus: TokenCorpus, unit: str, bos, eos, d: int) -> list[int]:
+    """Document ``d`` with each of its units framed, by hand."""
+    units = ([corpus.sentence(i) for i in corpus.document_sentences(d)] if unit == "sentence"
+             else [corpus.document_tokens(d)])
     out = []
     for tokens in units:
         out += ([bos] if bos is not None else []) + tokens.tolist() + ([eos] if eos is not None else [])
-    return np.array(out, dtype=np.int64)
+    return out
 
 
 def same_batches(a: list[dict], b: list[dict]) -> bool:
@@ -106,9 +107,11 @@ def same_batches(a: list[dict], b: list[dict]) -> bool:
 
 @pytest.mark.parametrize("unit", ["sentence", "document"])
 @pytest.mark.parametrize("bos,eos", [(None, None), (None, EOS), (BOS, EOS), (BOS, None)])
-def test_framed_tokens_equal_the_stream_by_hand(corpus, unit, bos, eos):
+@pytest.mark.parametrize("block", [3, FramedTokens.BLOCK])
+def test_framed_tokens_equal_the_stream_by_hand(corpus, unit, bos, eos, block, monkeypatch):
+    monkeypatch.setattr(FramedTokens, "BLOCK", block)  # units per index entry: many blocks, or few
     framed = FramedTokens(corpus, unit, bos=bos, eos=eos)
-    expected = framed_by_hand(corpus, unit, bos, eos)
+    expected = np.array([i for d in range(corpus.num_documents) for i in framed_by_hand(corpus, unit, bos, eos, d)])
     assert len(framed) == len(expected) and np.array_equal(framed[:], expected)
     assert framed[:].dtype == np.int64
     rng = np.random.default_rng(1)
@@ -123,20 +126,11 @@ def test_framed_tokens_equal_the_stream_by_hand(corpus, unit, bos, eos):
         framed[len(expected)]
     docs = np.array([0, 3, 4, 5, 17, 39])
     spans = framed.document_spans(docs)
-    per_doc = [framed_by_hand_doc(corpus, unit, bos, eos, d) for d in docs]
+    per_doc = [framed_by_hand(corpus, unit, bos, eos, d) for d in docs]
     assert [expected[s:e].tolist() for s, e in spans] == per_doc
     counts = framed.counts(docs, minlength=corpus.vocab_size)
     assert np.array_equal(counts, np.bincount(np.concatenate(per_doc), minlength=corpus.vocab_size))
     assert np.array_equal(framed.counts(), np.bincount(expected, minlength=corpus.vocab_size))
-
-
-def framed_by_hand_doc(corpus, unit, bos, eos, d) -> list[int]:
-    units = ([corpus.sentence(i) for i in corpus.document_sentences(d)] if unit == "sentence"
-             else [corpus.document_tokens(d)])
-    out = []
-    for tokens in units:
-        out += ([bos] if bos is not None else []) + tokens.tolist() + ([eos] if eos is not None else [])
-    return out
 
 
 def test_document_stream_is_the_old_lm_stream(corpus):

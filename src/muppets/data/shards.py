@@ -285,12 +285,15 @@ class TokenCorpus:
     def count_tokens(self, docs: np.ndarray | None = None, minlength: int = 0,
                      chunk_tokens: int = 1 << 18) -> np.ndarray:
         """``(max(vocab_size, minlength),)`` int64 occurrences of every id in documents ``docs``
-        (all when None), counted ``chunk_tokens`` at a time: the ids are read in place, in their
-        own dtype, and no copy of more than one chunk is ever made."""
+        (all when None), counted ``chunk_tokens`` at a time: no copy of more than one chunk is
+        ever made. The chunks are read from the file rather than through the memory map, so that
+        a pass over the corpus leaves it in the page cache but not in this process' RSS."""
         counts = np.zeros(max(self.vocab_size, minlength), dtype=np.int64)
+        path, dtype = self.directory / TOKENS_FILE, self.tokens.dtype
         for start, stop in self._token_runs(docs):
             for lo in range(start, stop, chunk_tokens):
-                counts += np.bincount(self.tokens[lo:min(lo + chunk_tokens, stop)], minlength=len(counts))
+                chunk = np.fromfile(path, dtype=dtype, count=min(chunk_tokens, stop - lo), offset=lo * dtype.itemsize)
+                counts += np.bincount(chunk, minlength=len(counts))
         return counts
 
     def _token_runs(self, docs: np.ndarray | None) -> list[tuple[int, int]]:
