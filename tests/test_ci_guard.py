@@ -20,6 +20,10 @@ def test_missing_data():
 @pytest.mark.skipif(True, reason="opt-in slow test")
 def test_declared_skip():
     pass
+
+@pytest.mark.skipif(False, reason="a marker whose condition is false")
+def test_marked_but_skips_at_run_time():
+    pytest.skip("shared data directory not found")
 '''
 
 
@@ -37,6 +41,7 @@ def test_a_skip_fails_under_ci_and_skips_locally(tmp_path):
     assert ci.returncode != 0 and "ERROR test_import.py" in ci.stdout  # collection fails
     (tmp_path / "test_import.py").unlink()
     ci = _pytest(tmp_path, "true")
-    assert "1 failed, 1 skipped" in ci.stdout, ci.stdout
+    assert "2 failed, 1 skipped" in ci.stdout, ci.stdout
+    assert "FAILED test_cases.py::test_marked_but_skips_at_run_time" in ci.stdout
     local = _pytest(tmp_path, "")
-    assert local.returncode == 0 and "2 skipped" in local.stdout, local.stdout
+    assert local.returncode == 0 and "3 skipped" in local.stdout, local.stdout
