@@ -18,6 +18,11 @@
 # 1 epoch (time); HellaSwag 1 epoch on the first 3,000 of its 8,034 training
 # items (time); 3 seeds, but 1 for SQuAD and HellaSwag. SEEDS=… overrides the seeds;
 # EXTRA=lr=1e-4,epochs=5 adds overrides (comma-separated) and TAG=-lr1e-4 names such a variant's run directory.
+# Model selection is finetune's default (selection=auto): the best epoch is chosen on a stratified
+# 10% slice of train and dev is only reported; CoNLL-2003 selects on dev and reports test; the
+# one-epoch SQuAD and HellaSwag runs keep the last model. EXTRA=watch_dev=true also logs dev at
+# every evaluation (benchmarks/selection_bias.py reads it). RANDOM_ARCH= names the directory whose
+# architecture and tokenizer the random backbone takes (default runs/bert-mini).
 # THREADS=N sets torch threads per run (default: leave as is); PRECISION=bf16 trains under bf16
 # autocast (evaluation stays fp32).
 set -euo pipefail
@@ -33,7 +38,7 @@ case "$backbone" in
   bert-mini) model=(model="$bert_mini" lr=1e-4) ;;
   bert-mini-2) model=(model=runs/bert-mini-2 lr=1e-4) ;;
   gpt-mini) model=(model="$gpt_mini" lr=1e-4) ;;
-  random) model=(model=runs/bert-mini init=random lr=1e-4) ;;  # stage 1: same architecture and tokenizer
+  random) model=(model="${RANDOM_ARCH:-runs/bert-mini}" init=random lr=1e-4) ;;  # stage 1: same architecture and tokenizer (RANDOM_ARCH= another dir of that shape)
   *) echo "unknown backbone $backbone" >&2; exit 2 ;;
 esac
 for task in $tasks; do
