@@ -15,8 +15,6 @@ import numpy as np
 import pytest
 import torch
 
-from muppets.data.prepare import prepare_corpus
-from muppets.data.shards import TokenCorpus
 from muppets.errors import CheckpointError, ConfigError, DataError
 from muppets.models.elmo import (
     IGNORE,
@@ -37,7 +35,7 @@ from muppets.train import Trainer
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from test_pretrain_e2e import write_corpus  # noqa: E402
+from _tiny_corpora import word_corpus  # noqa: E402
 
 SENTENCES = [["The", "cat", "sat", "."], ["Dogs", "bark", "loudly", "at", "night", "!"], ["Hi"]]
 
@@ -59,12 +57,7 @@ def tiny_model(vocab_size: int = 40, seed: int = 0, **overrides) -> ElmoLanguage
 def corpus_setup(tmp_path_factory):
     """The generated 46-document corpus as word ids of a (cased, every word) vocabulary."""
     root = tmp_path_factory.mktemp("elmo")
-    raw = write_corpus(root / "raw")
-    texts = [line for line in (raw / "docs.txt").read_text().splitlines() if line.strip()]
-    texts += [json.loads(line)["text"] for line in (raw / "extra.jsonl").read_text().splitlines()]
-    vocab = WordVocab.build(texts, min_count=1, max_size=0, lowercase=False)
-    prepare_corpus([raw], vocab, root / "corpus", workers=1, progress=False)
-    return root, vocab, TokenCorpus(root / "corpus")
+    return (root, *word_corpus(root))
 
 
 # ----------------------------------------------------------------------------- by hand

@@ -14,6 +14,8 @@ from muppets.objectives.mlm import IGNORE, MaskingConfig, choose_targets, mask_s
 from muppets.objectives.mlm_nsp import BertPretrainingData, PretrainDataConfig, SpecialIds, split_documents
 from muppets.objectives.nsp import plan_pairs, truncate_pair
 
+from _tiny_corpora import random_corpus
+
 PAD, UNK, CLS, SEP, MASK = 0, 1, 2, 3, 4
 SPECIAL = SpecialIds(pad=PAD, cls=CLS, sep=SEP, mask=MASK, all=[PAD, UNK, CLS, SEP, MASK])
 VOCAB = 500
@@ -22,15 +24,7 @@ VOCAB = 500
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory) -> TokenCorpus:
     """60 documents of 3..30 sentences of 3..25 tokens; token ids encode nothing in particular."""
-    rng = np.random.default_rng(0)
-    out = tmp_path_factory.mktemp("c") / "corpus"
-    with ShardWriter(out, vocab_size=VOCAB) as w:
-        for _ in range(60):
-            doc = [rng.integers(5, VOCAB, size=rng.integers(3, 26)).tolist()
-                   for _ in range(rng.integers(3, 31))]
-            w.add_document(doc)
-        w.finish()
-    return TokenCorpus(out)
+    return random_corpus(tmp_path_factory.mktemp("c") / "corpus", documents=60, max_sentences=30, vocab_size=VOCAB)
 
 
 def make_data(corpus, **kw) -> BertPretrainingData:

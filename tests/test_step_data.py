@@ -5,17 +5,14 @@ trainer logs per step."""
 from __future__ import annotations
 
 import gc
-import json
 import sys
 import weakref
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
 
-from muppets.data.prepare import prepare_corpus
-from muppets.data.shards import ShardWriter, TokenCorpus
+from muppets.data.shards import TokenCorpus
 from muppets.objectives.bilm import BiLMData, BiLMDataConfig
 from muppets.objectives.clm import CausalLMData, CLMDataConfig
 from muppets.objectives.mlm_nsp import BertPretrainingData, PretrainDataConfig, SpecialIds
@@ -27,7 +24,7 @@ from muppets.train import Trainer, read_log
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from _toy_train import ToyData, ToyModel, toy_config  # noqa: E402
-from test_pretrain_e2e import write_corpus  # noqa: E402
+from _tiny_corpora import random_corpus, word_corpus  # noqa: E402
 
 VOCAB = 500
 SPECIAL = SpecialIds(pad=0, cls=2, sep=3, mask=4, all=[0, 1, 2, 3, 4])
@@ -36,54 +33,52 @@ SPECIAL = SpecialIds(pad=0, cls=2, sep=3, mask=4, all=[0, 1, 2, 3, 4])
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory) -> TokenCorpus:
     """20 documents of 3..12 sentences of 3..25 tokens (ids 5..499)."""
-    rng = np.random.default_rng(0)
-    out = tmp_path_factory.mktemp("c") / "corpus"
-    with ShardWriter(out, vocab_size=VOCAB) as w:
-        for _ in range(20):
-            w.add_document([rng.integers(5, VOCAB, size=rng.integers(3, 26)).tolist()
-                            for _ in range(rng.integers(3, 13))])
-        w.finish()
-    return TokenCorpus(out)
+    return random_corpus(tmp_path_factory.mktemp("c") / "corpus", documents=20, max_sentences=12, vocab_size=VOCAB)
 
 
 @pytest.fixture(scope="module")
 def words(tmp_path_factory) -> tuple[WordVocab, TokenCorpus]:
     """The generated 46-document corpus as word ids (for the biLM)."""
-    root = tmp_path_factory.mktemp("w")
-    raw = write_corpus(root / "raw")
-    texts = [line for line in (raw / "docs.txt").read_text().splitlines() if line.strip()]
-    texts += [json.loads(line)["text"] for line in (raw / "extra.jsonl").read_text().splitlines()]
-    vocab = WordVocab.build(texts, min_count=1, max_size=0, lowercase=False)
-    prepare_corpus([raw], vocab, root / "corpus", workers=1, progress=False)
-    return vocab, TokenCorpus(root / "corpus")
+    return word_corpus(tmp_path_factory.mktemp("w"))
+
+
+BLOCK = 16  # CLM block size
+MICRO = 4  # examples per micro-batch: batch 8, accumulation 2, one rank
 
 
 def all_objectives(corpus: TokenCorpus, words: tuple[WordVocab, TokenCorpus]) -> dict[str, PretrainingData]:
-    vocab, word_corpus = words
+    vocab, word_ids = words
     bert = PretrainDataConfig(max_seq_len=48, eval_fraction=0.2)
+    mlm = PretrainDataConfig(max_seq_len=48, nsp=False, short_seq_prob=0.3)  # short sequences are padded
     return {
         "bert": BertPretrainingData(corpus, SPECIAL, bert, 8, 2, 0),
-        "bert-mlm": BertPretrainingData(corpus, SPECIAL, PretrainDataConfig(max_seq_len=48, nsp=False), 8, 2, 0),
-        "clm": CausalLMData(corpus, 3, CLMDataConfig(block_size=16), 8, 2, 0),
-        "bilm": BiLMData(word_corpus, vocab, BiLMDataConfig(window=12), 8, 2, 0, softmax_size=60),
+        "bert-mlm": BertPretrainingData(corpus, SPECIAL, mlm, 8, 2, 0),
+        "clm": CausalLMData(corpus, 3, CLMDataConfig(block_size=BLOCK), 8, 2, 0),
+        "bilm": BiLMData(word_ids, vocab, BiLMDataConfig(window=12), 8, 2, 0, softmax_size=60),
         "nnlm": NNLMData(corpus, 3, 1, 2, NNLMDataConfig(eval_fraction=0.2), 8, 2, 0),
     }
 
 
-REAL = {  # the non-padding tokens of a micro-batch, objective by objective
-    "bert": lambda b: int(b["attention_mask"].sum()),
-    "bert-mlm": lambda b: int(b["attention_mask"].sum()),
-    "clm": lambda b: b["input_ids"].numel(),  # blocks are never padded
-    "bilm": lambda b: int(b["mask"].sum()),
-    "nnlm": lambda b: b["labels"].numel(),  # one target word (with its context) per example
+REAL = {  # the non-padding tokens of a micro-batch, counted without the objective's own mask
+    "bert": lambda b: int((b["input_ids"] != SPECIAL.pad).sum()),  # the corpus holds ids 5..499, never [PAD]
+    "bert-mlm": lambda b: int((b["input_ids"] != SPECIAL.pad).sum()),
+    "clm": lambda b: len(b["input_ids"]) * BLOCK,  # whole blocks of the stream
+    "bilm": lambda b: int(b["char_ids"].any(-1).sum()),  # every word has characters, <pad> none
+    "nnlm": lambda b: MICRO,  # one target word (with its context) per example
 }
+POSITIONS = {"bert": "input_ids", "bert-mlm": "input_ids", "bilm": "mask"}  # padded objectives: (B, T) inputs
 
 
 def test_num_tokens_counts_the_real_tokens_of_every_objective(corpus, words):
+    padded = set()
     for name, data in all_objectives(corpus, words).items():
         for step in (0, 7):
             for batch in data.micro_batches(step, 0, 1):
-                assert data.num_tokens(batch) == REAL[name](batch), name
+                real = REAL[name](batch)
+                assert data.num_tokens(batch) == real, name
+                if name in POSITIONS and real < batch[POSITIONS[name]].numel():
+                    padded.add(name)
+    assert padded == set(POSITIONS)  # the count was checked on batches with padding
 
 
 def test_trainer_logs_real_tokens_per_step(tmp_path):
