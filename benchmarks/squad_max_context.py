@@ -39,6 +39,8 @@ from muppets.transfer.features import make_features
 from muppets.transfer.models import load_task_model, load_tokenizer
 from muppets.transfer.predict import decode_spans, feature_logits, load_settings
 
+from output_layer_speed import report  # (result, out): print the JSON, and write it to out
+
 TRAIN = ["finetune", "squad", "--model", "minilm", "max_seq_len=384", "doc_stride=128", "epochs=1",
          "lr=5e-5", "batch_size=32", "precision=bf16", "seed=1", "progress=false"]
 
@@ -115,14 +117,6 @@ def main() -> None:
         result["run_metrics"] = {k: v for k, v in json.loads(metrics.read_text()).items() if k in ("dev", "steps", "best_step")}
     result["by_windows"] = {w: evaluate(best, args.split, args.batch_size, w) for w in args.windows.split(",")}
     report(result, args.out)
-
-
-def report(result: dict, out: Path | None) -> None:
-    """Print ``result`` as JSON and, with ``out``, write it there too."""
-    print(json.dumps(result, indent=2))
-    if out:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(result, indent=2) + "\n")
 
 
 if __name__ == "__main__":
