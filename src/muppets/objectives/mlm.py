@@ -8,8 +8,8 @@ masking, the choice is made over words (a token plus its ``##`` continuations), 
 word that would exceed the budget — google-research/bert's ``create_masked_lm_predictions``.
 The masking is drawn from the generator it is given, i.e. afresh for every batch.
 
-Pretraining on MLM alone (no NSP) reads sequences packed from the running text of the corpus:
-:func:`plan_packed` plans them for one epoch.
+Pretraining on MLM alone (no NSP) reads fixed-length blocks cut from the running text of the
+corpus: :func:`plan_packed` plans them for one epoch.
 """
 
 from __future__ import annotations
@@ -137,23 +137,29 @@ class PackedPlan:
 
 def plan_packed(sent_ends: np.ndarray, doc_ends: np.ndarray, docs: np.ndarray, max_seq_len: int,
                 short_seq_prob: float, rng: np.random.Generator) -> PackedPlan:
-    """MLM-only sequences over documents ``docs``: RoBERTa's FULL-SENTENCES (Liu et al. 2019, §4.2).
+    """MLM-only sequences over documents ``docs``: contiguous fixed-length blocks of the running
+    text, across document boundaries (like fairseq's ``--sample-break-mode none``).
 
     The documents, in a new random order every epoch, are laid end to end with a separator
-    ([SEP]) between two of them, and the stream is cut into sequences of ``max_seq_len - 2``
-    tokens (``[CLS]`` and the final ``[SEP]`` make up the rest), each starting where the previous
-    ended: every token is read once an epoch, and a sentence cut at a sequence end goes on in
-    the next one. FULL-SENTENCES rather than DOC-SENTENCES because sequences then stay full
-    whatever the documents' lengths: DOC-SENTENCES leaves a padded tail at every document end
-    (on a corpus of short documents, most of the positions), and RoBERTa, which found it slightly
-    better, still trained on FULL-SENTENCES because filling those tails back needs varying batch
-    sizes. Cutting inside sentences rather than only between them because at 128 tokens whole
-    sentences alone leave 16% of the positions padding (the quickstart corpus: 28.6 tokens a
-    sentence). With probability
-    ``short_seq_prob`` a sequence is short instead, as in BERT (to resemble short fine-tuning
-    inputs): it ends at the first sentence end at or after a target drawn uniformly from
-    ``[2, max_tokens]`` (google-research/bert gathers whole sentences up to such a target), at
-    ``max_tokens`` at most, and the next sequence starts there. Short sequences are padded in
+    ([SEP]) between two of them, and the stream is cut into blocks of ``max_seq_len - 2`` tokens
+    (``[CLS]`` and the final ``[SEP]`` make up the rest), each starting where the previous ended:
+    every token is read once an epoch. A cut falls wherever the count ends, inside a sentence
+    and even inside a word, so a sequence can start with a ``##`` piece (whole-word masking then
+    takes that piece as a word of its own) and a cut word's pieces are predicted without the
+    other half. This is *not* RoBERTa's FULL-SENTENCES (Liu et al. 2019, §4.2; fairseq's
+    ``complete``), which packs whole sentences only: at 128 tokens whole sentences leave 16% of
+    the positions padding on the quickstart corpus (28.6 tokens a sentence), blocks only the stream's last. Nor
+    DOC-SENTENCES, which also stops at every document end (a padded tail per document, most of
+    the positions on a corpus of short documents). Cutting words costs little: at most one word
+    per sequence end, and google-research/bert's own instances lose tokens at either end when
+    ``truncate_seq_pair`` shortens them, so they start and end inside words too. (Ending blocks
+    before a ``##`` piece instead would make the plan depend on the tokenizer and read the
+    corpus while planning, for under one word of context a sequence.)
+
+    With probability ``short_seq_prob`` a sequence is short instead, as in BERT (to resemble short
+    fine-tuning inputs): it ends at the first sentence end at or after a target drawn uniformly
+    from ``[2, max_tokens]`` (google-research/bert gathers whole sentences up to such a target),
+    at ``max_tokens`` at most, and the next sequence starts there. Short sequences are padded in
     their batches: at ``short_seq_prob = 0.1`` and 128 tokens 96.3% of the positions stay real
     tokens on the quickstart corpus (100% at 0).
 
