@@ -5,6 +5,7 @@ rank 0 prepares first, and its failure stops the other ranks too."""
 from __future__ import annotations
 
 import json
+import logging
 import os
 import socket
 from pathlib import Path
@@ -14,9 +15,13 @@ import torch
 
 from muppets.data.shards import tokenizer_fingerprint
 from muppets.errors import ConfigError, MuppetsError
+from muppets.objectives.mlm_nsp import BertPretrainingData, PretrainDataConfig, SpecialIds
+from muppets.recipes import bert_pretrain
 from muppets.recipes.common import CorpusSection, prepare_once, rank_zero_first
 from muppets.train.distributed import shutdown_distributed
 from muppets.tokenizers.words import WordVocab
+
+from _tiny_corpora import random_corpus
 
 TEXT = "The cat sat on the mat. A dog ran far away.\n\nThe Dog came back. The cat did not.\n"
 
@@ -78,6 +83,24 @@ def test_the_runs_own_corpus_is_rebuilt_for_a_new_tokenizer(tmp_path: Path, raw:
             assert corpus.directory == run_dir / "corpus"
             meta = json.loads((run_dir / "corpus" / "meta.json").read_text())
             assert meta["tokenizer_sha256"] == tokenizer_fingerprint(vocab.to_json())
+
+
+# ----------------------------------------------------------------------------- held-out batches
+
+
+def test_the_held_out_batches_are_built_once(tmp_path: Path, caplog) -> None:
+    """BERT's evaluator and its unigram baseline (MLM and NSP targets) read one set of held-out
+    batches: built once, so the few-pairs warning of a small corpus is logged once."""
+    corpus = random_corpus(tmp_path / "corpus", documents=20, max_sentences=12)
+    special = SpecialIds(pad=0, cls=2, sep=3, mask=4, all=[0, 1, 2, 3, 4])
+    data = BertPretrainingData(corpus, special, PretrainDataConfig(max_seq_len=48, eval_fraction=0.2), 8, 1, 0)
+    built = []
+    data.eval_batches = lambda batch_size, build=data.eval_batches: built.append(batch_size) or build(batch_size)
+    with caplog.at_level(logging.WARNING, logger="muppets.objectives.mlm_nsp"):
+        bert_pretrain.evaluator(data, 16)
+        baseline = bert_pretrain.unigram_baseline(data, 16)
+    assert built == [16] and set(baseline) == {"mlm_accuracy", "mlm_perplexity", "nsp_accuracy"}
+    assert sum("held-out NSP pairs" in r.getMessage() for r in caplog.records) == 1
 
 
 # ----------------------------------------------------------------------------- rank 0 first

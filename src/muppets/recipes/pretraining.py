@@ -10,6 +10,7 @@ export and score the baseline, and any summary entries of its own) and hands it 
 from __future__ import annotations
 
 import math
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -69,7 +70,7 @@ def held_out_evaluator(data: Any, batch_size: int, perplexity: Sequence[str] = (
     (documents never trained on): for every loss term of the model's output (``loss_sums``,
     ``correct``, ``counts``), ``{term}_loss`` per unit and ``{term}_accuracy``; for the
     language-model terms named in ``perplexity``, also ``{term}_perplexity`` = exp(loss)."""
-    batches = data.eval_batches(batch_size)
+    batches = fixed_eval_batches(data, batch_size)
 
     def evaluate(model: nn.Module) -> Metrics:
         return term_metrics(_term_sums(model, batches), perplexity)
@@ -113,7 +114,20 @@ def perplexity_of(mean_loss: float) -> float:
 
 def held_out(data: Any, batch_size: int, pick: Callable[[Batch], np.ndarray]) -> np.ndarray:
     """``pick(batch)`` of every held-out batch, concatenated (e.g. one term's target ids)."""
-    return np.concatenate([pick(batch) for batch in data.eval_batches(batch_size)])
+    return np.concatenate([pick(batch) for batch in fixed_eval_batches(data, batch_size)])
+
+
+_EVAL_BATCHES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # data -> {batch_size: batches}
+
+
+def fixed_eval_batches(data: Any, batch_size: int) -> list[Batch]:
+    """``data.eval_batches(batch_size)``, built once per data object and batch size and kept
+    while the data lives: the evaluator and the unigram baseline read the same batches, and
+    what building them logs (e.g. too few held-out NSP pairs) is logged once."""
+    built = _EVAL_BATCHES.setdefault(data, {})
+    if batch_size not in built:
+        built[batch_size] = data.eval_batches(batch_size)
+    return built[batch_size]
 
 
 def unigram_scores(counts: np.ndarray, targets: np.ndarray) -> tuple[float, float]:
