@@ -1,6 +1,8 @@
-"""What every pretraining recipe shares (muppets.recipes.common): the corpus stage never
-overwrites a directory the user named, only the run's own ``<run_dir>/corpus``; under DDP
-rank 0 prepares first, and its failure stops the other ranks too."""
+"""What every pretraining recipe shares (muppets.recipes.common, muppets.recipes.pretraining):
+the corpus stage never overwrites a directory the user named, only the run's own
+``<run_dir>/corpus`` (also when it was prepared before special-token strings were text); the
+held-out batches are built once; under DDP rank 0 prepares first, and its failure stops the
+other ranks too."""
 
 from __future__ import annotations
 
@@ -13,12 +15,14 @@ from pathlib import Path
 import pytest
 import torch
 
+from muppets.data.prepare import SPECIALS_AS_TEXT
 from muppets.data.shards import tokenizer_fingerprint
 from muppets.errors import ConfigError, MuppetsError
 from muppets.objectives.mlm_nsp import BertPretrainingData, PretrainDataConfig, SpecialIds
 from muppets.recipes import bert_pretrain
 from muppets.recipes.common import CorpusSection, prepare_once, rank_zero_first
 from muppets.train.distributed import shutdown_distributed
+from muppets.tokenizers.wordpiece import WordPieceTokenizer
 from muppets.tokenizers.words import WordVocab
 
 from _tiny_corpora import random_corpus
@@ -83,6 +87,53 @@ def test_the_runs_own_corpus_is_rebuilt_for_a_new_tokenizer(tmp_path: Path, raw:
             assert corpus.directory == run_dir / "corpus"
             meta = json.loads((run_dir / "corpus" / "meta.json").read_text())
             assert meta["tokenizer_sha256"] == tokenizer_fingerprint(vocab.to_json())
+
+
+def _drop_text_marker(corpus: Path) -> None:
+    """Make ``corpus`` look prepared before special-token strings were encoded as text."""
+    meta = json.loads((corpus / "meta.json").read_text())
+    del meta[SPECIALS_AS_TEXT]
+    (corpus / "meta.json").write_text(json.dumps(meta))
+
+
+def _wordpiece() -> WordPieceTokenizer:
+    return WordPieceTokenizer.train([TEXT], vocab_size=120, min_frequency=1)
+
+
+def test_the_runs_own_corpus_prepared_before_specials_as_text_is_rebuilt(tmp_path: Path, raw: Path,
+                                                                         caplog) -> None:
+    sec, run_dir = CorpusSection(inputs=[str(raw)], workers=1), tmp_path / "run"
+    prepare_once(sec, _wordpiece(), run_dir)
+    meta = run_dir / "corpus" / "meta.json"
+    assert json.loads(meta.read_text())[SPECIALS_AS_TEXT] is True
+    _drop_text_marker(run_dir / "corpus")
+    with caplog.at_level(logging.WARNING, logger="muppets.recipes.common"):
+        prepare_once(sec, _wordpiece(), run_dir)
+    assert json.loads(meta.read_text())[SPECIALS_AS_TEXT] is True
+    assert any("before special-token strings" in r.getMessage() for r in caplog.records)
+
+
+def test_a_named_corpus_prepared_before_specials_as_text_is_an_error(tmp_path: Path, raw: Path) -> None:
+    named = tmp_path / "shared-corpus"
+    sec = CorpusSection(inputs=[str(raw)], prepared=str(named), workers=1)
+    prepare_once(sec, _wordpiece(), tmp_path / "run-a")
+    _drop_text_marker(named)
+    before = _files(named)
+    with pytest.raises(ConfigError) as err:
+        prepare_once(sec, _wordpiece(), tmp_path / "run-b")
+    assert str(named) in str(err.value) and SPECIALS_AS_TEXT in str(err.value)
+    assert _files(named) == before  # untouched
+
+
+def test_an_older_word_vocabulary_corpus_is_reused(tmp_path: Path, raw: Path) -> None:
+    """A word vocabulary never read a special string as one: its corpora stay valid."""
+    named = tmp_path / "words-corpus"
+    sec = CorpusSection(inputs=[str(raw)], prepared=str(named), workers=1)
+    prepare_once(sec, _vocabs()[0], tmp_path / "run-a")
+    _drop_text_marker(named)
+    before = _files(named)
+    assert prepare_once(sec, _vocabs()[0], tmp_path / "run-b").directory == named
+    assert _files(named) == before
 
 
 # ----------------------------------------------------------------------------- held-out batches

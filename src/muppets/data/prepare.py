@@ -35,10 +35,11 @@ from muppets.data.readers import ReadStats, iter_documents, list_files
 from muppets.data.sentences import split_sentences
 from muppets.data.shards import ShardWriter, tokenizer_fingerprint
 
-__all__ = ["CorpusTokenizer", "PrepareSummary", "prepare_corpus"]
+__all__ = ["CorpusTokenizer", "PrepareSummary", "prepare_corpus", "SPECIALS_AS_TEXT", "reads_specials_as_text"]
 
 logger = logging.getLogger(__name__)
 
+SPECIALS_AS_TEXT = "special_strings_as_text"  # meta.json: special-token strings in the text were encoded as text
 Chunk = list[list[str]]  # documents, each a list of paragraphs
 Encoded = tuple[np.ndarray, np.ndarray, np.ndarray]  # tokens (T,), lengths (S,), counts (D,)
 
@@ -127,12 +128,21 @@ def prepare_corpus(
         with _encoder(tokenizer, tokenizer_json, tokenizer_factory, workers) as encode_all:
             _write_all(writer, encode_all(chunks), stats, total_bytes, progress)
         writer.finish({"skipped": _skipped(stats), "files": stats.files,
-                       "input_bytes": total_bytes, "input_format": fmt})
+                       "input_bytes": total_bytes, "input_format": fmt, SPECIALS_AS_TEXT: True})
     summary = _summarize(writer, stats, total_bytes, time.perf_counter() - started)
     logger.info("prepared %s: %d files, %d documents, %d sentences, %d tokens in %.1f s "
                 "(%.0f tokens/s)", summary.out_dir, summary.files, summary.documents,
                 summary.sentences, summary.tokens, summary.seconds, summary.tokens_per_second)
     return summary
+
+
+def reads_specials_as_text(meta: dict[str, Any], tokenizer: CorpusTokenizer) -> bool:
+    """Whether the corpus whose ``meta.json`` is ``meta`` has special-token strings in its text
+    encoded as text (as :func:`encode_chunk` does) for ``tokenizer``. Corpora prepared before
+    ``meta.json`` recorded :data:`SPECIALS_AS_TEXT` did not, where the tokenizer's
+    ``encode_batch`` maps such strings to special ids (the tokenizers with ``encode_text_batch``);
+    a word vocabulary never read them as one, so its older corpora are the same."""
+    return bool(meta.get(SPECIALS_AS_TEXT)) or not hasattr(tokenizer, "encode_text_batch")
 
 
 def chunk_documents(documents: Iterable[Any], batch_docs: int,

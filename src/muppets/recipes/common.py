@@ -25,7 +25,7 @@ import torch
 from torch import nn
 
 from muppets.config import apply_overrides, from_dict, load_file
-from muppets.data.prepare import CorpusTokenizer, prepare_corpus
+from muppets.data.prepare import SPECIALS_AS_TEXT, CorpusTokenizer, prepare_corpus, reads_specials_as_text
 from muppets.data.readers import iter_documents
 from muppets.data.shards import TokenCorpus, tokenizer_fingerprint
 from muppets.errors import ConfigError, MuppetsError
@@ -171,35 +171,44 @@ def rank_zero_first(build: Callable[[], T]) -> T:
 def prepare_once(sec: CorpusSection, tok: CorpusTokenizer, run_dir: Path) -> TokenCorpus:
     """Open the prepared corpus, preparing it first unless it exists for this tokenizer.
 
-    Only the run's own ``<run_dir>/corpus`` is ever prepared again (for another tokenizer). A
-    directory named in ``corpus.prepared`` is reused when this tokenizer prepared it and
-    prepared when it does not exist; anything else raises :class:`ConfigError` and leaves it
-    as it is.
+    Only the run's own ``<run_dir>/corpus`` is ever prepared again: for another tokenizer, or
+    when it was prepared before special-token strings in the text were encoded as text
+    (:func:`~muppets.data.prepare.reads_specials_as_text`). A directory named in
+    ``corpus.prepared`` is reused when this tokenizer prepared it (as text) and prepared when
+    it does not exist; anything else raises :class:`ConfigError` and leaves it as it is.
     """
     own = Path(run_dir) / "corpus"
     out = Path(sec.prepared) if sec.prepared else own
     fingerprint = tokenizer_fingerprint(tok.to_json())
-    found = _fingerprint_of(out)
-    if found == fingerprint:
+    meta = _meta_of(out)
+    found = meta.get("tokenizer_sha256") if meta is not None else None
+    old_text = found == fingerprint and not reads_specials_as_text(meta, tok)
+    if found == fingerprint and not old_text:
         return TokenCorpus(out)
     is_own = out.resolve() == own.resolve()
     if out.exists() and not is_own:
-        raise ConfigError(_not_reusable(out, found, fingerprint))
+        raise ConfigError(_not_reusable(out, found, fingerprint, old_text))
     if found is not None:
-        log.warning("%s was prepared with another tokenizer; preparing it again", out)
+        log.warning("%s was prepared %s; preparing it again", out,
+                    _BEFORE_TEXT if old_text else "with another tokenizer")
     prepare_corpus([resolve_data_path(p) for p in sec.inputs], tok, out, fmt=sec.format,
                    workers=sec.workers or None, errors=sec.errors, overwrite=is_own)
     return TokenCorpus(out)
 
 
-def _fingerprint_of(directory: Path) -> str | None:
-    """The tokenizer fingerprint a prepared corpus records (None: no corpus there)."""
+_BEFORE_TEXT = (f"before special-token strings in its text were encoded as text (its meta.json has no "
+                f"{SPECIALS_AS_TEXT}: a literal [MASK] or <|endoftext|> may be a special id there)")
+
+
+def _meta_of(directory: Path) -> dict | None:
+    """A prepared corpus's ``meta.json`` (None: no corpus there)."""
     meta = directory / "meta.json"
-    return json.loads(meta.read_text(encoding="utf-8")).get("tokenizer_sha256") if meta.is_file() else None
+    return json.loads(meta.read_text(encoding="utf-8")) if meta.is_file() else None
 
 
-def _not_reusable(out: Path, found: str | None, fingerprint: str) -> str:
+def _not_reusable(out: Path, found: str | None, fingerprint: str, old_text: bool) -> str:
     why = ("is not a prepared corpus (no meta.json)" if found is None else
+           f"was prepared {_BEFORE_TEXT}" if old_text else
            f"was prepared with another tokenizer (fingerprint {found}; this one's is {fingerprint})")
     return (f"corpus.prepared={out} {why}; it is left as it is: name a new directory, or leave "
             f"corpus.prepared empty to prepare the run's own <run_dir>/corpus")
