@@ -12,7 +12,8 @@ and compares, seed by seed on the same runs (paired):
 * ``max over dev``: the best dev evaluation — what choosing on dev and reporting dev gives;
 * ``last``: dev of the last evaluation (a fixed number of epochs).
 
-Cells are mean ± sample std over seeds, in percent.
+Cells are mean ± sample std over seeds, in percent. ``--root DIR --task sst2`` reads one run
+root instead (a ``muppets features`` run with ``watch_dev=true``, say).
 """
 
 from __future__ import annotations
@@ -65,6 +66,8 @@ def main() -> None:
     ap.add_argument("--runs", type=Path, default=Path("runs"))
     ap.add_argument("--backbone", default="minilm")
     ap.add_argument("--tag", default="-sel")
+    ap.add_argument("--root", type=Path, help="one run root holding seed-*/ (e.g. a features run) instead of --runs")
+    ap.add_argument("--task", help="with --root: its task")
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
     result = {}
@@ -72,7 +75,9 @@ def main() -> None:
           "(old protocol) | last epoch | max − reported (paired) |")
     print("|---|---|---|---|---|---|")
     for task, (primary, keys) in TASKS.items():
-        root = args.runs / f"ft-{task}-{args.backbone}{args.tag}"
+        if args.root is not None and task != args.task:
+            continue
+        root = args.root or args.runs / f"ft-{task}-{args.backbone}{args.tag}"
         seeds = [s for s in (seed_outcome(d, primary, keys) for d in sorted(root.glob("seed-*"))) if s]
         if not seeds:
             continue
