@@ -133,12 +133,15 @@ def markdown(results: dict[str, dict[str, dict]], finetuned: dict[str, dict]) ->
     return "\n".join(lines)
 
 
-def plot_mixes(task: str, summaries: dict[str, dict], out_dir: Path) -> Path | None:
+def plot_mixes(task: str, summaries: dict[str, dict], out: Path) -> Path | None:
+    """The learned mixes as one bar chart beside ``out``: ``mix_weights_<task>.png`` for the default
+    ``feature_table.json``, else ``<out stem>_mix_<task>.png`` (so a partial rerun keeps the table's plot)."""
     panels = {v: (s["mix"]["labels"], s["mix"]["weights"], s["mix"]["gamma"])
               for v, s in summaries.items() if s is not None and "mix" in s}
     if not panels:
         return None
-    return plot_layer_weights(panels, out_dir / f"mix_weights_{task}.png",
+    name = f"mix_weights_{task}.png" if out.stem == "feature_table" else f"{out.stem}_mix_{task}.png"
+    return plot_layer_weights(panels, out.parent / name,
                               title=f"{task}: learned ScalarMix weights (mean over seeds)")
 
 
@@ -161,7 +164,7 @@ def main() -> None:
                 results[task][variant] = summary
                 log.info("%s %s: %s", task, variant, cell(summary, *TASKS[task][:2]))
             write_json_atomic(args.out, {"command": " ".join(sys.argv), "models": models, "results": results})
-        plot = plot_mixes(task, results[task], args.out.parent)
+        plot = plot_mixes(task, results[task], args.out)
         if plot:
             log.info("mix weights of %s: %s", task, plot)
     table = markdown(results, finetuned)
