@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from muppets.config import apply_overrides, from_dict, load_file, to_dict, write_json_atomic
+from muppets.config import ALLOW_NONFINITE, apply_overrides, from_dict, load_file, to_dict, write_json_atomic
 from muppets.errors import ConfigError
 
 
@@ -71,3 +71,75 @@ def test_write_json_atomic_leaves_no_temporary_files(tmp_path):
     write_json_atomic(tmp_path / "a" / "c.json", {"x": 1})
     assert [p.name for p in (tmp_path / "a").iterdir()] == ["c.json"]
     assert (tmp_path / "a" / "c.json").stat().st_mode & 0o044  # readable by others (umask 022)
+
+
+@dataclass
+class Typed:
+    run_dir: str = "runs"
+    steps: int = 10
+    lr: float = 1e-3
+    fast: bool = False
+    seed: int | None = None
+    budget: float = field(default=0.0, metadata=ALLOW_NONFINITE)
+
+
+@pytest.mark.parametrize("text", ["1.10", "010", "1:30", "1e3", "true", "null", "[1, 2]", "", " a b "])
+def test_string_overrides_keep_the_literal_text(text):
+    assert apply_overrides(Typed(), [f"run_dir={text}"]).run_dir == text
+
+
+@pytest.mark.parametrize("text, expected", [("1e3", 1000), ("010", 10), ("1.0", 1), ("-7", -7), ("2.5e1", 25),
+                                            ("12345678901234567890123", 12345678901234567890123)])
+def test_integer_overrides_accept_exactly_integral_numbers(text, expected):
+    steps = apply_overrides(Typed(), [f"steps={text}"]).steps
+    assert steps == expected and type(steps) is int
+
+
+@pytest.mark.parametrize("text", ["1.5", "1e-3", "nan", "inf", "1:30", "true", "0x10", "1e400", "1e99999999"])
+def test_integer_overrides_reject_other_values(text):
+    with pytest.raises(ConfigError, match=f"steps: expected an integer, got '{text}'"):
+        apply_overrides(Typed(), [f"steps={text}"])
+
+
+def test_integer_fields_from_files_accept_scientific_notation():
+    assert from_dict(Typed, {"steps": "1e3"}).steps == 1000  # YAML 1.1 reads 1e3 (no dot) as a string
+
+
+@pytest.mark.parametrize("text", ["nan", "inf", "-inf", "NaN", "1e400"])
+def test_float_overrides_reject_non_finite_values(text):
+    with pytest.raises(ConfigError, match=f"lr: expected a finite number, got '{text}'"):
+        apply_overrides(Typed(), [f"lr={text}"])
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), float("-inf")])
+def test_float_fields_from_files_reject_non_finite_values(value):
+    with pytest.raises(ConfigError, match="lr: expected a finite number"):
+        from_dict(Typed, {"lr": value})
+
+
+def test_a_float_field_may_opt_in_to_non_finite_values():
+    assert apply_overrides(Typed(), ["budget=inf"]).budget == float("inf")
+    assert from_dict(Typed, {"budget": float("-inf")}).budget == float("-inf")
+    assert apply_overrides(Typed(), ["lr=1.10", "lr=2"]).lr == 2.0
+
+
+@pytest.mark.parametrize("text, expected", [("true", True), ("False", False), ("1", True), ("0", False),
+                                            ("yes", True), ("NO", False)])
+def test_boolean_overrides(text, expected):
+    assert apply_overrides(Typed(), [f"fast={text}"]).fast is expected
+
+
+@pytest.mark.parametrize("text", ["2", "on", "maybe", ""])
+def test_boolean_overrides_reject_other_words(text):
+    with pytest.raises(ConfigError, match=f"fast: expected true/false, got '{text}'"):
+        apply_overrides(Typed(), [f"fast={text}"])
+
+
+@pytest.mark.parametrize("text, expected", [("null", None), ("~", None), ("", None), ("010", 10), ("1e3", 1000)])
+def test_optional_overrides(text, expected):
+    assert apply_overrides(Typed(seed=3), [f"seed={text}"]).seed == expected
+
+
+def test_optional_override_error_names_key_and_value():
+    with pytest.raises(ConfigError, match="seed: '1.5' matches none of int"):
+        apply_overrides(Typed(), ["seed=1.5"])

@@ -5,12 +5,21 @@ turns plain dicts into those dataclasses and back, and checks every value agains
 annotation, so ``train.lr=abc`` fails with a message that names the key, the value and the type.
 
 Example: ``apply_overrides(cfg, ["train.lr=3e-4", "model.preset=bert-mini"])``.
+
+An override's text is read as its field's declared type, not by YAML's guess: a ``str`` field
+keeps the literal text (``run_dir=010`` stays ``"010"``, not YAML's octal 8; ``1.10`` and
+``1:30`` stay as typed), an ``int`` field takes plain integers and exactly integral numbers
+(``steps=1e3``), a ``bool`` field true/false/1/0/yes/no, and only lists, mappings, sections and
+``Any`` go through YAML. Float fields reject nan and ±inf (from files too) unless the field
+opts in with ``field(..., metadata=ALLOW_NONFINITE)``.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import decimal
 import json
+import math
 import os
 import tempfile
 import types
@@ -24,30 +33,45 @@ from muppets.errors import ConfigError
 
 T = TypeVar("T")
 
+ALLOW_NONFINITE = types.MappingProxyType({"allow_nonfinite": True})
+"""Field metadata for a float setting where nan / ±inf mean something: ``field(default=math.inf,
+metadata=ALLOW_NONFINITE)``. Every other float field rejects them."""
+
+_NULL_WORDS = ("null", "Null", "NULL", "~", "None")  # an override's text meaning None (optional fields)
+_BOOL_WORDS = {"true": True, "yes": True, "1": True, "false": False, "no": False, "0": False}
+_MAX_INT_EXPONENT = 30  # `steps=1e30` is accepted; a larger exponent is a typo, not an integer to build
+
 
 def _field_types(cls: type) -> dict[str, Any]:
     return typing.get_type_hints(cls)
 
 
-def _check_value(value: Any, annotation: Any, key: str) -> Any:
+def _finite(field: dataclasses.Field) -> bool:
+    """Whether a float field must be finite (the default) or opted in to nan / ±inf."""
+    return not field.metadata.get("allow_nonfinite", False)
+
+
+def _check_value(value: Any, annotation: Any, key: str, finite: bool = True) -> Any:
     """Return ``value`` converted to ``annotation`` or raise :class:`ConfigError` naming ``key``."""
     origin = typing.get_origin(annotation)
     if annotation is Any:
         return value
     if origin in (typing.Union, types.UnionType):
-        return _check_union(value, typing.get_args(annotation), key)
+        return _check_union(value, typing.get_args(annotation), key, finite)
     if origin is typing.Literal:
         if value not in typing.get_args(annotation):
             raise ConfigError(f"{key}: {value!r} is not one of {list(typing.get_args(annotation))}")
         return value
     if origin in (list, tuple, dict):
-        return _check_container(value, origin, typing.get_args(annotation), key)
+        return _check_container(value, origin, typing.get_args(annotation), key, finite)
     if dataclasses.is_dataclass(annotation):
         if isinstance(value, annotation):
             return value
         if not isinstance(value, dict):
             raise ConfigError(f"{key}: expected a mapping for {annotation.__name__}, got {value!r}")
         return from_dict(annotation, value, prefix=f"{key}.")
+    if annotation is float:
+        return _to_float(value, key, finite)
     if annotation in _SCALARS:
         return _SCALARS[annotation](value, key)
     if isinstance(annotation, type) and not isinstance(value, annotation):
@@ -55,19 +79,19 @@ def _check_value(value: Any, annotation: Any, key: str) -> Any:
     return value
 
 
-def _check_union(value: Any, args: tuple, key: str) -> Any:
+def _check_union(value: Any, args: tuple, key: str, finite: bool) -> Any:
     if value is None and type(None) in args:
         return None
     for arg in args:
         if arg is not type(None):
             try:
-                return _check_value(value, arg, key)
+                return _check_value(value, arg, key, finite)
             except ConfigError:
                 pass
     raise ConfigError(f"{key}: {value!r} matches none of {' | '.join(getattr(a, '__name__', str(a)) for a in args)}")
 
 
-def _check_container(value: Any, origin: type, args: tuple, key: str) -> Any:
+def _check_container(value: Any, origin: type, args: tuple, key: str, finite: bool) -> Any:
     if origin is dict:
         if not isinstance(value, dict):
             raise ConfigError(f"{key}: expected a mapping, got {value!r}")
@@ -75,26 +99,47 @@ def _check_container(value: Any, origin: type, args: tuple, key: str) -> Any:
     if not isinstance(value, (list, tuple)):
         raise ConfigError(f"{key}: expected a list, got {value!r}")
     inner = args[0] if args else Any
-    return [_check_value(v, inner, f"{key}[{i}]") for i, v in enumerate(value)]
+    return [_check_value(v, inner, f"{key}[{i}]", finite) for i, v in enumerate(value)]
 
 
-def _to_float(value: Any, key: str) -> float:
+def _to_float(value: Any, key: str, finite: bool = True) -> float:
+    number = value
     if isinstance(value, str):  # YAML 1.1 reads 3e-4 (no dot) as a string
         try:
-            return float(value)
+            number = float(value)
         except ValueError:
             pass
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+    if isinstance(number, bool) or not isinstance(number, (int, float)):
         raise ConfigError(f"{key}: expected a number, got {value!r}")
-    return float(value)
+    if finite and not math.isfinite(number):  # nan / inf (or an overflow such as 1e400)
+        raise ConfigError(f"{key}: expected a finite number, got {value!r}")
+    return float(number)
 
 
 def _to_int(value: Any, key: str) -> int:
+    if isinstance(value, str):  # an override's text, or YAML 1.1's string for 1e3 (no dot)
+        return _int_from_text(value, key)
     if isinstance(value, float) and value.is_integer():
         return int(value)
     if isinstance(value, bool) or not isinstance(value, int):
         raise ConfigError(f"{key}: expected an integer, got {value!r}")
     return value
+
+
+def _int_from_text(text: str, key: str) -> int:
+    """A plain decimal integer (``010`` is ten), or a number that is exactly integral (``1e3``)."""
+    try:
+        return int(text, 10)
+    except ValueError:
+        pass
+    try:
+        number = decimal.Decimal(text.strip())
+    except decimal.InvalidOperation:
+        number = None
+    if number is None or not number.is_finite() or number.adjusted() > _MAX_INT_EXPONENT \
+            or number != number.to_integral_value():
+        raise ConfigError(f"{key}: expected an integer, got {text!r}")
+    return int(number)
 
 
 def _to_bool(value: Any, key: str) -> bool:
@@ -109,7 +154,7 @@ def _to_str(value: Any, key: str) -> str:
     return str(value)
 
 
-_SCALARS = {float: _to_float, int: _to_int, bool: _to_bool, str: _to_str}
+_SCALARS = {int: _to_int, bool: _to_bool, str: _to_str}  # float: _to_float, which also takes `finite`
 
 
 def from_dict(cls: type[T], data: dict[str, Any], prefix: str = "") -> T:
@@ -123,7 +168,8 @@ def from_dict(cls: type[T], data: dict[str, Any], prefix: str = "") -> T:
         raise ConfigError(
             f"unknown key {prefix}{unknown[0]!s}; valid keys of {cls.__name__}: {', '.join(names)}"
         )
-    kwargs = {k: _check_value(v, hints[k], prefix + k) for k, v in data.items()}
+    finite = {f.name: _finite(f) for f in dataclasses.fields(cls)}
+    kwargs = {k: _check_value(v, hints[k], prefix + k, finite[k]) for k, v in data.items()}
     try:
         return cls(**kwargs)
     except (TypeError, ValueError) as err:
@@ -144,8 +190,46 @@ def _parse_scalar(text: str) -> Any:
         return text
 
 
+def _from_text(text: str, annotation: Any, key: str, finite: bool) -> Any:
+    """An override's text as the field's declared type; only containers, sections and ``Any`` use YAML."""
+    origin = typing.get_origin(annotation)
+    if annotation is str:
+        return text
+    if annotation is int:
+        return _int_from_text(text, key)
+    if annotation is float:
+        return _to_float(text, key, finite)
+    if annotation is bool:
+        if text.strip().lower() not in _BOOL_WORDS:
+            raise ConfigError(f"{key}: expected true/false, got {text!r}")
+        return _BOOL_WORDS[text.strip().lower()]
+    if origin in (typing.Union, types.UnionType):
+        return _union_from_text(text, typing.get_args(annotation), key, finite)
+    if origin is typing.Literal:
+        for choice in typing.get_args(annotation):
+            if str(choice) == text.strip():
+                return choice
+        raise ConfigError(f"{key}: {text!r} is not one of {list(typing.get_args(annotation))}")
+    return _parse_scalar(text)
+
+
+def _union_from_text(text: str, args: tuple, key: str, finite: bool) -> Any:
+    """The first member type (in declared order) that reads ``text``; a null word (or, without a
+    ``str`` member, empty text) is None when None is allowed."""
+    if type(None) in args and (text.strip() in _NULL_WORDS or (not text.strip() and str not in args)):
+        return None
+    for arg in args:
+        if arg is not type(None):
+            try:
+                return _from_text(text, arg, key, finite)
+            except ConfigError:
+                pass
+    names = " | ".join(getattr(a, "__name__", str(a)) for a in args)
+    raise ConfigError(f"{key}: {text!r} matches none of {names}")
+
+
 def apply_overrides(cfg: T, overrides: list[str]) -> T:
-    """Return a copy of ``cfg`` with ``a.b.c=value`` overrides applied and type-checked."""
+    """Return a copy of ``cfg`` with ``a.b.c=value`` overrides applied, each read as its field's type."""
     data = to_dict(cfg)
     for item in overrides:
         if "=" not in item:
@@ -159,7 +243,8 @@ def apply_overrides(cfg: T, overrides: list[str]) -> T:
                 where = ".".join(parts[:depth]) or cls.__name__
                 raise ConfigError(f"unknown key {key!r}: {part!r} is not in {where}; valid keys: {', '.join(names)}")
             if depth == len(parts) - 1:
-                node[part] = _parse_scalar(raw)
+                field = next(f for f in dataclasses.fields(cls) if f.name == part)
+                node[part] = _from_text(raw, _field_types(cls)[part], key.strip(), _finite(field))
             else:
                 sub = _field_types(cls)[part]
                 if not dataclasses.is_dataclass(sub):
