@@ -6,14 +6,15 @@ A cache file is :func:`~muppets.transfer.embed.save_embeddings`' format (float16
 the memory, and far below the noise of the task models), named
 ``<task>-<split>-<kind>-<hash>.safetensors``; the hash covers the model's files (names, sizes,
 modification times), the layer mode, the pooling (sub-word models) or OOV policy (static
-vectors) and every word of the split, so any change misses the cache instead of reading stale
-vectors. The vectors a run trains on are always read back from that file, so a first run and a
-cached run see the same numbers.
-"""
+vectors), the stored dtype, the version of the code that computes the vectors
+(:func:`code_version`) and every word of the split, so any change misses the cache instead of
+reading stale vectors. The vectors a run trains on are always read back from that file, so a
+first run and a cached run see the same numbers."""
 
 from __future__ import annotations
 
 import hashlib
+import importlib.metadata
 import json
 import logging
 from collections.abc import Sequence
@@ -29,6 +30,13 @@ log = logging.getLogger(__name__)
 
 LAYER_MODES = ("mix", "last", "last4sum", "last4cat")  # or a layer number
 STATIC_KINDS = ("static", "nnlm")
+
+EMBEDDING_CODE = (
+    "transfer/embedders.py", "transfer/embed.py", "transfer/batching.py", "transfer/feature_cache.py",
+    "transfer/features.py", "vectors.py", "config.py", "recipes/elmo_pretrain.py", "recipes/nnlm_pretrain.py",
+    "recipes/word_vocab.py", "nn", "models", "interop", "tokenizers",
+)  # paths under src/muppets/ of the code that turns words into vectors; a folder counts with every .py in it
+NUMERIC_LIBRARIES = ("torch", "tokenizers", "numpy", "safetensors")  # their kernels and formats shape the numbers
 
 
 def is_int(text: str) -> bool:
@@ -68,6 +76,39 @@ def _stamp(path: Path) -> list:
     return [[str(p.relative_to(path) if p != path else p.name), p.stat().st_size, p.stat().st_mtime_ns] for p in files]
 
 
+def _library_version(name: str) -> str:
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return "absent"
+
+
+def code_version(sources: Sequence[str] = EMBEDDING_CODE, root: Path | None = None) -> str:
+    """A hash of the embedding code: the bytes of every ``sources`` file under ``root`` (the
+    ``muppets`` package; a folder stands for all its ``.py`` files, so a new file there counts
+    too) and the versions of :data:`NUMERIC_LIBRARIES`.
+
+    Why a hash of the source and not an ``EMBEDDER_VERSION`` constant bumped by hand: the vectors
+    depend on some thirty files — the embedders, the shared ``nn/`` blocks, every backbone, its
+    loader and tokenizer — that are edited for other reasons, and a constant stays valid only
+    while everyone who touches one of them remembers to bump it (a stale cache is exactly such an
+    omission). A hash cannot be forgotten. Its price is a spurious miss: an edit that changes no
+    number (a comment) re-embeds once, which costs minutes, where a stale hit silently trains on
+    wrong vectors. A listed path that no longer exists hashes as missing (a test keeps the list
+    in step with the package).
+    """
+    root = Path(__file__).resolve().parents[1] if root is None else Path(root)
+    digest = hashlib.sha1()
+    for name in sources:
+        target = root / name
+        for file in sorted(target.rglob("*.py")) if target.is_dir() else [target]:
+            digest.update(file.relative_to(root).as_posix().encode("utf-8") + b"\0")
+            digest.update((file.read_bytes() if file.is_file() else b"<missing>") + b"\0")
+    for library in NUMERIC_LIBRARIES:
+        digest.update(f"{library}=={_library_version(library)}\n".encode("utf-8"))
+    return digest.hexdigest()[:16]
+
+
 class FeatureSource:
     """A model's per-word features, embedded once per (words, layers) and cached on disk.
 
@@ -83,7 +124,7 @@ class FeatureSource:
         self._embedder: Embedder | None = None
         self._key = {"kind": self.kind, "path": str(self.path.resolve()), "files": _stamp(self.path), "mode": mode,
                      "pooling": pooling if self.kind in ("bert", "gpt") else None,
-                     "oov": oov if self.kind in STATIC_KINDS else None}
+                     "oov": oov if self.kind in STATIC_KINDS else None, "dtype": dtype, "code": code_version()}
 
     def embedder(self) -> Embedder:
         """The model, loaded on first use."""
