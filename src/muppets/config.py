@@ -82,13 +82,19 @@ def _check_value(value: Any, annotation: Any, key: str, finite: bool = True) -> 
 def _check_union(value: Any, args: tuple, key: str, finite: bool) -> Any:
     if value is None and type(None) in args:
         return None
+    return _first_member(args, lambda arg: _check_value(value, arg, key, finite), f"{key}: {value!r}")
+
+
+def _first_member(args: tuple, convert: typing.Callable[[Any], Any], what: str) -> Any:
+    """``convert(member)`` for the first member type of a union (declared order, None aside) that
+    takes the value; else a :class:`ConfigError` that starts with ``what`` (the key and value)."""
     for arg in args:
         if arg is not type(None):
             try:
-                return _check_value(value, arg, key, finite)
+                return convert(arg)
             except ConfigError:
                 pass
-    raise ConfigError(f"{key}: {value!r} matches none of {' | '.join(getattr(a, '__name__', str(a)) for a in args)}")
+    raise ConfigError(f"{what} matches none of {' | '.join(getattr(a, '__name__', str(a)) for a in args)}")
 
 
 def _check_container(value: Any, origin: type, args: tuple, key: str, finite: bool) -> Any:
@@ -218,14 +224,7 @@ def _union_from_text(text: str, args: tuple, key: str, finite: bool) -> Any:
     ``str`` member, empty text) is None when None is allowed."""
     if type(None) in args and (text.strip() in _NULL_WORDS or (not text.strip() and str not in args)):
         return None
-    for arg in args:
-        if arg is not type(None):
-            try:
-                return _from_text(text, arg, key, finite)
-            except ConfigError:
-                pass
-    names = " | ".join(getattr(a, "__name__", str(a)) for a in args)
-    raise ConfigError(f"{key}: {text!r} matches none of {names}")
+    return _first_member(args, lambda arg: _from_text(text, arg, key, finite), f"{key}: {text!r}")
 
 
 def apply_overrides(cfg: T, overrides: list[str]) -> T:
