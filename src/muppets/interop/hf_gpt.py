@@ -6,6 +6,12 @@ write ``config.json`` + ``model.safetensors`` that ``GPT2LMHeadModel.from_pretra
 ``OpenAIGPTLMHeadModel``) loads with no missing or unexpected weights (the LM head is tied to the
 token embeddings, so it is not stored), and we read both ``…LMHeadModel`` checkpoints
 (``transformer.`` prefix) and bare ``GPT2Model`` ones (no prefix, e.g. the original ``gpt2``).
+
+Our GPT ties its output layer to the token embeddings, so a checkpoint with a separate one
+(``tie_word_embeddings: false``, or an ``lm_head.weight`` that differs from the token
+embeddings) is refused with a :class:`~muppets.errors.CheckpointError` rather than loaded with
+other logits than transformers gives. ``config.json`` is checked against the tensor shapes in the
+safetensors headers before the model is built, so a crafted config cannot force a huge allocation.
 """
 
 from __future__ import annotations
@@ -18,7 +24,7 @@ import torch
 
 from muppets.config import write_json_atomic
 from muppets.errors import CheckpointError
-from muppets.interop.safetensors_io import read_weights, write_weights
+from muppets.interop.safetensors_io import read_shapes, read_weights, write_weights
 from muppets.models.gpt import GPTBackbone, GPTConfig, GPTLanguageModel
 
 log = logging.getLogger(__name__)
@@ -40,7 +46,8 @@ _ARCH = {"gpt2": "GPT2LMHeadModel", "openai-gpt": "OpenAIGPTLMHeadModel"}
 _EMBEDDINGS = {"gpt2": ("wte", "wpe"), "openai-gpt": ("tokens_embed", "positions_embed")}
 _UNSUPPORTED = {"scale_attn_by_inverse_layer_idx": True, "add_cross_attention": True,
                 "scale_attn_weights": False}  # GPT-2 options whose maths we do not implement
-_IGNORED_HF_KEYS = ("attn.bias", "attn.masked_bias", "lm_head.weight", "position_ids")
+_IGNORED_HF_KEYS = ("attn.bias", "attn.masked_bias", "lm_head.weight", "position_ids")  # lm_head: _check_tied
+_SIZES = ("vocab_size", "max_position_embeddings", "hidden_size", "num_layers", "num_heads")  # checked ints
 
 
 def config_to_hf(cfg: GPTConfig) -> dict:
@@ -71,6 +78,12 @@ def config_from_hf(data: dict, source: str = "config.json") -> GPTConfig:
     if missing:
         raise CheckpointError(f"{source}: missing keys {missing}")
     kwargs = {ours: data[hf] for ours, hf in cmap.items() if hf in data}
+    sizes = {hf: data[hf] for ours, hf in cmap.items() if ours in _SIZES}
+    if data.get("n_inner") is not None:
+        sizes["n_inner"] = data["n_inner"]
+    for key, value in sizes.items():
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise CheckpointError(f"{source}: {key} must be a positive integer, not {value!r}")
     kwargs["variant"] = "gpt2" if model_type == "gpt2" else "gpt"
     kwargs["intermediate_size"] = data.get("n_inner") or 4 * data["n_embd"]
     eos = data.get("eos_token_id")
@@ -134,21 +147,73 @@ def save_hf_gpt(model: GPTLanguageModel | GPTBackbone, directory: str | Path, to
 
 
 def load_hf_gpt(directory: str | Path, **config_overrides) -> GPTLanguageModel:
-    """Load an HF GPT-2 / GPT-1 directory (safetensors) as a :class:`GPTLanguageModel`."""
+    """Load an HF GPT-2 / GPT-1 directory (safetensors) as a :class:`GPTLanguageModel`.
+
+    The config is checked against the weights' shapes (read from the safetensors headers)
+    before anything is built; an untied output layer is refused (see the module docstring)."""
     directory = Path(directory)
     cfg_path = directory / "config.json"
     if not cfg_path.is_file():
         raise CheckpointError(f"{directory}: no config.json (is this a Hugging Face model directory?)")
-    data = json.loads(cfg_path.read_text(encoding="utf-8"))
+    try:
+        data = json.loads(cfg_path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, ValueError) as err:
+        raise CheckpointError(f"{cfg_path}: not a JSON file ({err})") from err
+    if not isinstance(data, dict):
+        raise CheckpointError(f"{cfg_path}: not a JSON object")
     cfg = config_from_hf(data, str(cfg_path))
     if config_overrides:
         cfg = GPTConfig(**{**cfg.__dict__, **config_overrides})
+    shapes = {k.removeprefix("transformer."): v for k, v in read_shapes(directory).items()}
+    _check_shapes(cfg, shapes, cfg_path)
+    hf = read_weights(directory)
+    _check_tied(hf, shapes, data, cfg, cfg_path)
     model = GPTLanguageModel(cfg)
-    state = from_hf_state(read_weights(directory), cfg, str(directory))
-    own = model.state_dict()
-    for name, tensor in state.items():
-        if tensor.shape != own[name].shape:
-            raise CheckpointError(f"{directory}: {name} has shape {tuple(tensor.shape)}, "
-                                  f"config implies {tuple(own[name].shape)}")
-    model.load_state_dict(state, strict=True)
+    model.load_state_dict(from_hf_state(hf, cfg, str(directory)), strict=True)
     return model
+
+
+def _check_shapes(cfg: GPTConfig, shapes: dict[str, tuple[tuple[int, ...], Path]], cfg_path: Path) -> None:
+    """Every weight ``cfg`` needs is in ``shapes`` (HF name without prefix -> (shape, file)) with
+    the shape ``cfg`` implies; checked before the model is built (the expected shapes come from
+    a model on the meta device, which allocates nothing)."""
+    files = {str(f) for _, f in shapes.values()}
+    weights = files.pop() if len(files) == 1 else str(cfg_path.parent)
+    layers = {k.split(".")[1] for k in shapes if k.startswith("h.")}
+    if cfg.num_layers > len(layers):  # before param_map, whose size is the configured n_layer
+        raise CheckpointError(f"{weights}: missing weights: {cfg_path} sets {cfg.num_layers} layers, "
+                              f"the weights hold {len(layers)}")
+    missing = [h for h, _ in param_map(cfg).values() if h not in shapes]
+    if missing:
+        raise CheckpointError(f"{weights}: missing weights {missing[:5]} (+{max(0, len(missing) - 5)} more)")
+    wte, wpe = (name + ".weight" for name in _EMBEDDINGS[_MODEL_TYPE[cfg.variant]])
+    for h, want in ((wte, (cfg.vocab_size, cfg.hidden_size)), (wpe, (cfg.max_position_embeddings, cfg.hidden_size))):
+        if shapes[h][0] != want:  # V, T and H first: the model below is only built with real ones
+            raise CheckpointError(f"{shapes[h][1]}: {h} has shape {shapes[h][0]}, {cfg_path} implies {want}")
+    try:
+        with torch.device("meta"):
+            expected = GPTLanguageModel(cfg).state_dict()
+    except RuntimeError as err:  # e.g. an n_inner whose weight size overflows int64
+        raise CheckpointError(f"{cfg_path}: sizes do not describe a buildable model ({err})") from err
+    for name, (h, conv) in param_map(cfg).items():
+        want = tuple(expected[name].shape)[::-1] if conv else tuple(expected[name].shape)
+        shape, path = shapes[h]
+        if shape != want:
+            raise CheckpointError(f"{path}: {h} has shape {shape}, {cfg_path} implies {want}")
+
+
+def _check_tied(hf: dict[str, torch.Tensor], shapes: dict[str, tuple[tuple[int, ...], Path]],
+                data: dict, cfg: GPTConfig, cfg_path: Path) -> None:
+    """Refuse an output layer that is not the token embeddings: a stored ``lm_head.weight`` that
+    differs from them (transformers then keeps it untied, even with ``tie_word_embeddings``), or
+    ``tie_word_embeddings: false`` with no head stored (transformers would draw it at random)."""
+    wte = "transformer." + _EMBEDDINGS[_MODEL_TYPE[cfg.variant]][0] + ".weight"
+    wte = wte if wte in hf else wte.removeprefix("transformer.")
+    if "lm_head.weight" in hf:
+        if not torch.equal(hf["lm_head.weight"], hf[wte]):
+            raise CheckpointError(
+                f"{shapes['lm_head.weight'][1]}: lm_head.weight differs from {wte} (an untied output "
+                "layer); muppets' GPT ties its output layer to the token embeddings and cannot load it")
+    elif data.get("tie_word_embeddings", True) is False:
+        raise CheckpointError(f"{cfg_path}: tie_word_embeddings is false but the weights hold no "
+                              "lm_head.weight; muppets' GPT ties its output layer to the token embeddings")

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
+from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
 from muppets.errors import CheckpointError
@@ -18,16 +19,38 @@ PICKLED = ("pytorch_model.bin", "pytorch_model.bin.index.json", "tf_model.h5", "
 
 def read_weights(directory: str | Path) -> dict[str, torch.Tensor]:
     """All tensors of ``model.safetensors`` (or its sharded index) in ``directory``."""
+    out: dict[str, torch.Tensor] = {}
+    for path in weight_files(directory):
+        out.update(_load(path))
+    return out
+
+
+def read_shapes(directory: str | Path) -> dict[str, tuple[tuple[int, ...], Path]]:
+    """Name -> (shape, file) of every tensor of ``model.safetensors`` (or its shards), read from
+    the files' headers only: no tensor is loaded, so sizes can be checked before allocating."""
+    out: dict[str, tuple[tuple[int, ...], Path]] = {}
+    for path in weight_files(directory):
+        try:
+            with safe_open(str(path), framework="pt") as fh:
+                out.update({k: (tuple(fh.get_slice(k).get_shape()), path) for k in fh.keys()})
+        except (OSError, ValueError, RuntimeError) as err:
+            raise CheckpointError(f"{path}: cannot read safetensors header: {err}") from err
+    return out
+
+
+def weight_files(directory: str | Path) -> list[Path]:
+    """The safetensors file(s) of ``directory``: ``model.safetensors`` or the shards its index
+    names; a typed error when there are none (or only pickled weights)."""
     directory = Path(directory)
     single, index = directory / "model.safetensors", directory / "model.safetensors.index.json"
     if single.is_file():
-        return _load(single)
+        return [single]
     if index.is_file():
-        shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
-        out: dict[str, torch.Tensor] = {}
-        for shard in shards:
-            out.update(_load(directory / shard))
-        return out
+        try:
+            shards = sorted(set(json.loads(index.read_text(encoding="utf-8"))["weight_map"].values()))
+        except (ValueError, KeyError, TypeError, AttributeError) as err:
+            raise CheckpointError(f"{index}: not a safetensors index ({err!r})") from err
+        return [directory / shard for shard in shards]
     pickled = [p for p in PICKLED if (directory / p).exists()]
     if pickled:
         raise CheckpointError(
