@@ -88,9 +88,10 @@ def read_word2vec_format(path: str | Path, binary: bool = False, limit: int | No
     with path.open("rb") as fh:
         count, dim = _read_header(fh, path)
         count = count if limit is None else min(count, limit)
+        fits = _rows_that_fit(fh, (4 * dim + 1) if binary else 2 * dim)  # bytes of the shortest row
         rows = _binary_rows(fh, path, count, dim, unicode_errors) if binary else \
             _text_rows(fh, path, count, dim, unicode_errors, first_line=2)
-        return _collect(rows, count, dim, path)
+        return _collect(rows, min(count, fits), dim, path)
 
 
 def read_glove(path: str | Path, limit: int | None = None,
@@ -109,7 +110,7 @@ def read_glove(path: str | Path, limit: int | None = None,
         count = limit if limit is not None else sum(1 for line in fh if line.strip())
         fh.seek(0)
         return _collect(_text_rows(fh, path, count, dim, unicode_errors, first_line=1, glove=True),
-                        count, dim, path)
+                        min(count, _rows_that_fit(fh, 2 * dim)), dim, path)
 
 
 def write_word2vec_format(path: str | Path, words: Sequence[str], vectors: np.ndarray,
@@ -158,12 +159,20 @@ def _all_floats(values: Sequence[str]) -> bool:
     return True
 
 
-def _decode(raw: bytes, path: Path, line: int | None, errors: str, position: int | None = None) -> str:
+def _decode(raw: bytes | bytearray, path: Path, line: int | None, errors: str,
+            position: int | None = None) -> str:
     try:
         return raw.decode("utf-8", errors=errors)
     except UnicodeDecodeError as err:
         raise DataError(f"not UTF-8 ({err.reason}); pass unicode_errors='replace' or 'ignore'",
-                        path=path, line=line, position=position, value=raw[:60]) from err
+                        path=path, line=line, position=position, value=bytes(raw[:60])) from err
+
+
+def _rows_that_fit(fh: BinaryIO, row_bytes: int) -> int:
+    """How many rows of at least ``row_bytes`` bytes the rest of ``fh`` can hold: the most rows
+    worth allocating, whatever a (corrupt or hostile) header or row count claims. The shortest
+    rows are ``<space><4 d bytes>`` (binary) and ``d`` times ``<space><digit>`` (text)."""
+    return max(0, os.fstat(fh.fileno()).st_size - fh.tell()) // row_bytes
 
 
 def _read_header(fh: BinaryIO, path: Path) -> tuple[int, int]:
@@ -205,19 +214,27 @@ def _text_rows(fh: BinaryIO, path: Path, count: int, dim: int, errors: str, firs
 
 def _binary_rows(fh: BinaryIO, path: Path, count: int, dim: int,
                  errors: str) -> Iterator[tuple[str, np.ndarray]]:
-    """``count`` records ``word<space><4 d bytes>``; byte offsets name a broken record."""
+    """``count`` records ``word<space><4 d bytes>``; byte offsets name a broken record.
+
+    Linear in the file size, however long a record is: a block read while looking for a
+    record's space is searched once (from ``scanned``), and records already yielded are dropped
+    from the buffer once per record, not once per block."""
     size = 4 * dim
-    buf, start, offset = b"", 0, fh.tell()  # offset = file position of buf[0]
+    buf, start, offset = bytearray(), 0, fh.tell()  # offset = file position of buf[0]
     for index in range(count):
-        while True:
-            space = buf.find(b" ", start)
-            if space != -1 and len(buf) - space - 1 >= size:
-                break
+        space, scanned = buf.find(b" ", start), len(buf)  # buf[start:scanned] searched
+        while space == -1 or len(buf) - space - 1 < size:
+            if start:  # drop the records already yielded before the buffer grows
+                del buf[:start]
+                offset, scanned, space = offset + start, scanned - start, -1 if space == -1 else space - start
+                start = 0
             block = fh.read(_BLOCK)
             if not block:
                 raise DataError(f"file ends inside vector {index + 1} of {count}", path=path,
                                 position=offset + start)
-            offset, buf, start = offset + start, buf[start:] + block, 0
+            buf += block
+            if space == -1:
+                space, scanned = buf.find(b" ", scanned), len(buf)
         word = _decode(buf[start:space], path, None, errors, position=offset + start).lstrip("\n")
         yield word, np.frombuffer(buf, dtype=_FLOAT, count=dim, offset=space + 1).astype(np.float32)
         start = space + 1 + size
@@ -225,7 +242,9 @@ def _binary_rows(fh: BinaryIO, path: Path, count: int, dim: int,
 
 def _collect(rows: Iterator[tuple[str, np.ndarray]], count: int, dim: int,
              path: Path) -> tuple[list[str], np.ndarray]:
-    """Fill a ``(count, dim)`` matrix; a repeated word keeps its first vector (as gensim)."""
+    """Fill a ``(count, dim)`` matrix; a repeated word keeps its first vector (as gensim).
+    ``count`` is at most what the file can hold (:func:`_rows_that_fit`): ``rows`` raises a
+    :class:`DataError` where the file ends before the count its header promised."""
     words: list[str] = []
     seen: set[str] = set()
     matrix = np.empty((count, dim), dtype=np.float32)
