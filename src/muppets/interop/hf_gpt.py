@@ -22,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-from muppets.config import write_json_atomic
+from muppets.config import from_dict, write_json_atomic
 from muppets.errors import CheckpointError
 from muppets.interop.safetensors_io import read_shapes, read_weights, write_weights
 from muppets.models.gpt import GPTBackbone, GPTConfig, GPTLanguageModel
@@ -68,7 +68,7 @@ def config_to_hf(cfg: GPTConfig) -> dict:
 def config_from_hf(data: dict, source: str = "config.json") -> GPTConfig:
     """An HF ``gpt2`` / ``openai-gpt`` ``config.json`` dict as our :class:`GPTConfig`."""
     model_type = data.get("model_type")
-    if model_type not in _CONFIG_MAP:
+    if not isinstance(model_type, str) or model_type not in _CONFIG_MAP:
         raise CheckpointError(f"{source}: model_type {model_type!r} is not 'gpt2' or 'openai-gpt'")
     for key, bad in _UNSUPPORTED.items():
         if data.get(key, not bad) == bad:
@@ -88,7 +88,7 @@ def config_from_hf(data: dict, source: str = "config.json") -> GPTConfig:
     kwargs["intermediate_size"] = data.get("n_inner") or 4 * data["n_embd"]
     eos = data.get("eos_token_id")
     kwargs["eos_token_id"] = eos if isinstance(eos, int) else -1  # GPT-1 has none: the last id
-    return GPTConfig(**kwargs)
+    return from_dict(GPTConfig, kwargs, prefix=f"{source}: ")  # type-checked: a ConfigError names the key
 
 
 def param_map(cfg: GPTConfig) -> dict[str, tuple[str, bool]]:
@@ -193,8 +193,8 @@ def _check_shapes(cfg: GPTConfig, shapes: dict[str, tuple[tuple[int, ...], Path]
     try:
         with torch.device("meta"):
             expected = GPTLanguageModel(cfg).state_dict()
-    except RuntimeError as err:  # e.g. an n_inner whose weight size overflows int64
-        raise CheckpointError(f"{cfg_path}: sizes do not describe a buildable model ({err})") from err
+    except (RuntimeError, ValueError, TypeError) as err:  # an n_inner whose size overflows int64, a dropout of 2
+        raise CheckpointError(f"{cfg_path}: does not describe a buildable model ({err})") from err
     for name, (h, conv) in param_map(cfg).items():
         want = tuple(expected[name].shape)[::-1] if conv else tuple(expected[name].shape)
         shape, path = shapes[h]

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
-from safetensors import safe_open
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 
 from muppets.errors import CheckpointError
@@ -33,7 +33,7 @@ def read_shapes(directory: str | Path) -> dict[str, tuple[tuple[int, ...], Path]
         try:
             with safe_open(str(path), framework="pt") as fh:
                 out.update({k: (tuple(fh.get_slice(k).get_shape()), path) for k in fh.keys()})
-        except (OSError, ValueError, RuntimeError) as err:
+        except (OSError, ValueError, RuntimeError, SafetensorError) as err:
             raise CheckpointError(f"{path}: cannot read safetensors header: {err}") from err
     return out
 
@@ -91,7 +91,7 @@ def read_file(path: str | Path) -> dict[str, torch.Tensor]:
 def _load(path: Path) -> dict[str, torch.Tensor]:
     try:
         return load_file(str(path))
-    except (OSError, ValueError, RuntimeError) as err:
+    except (OSError, ValueError, RuntimeError, SafetensorError) as err:  # SafetensorError: a corrupt file
         raise CheckpointError(f"{path}: cannot read safetensors file: {err}") from err
 
 
