@@ -33,7 +33,8 @@ spawned processes train different chunks at once on matrices in shared memory
 tokens of all epochs (gensim). Chunk k of epoch e is a pure function of (seed, e, k), so a run
 checkpointed at a chunk boundary (``<run_dir>/checkpoints``: both matrices + the position)
 resumes exactly when ``workers=1``; with several workers, as with gensim, runs are not
-bit-reproducible.
+bit-reproducible. The first SIGINT/SIGTERM stops training like the time budget: the chunks under
+way are finished, a checkpoint is written and the vectors are exported; a second signal aborts.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ import logging
 import math
 import os
 import shutil
+import signal
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -65,6 +67,7 @@ from muppets.objectives.word2vec import LAYOUTS, TrainingVocab, Word2VecExamples
 from muppets.train.checkpoint import replace_dir, write_latest
 from muppets.train.hogwild import HogwildPool, run_span_inline
 from muppets.train.logger import RunLogger
+from muppets.train.signals import stop_signal_handler
 from muppets.vectors import WordVectors
 
 __all__ = ["Word2VecConfig", "WORD2VEC_PRESETS", "Word2VecModel", "sgns_step", "cbow_step", "sgns_steps", "cbow_steps",
@@ -319,11 +322,12 @@ class Word2VecResult:
     examples: int  # skip-gram pairs / CBOW centres trained
     seconds: float  # training wall time (resumes included; example building included)
     mean_loss: float  # mean -L per example over the run
-    stopped_early: bool  # the time budget ended the run
+    stopped_early: bool  # the time budget or a signal ended the run
     backend: str = "eager"  # the update kernel used: compiled | eager
     build_s: float = 0.0  # worker time spent building examples (numpy), summed over workers
     update_s: float = 0.0  # worker time spent in the update kernel, summed over workers
     cpu_s: float = 0.0  # CPU seconds used by the workers while training
+    stopped_by: str = ""  # what ended the run early: "" (it did not) | "time" | "SIGINT" | "SIGTERM"
 
     @property
     def words_per_second(self) -> float:
@@ -431,30 +435,35 @@ class Word2VecTrainer:
         self.progress = _Progress()
         self._log = RunLogger(Path("."), enabled=False)
         self._last_log = 0.0
+        self._stop_signal: int | None = None  # the first SIGINT/SIGTERM received during train()
 
     @property
     def checkpoint_dir(self) -> Path | None:
         return None if self.run_dir is None else self.run_dir / "checkpoints"
 
     def train(self, resume: bool = True) -> Word2VecResult:
-        """Train until ``epochs`` are done or ``max_minutes`` run out; checkpoint; return counts."""
+        """Train until ``epochs`` are done, ``max_minutes`` run out or a SIGINT/SIGTERM comes;
+        checkpoint; return counts. A second signal raises KeyboardInterrupt (no checkpoint)."""
         if resume and self.checkpoint_dir is not None:
             self._restore()
         if self.run_dir is not None:
             self._log = RunLogger(self.run_dir, tensorboard=False)
         threads = torch.get_num_threads()
         torch.set_num_threads(1)  # parallelism = worker processes; each kernel runs on one core
+        self._stop_signal = None
         try:
-            backend, stopped = self._train_with_workers()
+            with stop_signal_handler(self._on_signal, "word2vec training"):
+                backend, stopped_by = self._train_with_workers()
         finally:
             torch.set_num_threads(threads)
             self._log.close()
         p = self.progress
         done = p.epoch + p.chunk / self.examples.num_chunks
         return Word2VecResult(done, p.raw_words, p.effective_words, p.examples, p.elapsed_s,
-                              p.loss / max(p.examples, 1), stopped, backend, p.build_s, p.update_s, p.cpu_s)
+                              p.loss / max(p.examples, 1), bool(stopped_by), backend, p.build_s, p.update_s,
+                              p.cpu_s, stopped_by)
 
-    def _train_with_workers(self) -> tuple[str, bool]:
+    def _train_with_workers(self) -> tuple[str, str]:
         """Run the loop in this process (``workers=1``) or on a Hogwild pool of processes."""
         worker = _ChunkTrainer(self.cfg, self.examples, self.model.input_vectors, self.model.output_vectors)
         if self.cfg.workers == 1:
@@ -469,8 +478,9 @@ class Word2VecTrainer:
             return backend, self._loop(pool.run_span)
 
     # ------------------------------------------------------------------ loop
-    def _loop(self, run_span: Callable[..., int]) -> bool:
-        """Spans of chunks between checkpoints, epoch after epoch; True when stopped by time."""
+    def _loop(self, run_span: Callable[..., int]) -> str:
+        """Spans of chunks between checkpoints, epoch after epoch; returns what stopped the run
+        early ("time", the signal's name) or "" when every epoch is done."""
         started, before = time.perf_counter(), self.progress.elapsed_s
         deadline = started + self.cfg.max_minutes * 60 if self.cfg.max_minutes > 0 else math.inf
         n, every = self.examples.num_chunks, self.cfg.checkpoint_every or self.examples.num_chunks
@@ -478,15 +488,39 @@ class Word2VecTrainer:
         while self.progress.epoch < self.cfg.epochs:
             epoch, first = self.progress.epoch, self.progress.chunk
             stop = min(n, (first // every + 1) * every)
-            done = run_span(epoch, first, stop, deadline, self._account)
+            if self._stop_signal is None:  # a signal during start-up: no chunk, only the checkpoint
+                done = run_span(epoch, first, stop, partial(self._should_stop, deadline), self._account)
+            else:
+                done = first
             self.progress.elapsed_s = before + time.perf_counter() - started
             self.progress.epoch, self.progress.chunk = (epoch + 1, 0) if done == n else (epoch, done)
             self._save_checkpoint()
+            if self._stop_signal is not None:
+                return self._stopped_by_signal()
             if done < stop:
                 logger.warning("time budget of %.1f min used: stopped at epoch %d chunk %d",
                                self.cfg.max_minutes, self.progress.epoch, self.progress.chunk)
-                return True
-        return False
+                return "time"
+        return ""
+
+    def _should_stop(self, deadline: float) -> bool:
+        return self._stop_signal is not None or time.perf_counter() >= deadline
+
+    def _stopped_by_signal(self) -> str:
+        name = signal.Signals(self._stop_signal).name
+        where = f"checkpoint in {self.checkpoint_dir}; run the same command again (without --fresh) to resume" \
+            if self.checkpoint_dir is not None else "no run_dir: nothing saved to resume from"
+        logger.warning("%s: stopped at epoch %d chunk %d; %s", name, self.progress.epoch,
+                       self.progress.chunk, where)
+        return name
+
+    def _on_signal(self, signum: int, frame: object) -> None:
+        """The first SIGINT/SIGTERM: finish the chunks under way, checkpoint, return; a second aborts."""
+        if self._stop_signal is not None:
+            raise KeyboardInterrupt(f"second {signal.Signals(signum).name}: aborting without a checkpoint")
+        self._stop_signal = signum
+        logger.warning("%s received: finishing the chunks under way, then checkpointing (again to abort)",
+                       signal.Signals(signum).name)
 
     def _account(self, epoch: int, k: int, stats: dict[str, float]) -> None:
         p = self.progress

@@ -54,7 +54,7 @@ def run(cfg: Word2VecRunConfig, resume: bool = True) -> dict:
     model, result = train_word2vec(corpus, vocab.words, cfg.word2vec, run_dir=run_dir, resume=resume)
     summary = {"run_dir": str(run_dir), "vectors": str(run_dir / "vectors.bin"), "words": len(model.words),
                "corpus_tokens": corpus.num_tokens, **asdict(result), "words_per_second": result.words_per_second}
-    if cfg.evaluate:
+    if cfg.evaluate and result.stopped_by in ("", "time"):  # after a signal, exit promptly
         summary["scores"] = _scores(model.word_vectors())
     write_json_atomic(run_dir / "summary.json", summary)
     return summary

@@ -8,16 +8,21 @@ chunk numbers in order. Processes, not threads: a ``torch.compile``-d CPU kernel
 while it runs, so threads would take turns.
 
 A span ``[first, stop)`` of chunks is trained by :meth:`HogwildPool.run_span` (or
-:func:`run_span_inline` in this process). No chunk is started after ``deadline`` — except the
-first, so that a run always progresses — and every started chunk is finished, so the trained
-chunks are always a prefix ``[first, returned)``: a checkpoint after a span is a clean position.
+:func:`run_span_inline` in this process). No chunk is started once ``should_stop()`` is true (the
+time budget ran out, a signal came) — except the first, so that a run always progresses — and
+every started chunk is finished, so the trained chunks are always a prefix ``[first, returned)``:
+a checkpoint after a span is a clean position.
+
+The parent owns the processes' lives: they ignore SIGINT and SIGTERM (a Ctrl-C reaches the whole
+process group; the parent decides to stop at a chunk boundary), they are stopped and joined when
+the pool exits, also when any process's start-up fails, and they exit when the parent is gone.
 """
 
 from __future__ import annotations
 
 import logging
 import queue
-import time
+import signal
 import traceback
 from collections.abc import Callable
 from typing import Any, Protocol
@@ -30,6 +35,8 @@ __all__ = ["ChunkWorker", "HogwildPool", "run_span_inline"]
 logger = logging.getLogger(__name__)
 
 OnResult = Callable[[int, int, dict[str, float]], None]  # (epoch, chunk, stats)
+ShouldStop = Callable[[], bool]  # True: start no further chunk (checked between chunks)
+_PARENT_SIGNALS = {signal.SIGINT, signal.SIGTERM}  # handled by the parent alone
 
 
 class ChunkWorker(Protocol):
@@ -44,11 +51,11 @@ class ChunkWorker(Protocol):
         ...
 
 
-def run_span_inline(worker: ChunkWorker, epoch: int, first: int, stop: int, deadline: float,
+def run_span_inline(worker: ChunkWorker, epoch: int, first: int, stop: int, should_stop: ShouldStop,
                     on_result: OnResult) -> int:
     """Train chunks ``[first, stop)`` here, in order; return the first chunk not trained."""
     k = first
-    while k < stop and (k == first or time.perf_counter() < deadline):
+    while k < stop and (k == first or not should_stop()):
         on_result(epoch, k, worker.run(epoch, k))
         k += 1
     return k
@@ -57,6 +64,9 @@ def run_span_inline(worker: ChunkWorker, epoch: int, first: int, stop: int, dead
 def _serve(worker: ChunkWorker, tasks: Any, results: Any) -> None:
     """A pool process: set up, then train the chunks it is sent until it gets None, or until
     the parent is gone (killed: ``daemon`` only covers a parent that exits normally)."""
+    for sig in _PARENT_SIGNALS:  # blocked since the start (see HogwildPool._start): ignore, unblock
+        signal.signal(sig, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, _PARENT_SIGNALS)
     torch.set_num_threads(1)
     parent = mp.parent_process()
     try:
@@ -79,7 +89,10 @@ def _serve(worker: ChunkWorker, tasks: Any, results: Any) -> None:
 class HogwildPool:
     """``processes`` spawned processes training chunks with one shared :class:`ChunkWorker`.
 
-    Use as a context manager; ``notes`` holds what each process's ``setup`` returned.
+    Use as a context manager; ``notes`` holds what each process's ``setup`` returned. If a
+    process fails to start or set up, every started process is stopped and joined before the
+    error is raised; on leaving the block normally, the processes finish their queued chunks and
+    exit; on an exception, they are killed at once.
     """
 
     def __init__(self, worker: ChunkWorker, processes: int, in_flight_per_process: int = 2) -> None:
@@ -91,24 +104,46 @@ class HogwildPool:
         self.notes: list[str] = []
 
     def __enter__(self) -> HogwildPool:
-        for proc in self.procs:
-            proc.start()
-        self.notes = [self._receive()[1] for _ in self.procs]
+        try:
+            self._start()
+            self.notes = [self._receive()[1] for _ in self.procs]
+        except BaseException:
+            self._stop(graceful=False)
+            raise
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        for _ in self.procs:
-            self.tasks.put(None)
-        for proc in self.procs:
-            proc.join(timeout=30)
-            if proc.is_alive():
-                proc.terminate()
+    def __exit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
+        self._stop(graceful=exc_type is None)
 
-    def run_span(self, epoch: int, first: int, stop: int, deadline: float, on_result: OnResult) -> int:
+    def _start(self) -> None:
+        """Start the processes with SIGINT/SIGTERM blocked: they inherit the mask, so a signal
+        during their start-up waits until ``_serve`` ignores it (here it is delivered after)."""
+        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, _PARENT_SIGNALS)
+        try:
+            for proc in self.procs:
+                proc.start()
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+
+    def _stop(self, graceful: bool, timeout: float = 30.0) -> None:
+        """Stop and join every started process: ``graceful`` sends each the end-of-work message
+        and waits up to ``timeout`` seconds before killing it (SIGKILL: they ignore SIGTERM)."""
+        started = [proc for proc in self.procs if proc.pid is not None]
+        if graceful:
+            for _ in started:
+                self.tasks.put(None)
+            for proc in started:
+                proc.join(timeout=timeout)
+        for proc in started:
+            if proc.is_alive():
+                proc.kill()
+            proc.join()
+
+    def run_span(self, epoch: int, first: int, stop: int, should_stop: ShouldStop, on_result: OnResult) -> int:
         """Train chunks ``[first, stop)`` on the processes; return the first chunk not trained."""
         k, in_flight = first, 0
         while True:
-            while in_flight < self.max_in_flight and k < stop and (k == first or time.perf_counter() < deadline):
+            while in_flight < self.max_in_flight and k < stop and (k == first or not should_stop()):
                 self.tasks.put((epoch, k))
                 k, in_flight = k + 1, in_flight + 1
             if in_flight == 0:
