@@ -77,6 +77,7 @@ def test_a_signal_stops_word2vec_with_vectors_and_checkpoint_written(tmp_path, s
         proc.kill()
     assert proc.returncode == 0, err[-3000:]
     assert "run the same command again" in err and "to resume" in err
+    assert f"word2vec stopped by {signal.Signals(signum).name}" in out
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["stopped_early"] and summary["stopped_by"] == signal.Signals(signum).name
     assert 0 < summary["epochs_done"] < 1_000_000

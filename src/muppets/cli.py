@@ -223,7 +223,8 @@ def _word2vec_train(args: argparse.Namespace) -> int:
 
     cfg = word2vec_train.load_config(args.config, args.overrides)
     s = word2vec_train.run(cfg, resume=not args.fresh)
-    state = "stopped by the time budget" if s["stopped_early"] else "finished"
+    why = {"time": "the time budget"}.get(s.get("stopped_by", ""), s.get("stopped_by", ""))
+    state = f"stopped by {why or 'the time budget'}" if s["stopped_early"] else "finished"
     print(f"\nword2vec {state}: {s['words']:,} words, {s['effective_words']:,} trained in {s['seconds']:.1f} s "
           f"({s['words_per_second']:,.0f} words/s, {s['backend']} kernel), {s['epochs_done']:.2f} epochs")
     _print_vector_scores(s.get("scores", {}))

@@ -26,7 +26,6 @@ import math
 import os
 import random
 import signal
-import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
@@ -58,6 +57,7 @@ from muppets.train.logger import RunLogger
 from muppets.train.optim import build_optimizer
 from muppets.train.precision import PRECISIONS, autocast, resolve_precision
 from muppets.train.schedule import check_schedule, lr_factor
+from muppets.train.signals import stop_signal_handler
 
 logger = logging.getLogger(__name__)
 
@@ -539,21 +539,9 @@ class Trainer:
 
     # ------------------------------------------------------------------ signals and progress
 
-    @contextmanager
-    def _signal_handlers(self) -> Iterator[None]:
+    def _signal_handlers(self) -> AbstractContextManager:
         """On SIGINT/SIGTERM finish the step, checkpoint and return; a second signal aborts."""
-        if threading.current_thread() is not threading.main_thread():
-            logger.warning("train() is not on the main thread: signals will not stop it cleanly")
-            yield
-            return
-        previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
-        for sig in previous:
-            signal.signal(sig, self._on_signal)
-        try:
-            yield
-        finally:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
+        return stop_signal_handler(self._on_signal, "train()")
 
     def _on_signal(self, signum: int, frame: object) -> None:
         if self._stop_signal is not None:
