@@ -214,6 +214,16 @@ def test_screen_declines_what_it_cannot_decide(monkeypatch):
     assert decode.GreedyScreen.build(bad) is None
 
 
+def _full_logits_greedy(model: GPTLanguageModel, prompt: list[int], steps: int) -> list[int]:
+    """Greedy tokens one row at a time, each the argmax of the full logits."""
+    cache, ids, want = model.backbone.new_cache(1, 32), torch.tensor([prompt]), []
+    for _ in range(steps):
+        nxt = model.next_token_logits(ids, None, cache).argmax(-1)
+        want.append(int(nxt))
+        ids = nxt[:, None]
+    return want
+
+
 @pytest.mark.parametrize("hidden", [32, 36], ids=["screened", "H-not-16x"])
 def test_greedy_generation_with_and_without_the_screen_equals_argmax_of_the_logits(threads, hidden):
     torch.manual_seed(0)
@@ -222,13 +232,7 @@ def test_greedy_generation_with_and_without_the_screen_equals_argmax_of_the_logi
     model = GPTLanguageModel(cfg).eval()
     prompts = [[5, 6, 7, 8], [9, 10], [11]]
     got = generate(model, prompts, GenerationConfig(max_new_tokens=12, stop_at_eos=False))
-    for prompt, tokens in zip(prompts, got):  # one row at a time, argmax of the full logits
-        cache, ids, want = model.backbone.new_cache(1, 32), torch.tensor([prompt]), []
-        for _ in range(12):
-            nxt = model.next_token_logits(ids, None, cache).argmax(-1)
-            want.append(int(nxt))
-            ids = nxt[:, None]
-        assert tokens == want
+    assert got == [_full_logits_greedy(model, prompt, 12) for prompt in prompts]
     assert isinstance(model._decode.screen, decode.GreedyScreen) == (hidden % 16 == 0)
 
 
@@ -241,3 +245,62 @@ def test_screen_follows_weight_changes():
     again = generate(model, prompt, GenerationConfig(max_new_tokens=3, stop_at_eos=False))
     logits = model.next_token_logits(torch.tensor(prompt), None, model.backbone.new_cache(1, 8))
     assert again[0][0] == int(logits.argmax()) == 40 != first[0][0]
+
+
+def _full_path_logits(w: torch.Tensor, h: torch.Tensor) -> list[torch.Tensor]:
+    """Logits ``(B, V)`` of the float32 paths greedy decoding would otherwise take: the decoding
+    copies (one row: the two halves, with the side thread when there is one) and ``F.linear``."""
+    with torch.no_grad():
+        return [decode.DecodeWeights([], w).logits(h, decode.side_thread()), nn.functional.linear(h, w)]
+
+
+def test_screen_picks_within_float32_rounding_of_the_max_on_near_ties(threads):
+    """The claim as stated (issue 15, item 5): the float32 argmax, except that among logits equal
+    within float32 rounding the screen may pick another of them. Rows 2k and 2k+1 differ by one
+    ulp in a few elements; h points at one pair, so the pair ties within rounding."""
+    H, pairs = 64, 20
+    w = _output_weight(2000, H, seed=6)
+    for k in range(pairs):
+        w[2 * k + 1] = w[2 * k]
+        w[2 * k + 1, k:k + 4] = torch.nextafter(w[2 * k, k:k + 4], torch.full((4,), 1.0))  # ~1 ulp apart
+    screen = decode.GreedyScreen.build(w)
+    gamma = (H + 1) * 2.0 ** -24 / (1 - (H + 1) * 2.0 ** -24)
+    g = torch.Generator().manual_seed(7)
+    for step in range(200):
+        k = step % pairs
+        h = (w[2 * k] * 40 + torch.randn(H, generator=g) * 1e-3)[None]  # (1, H)
+        picked = int(screen.argmax(h))
+        assert picked in (2 * k, 2 * k + 1), (step, picked)
+        rounding = 2 * gamma * float(h.norm() * w.norm(dim=1).max())  # two float32 evaluations apart
+        for full in _full_path_logits(w, h):
+            assert float(full[0, picked]) >= float(full[0].max()) - rounding, step
+    h = w[2 * pairs:2 * pairs + 1] * 40  # a row without a twin: exactly the argmax of every full path
+    for full in _full_path_logits(w, h):
+        assert int(screen.argmax(h)) == int(full.argmax()) == 2 * pairs
+
+
+def _noisy_kernel(x, q, scale):
+    """A build of the int8 kernel with other arithmetic: bfloat16 input, then an error far above
+    the screen's bound (a tenth of the largest logit, at random)."""
+    y = x.to(torch.bfloat16).float() @ (q.float() * scale.float()[:, None]).t()  # (B, V)
+    noise = torch.randn(y.shape, generator=torch.Generator().manual_seed(0))
+    return (y + 0.1 * y.abs().amax(1, keepdim=True) * noise).to(torch.bfloat16)
+
+
+def test_screen_declines_a_kernel_outside_its_bound(monkeypatch, caplog, threads):
+    """Issue 15, item 6: the kernel is checked against float64 products when the screen is built;
+    a kernel whose error exceeds the bound is refused once, with a warning, and greedy
+    generation takes the full logits."""
+    w = _output_weight(3001, 64, seed=8)
+    assert decode.GreedyScreen.build(w).kernel_error_ratio() <= 1.0  # this build's kernel passes
+    monkeypatch.setattr(decode, "_int8_matmul", _noisy_kernel)
+    monkeypatch.setattr(decode, "_KERNEL_WARNED", False)
+    with caplog.at_level("WARNING", logger="muppets.nn.decode"):
+        assert decode.GreedyScreen.build(w) is None
+        assert decode.GreedyScreen.build(w) is None
+    assert sum("error bound" in r.getMessage() for r in caplog.records) == 1  # warned once
+    model = tiny()
+    prompts = [[5, 6, 7, 8], [9, 10]]
+    got = generate(model, prompts, GenerationConfig(max_new_tokens=10, stop_at_eos=False))
+    assert model._decode.screen is False  # declined: the full logits decided every token
+    assert got == [_full_logits_greedy(model, prompt, 10) for prompt in prompts]

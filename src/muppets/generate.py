@@ -3,7 +3,8 @@
 Greedy decoding, sampling (temperature, top-k, top-p), beam search with a length penalty, a
 repetition penalty, ``max_new_tokens``, end-of-text and stop strings, batched prompts (left
 padded: each row's positions count its real tokens, so a batch gives the same tokens as each
-prompt alone) and streaming. Each step feeds only the new token through the model, whose
+prompt alone, except where two logits are equal within float32 rounding: a batch's products sum
+in another order) and streaming. Each step feeds only the new token through the model, whose
 keys and values for the prefix are kept in a :class:`~muppets.nn.kv_cache.KVCache`.
 
 Usage::
@@ -15,7 +16,9 @@ Usage::
 ``model`` is anything with ``backbone.new_cache(batch, max_len)``,
 ``next_token_logits(ids, mask, cache) -> (B, V)`` and ``cfg.eos_token_id``
 (:class:`muppets.models.gpt.GPTLanguageModel`); greedy decoding without a repetition penalty
-uses ``next_token_argmax(ids, mask, cache) -> (B,)`` instead when the model has it.
+uses ``next_token_argmax(ids, mask, cache) -> (B,)`` instead when the model has it (GPT's
+:class:`~muppets.nn.decode.GreedyScreen`: the float32 argmax, except that among logits equal
+within float32 rounding the screen may pick a different one of them).
 """
 
 from __future__ import annotations

@@ -215,8 +215,9 @@ class GPTLanguageModel(nn.Module):
     @torch.no_grad()
     def next_token_argmax(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None,
                           cache: KVCache) -> torch.Tensor:
-        """``next_token_logits(...).argmax(-1)`` ``(B,)``, the same tokens, found without the
-        float32 output layer where :class:`~muppets.nn.decode.GreedyScreen` can."""
+        """``next_token_logits(...).argmax(-1)`` ``(B,)``, found without the float32 output layer
+        where :class:`~muppets.nn.decode.GreedyScreen` can: the same tokens, except that among
+        logits equal within float32 rounding the screen may pick a different one of them."""
         plan, hidden, side = self._next_hidden(input_ids, attention_mask, cache)
         return plan.greedy(hidden, side)  # (B,)
 

@@ -1,6 +1,6 @@
 """Decoding a few rows at a time on a CPU: weight copies laid out for matrix-vector products,
 one intra-op thread for the body, the output layer split over two cores, and for greedy
-decoding an exact int8 screen that reads a quarter of the output layer's bytes.
+decoding an int8 screen that reads a quarter of the output layer's bytes.
 
 A decoding step multiplies one row per sequence by every weight of the model, so it is bound by
 reading the weights, not by arithmetic. What decided the speed on our 2-core EPYC (gpt-mini,
@@ -21,8 +21,10 @@ batch 1; ``benchmarks/decode_speed.py``, numbers in BENCHMARKS.md, issue 4):
 * **Greedy screen.** Greedy decoding needs the largest logit, not all of them:
   :class:`GreedyScreen` finds it from an int8 copy of the output weight and recomputes in
   float32 only the rows that a proven error bound cannot rule out, so the token is the float32
-  argmax. Inside ``generate()`` at batch 1 a step took 2.51 ms against 4.04 ms from the full
-  logits (``benchmarks/greedy_screen.py``); sampling and beam search still need every logit.
+  argmax, except that among logits equal within float32 rounding the screen may pick a different
+  one of them (its float32 sums run in another order than the full product's). Inside
+  ``generate()`` at batch 1 a step took 2.51 ms against 4.04 ms from the full logits
+  (``benchmarks/greedy_screen.py``); sampling and beam search still need every logit.
 * **No read-ahead.** Having the side thread read the body's copies while this thread runs the
   body (so that more of them are in cache) was neutral or worse in every kept measurement: with
   it, generate calls were faster in 9 of 20 and 2 of 20 paired rounds of ``decode_speed.py``
@@ -34,20 +36,25 @@ the read-ahead, an MKL pre-packed output weight, and reading each output half in
 forwards and backwards on alternate steps so that the blocks read last would still be in the L3
 cache (alone it won; inside ``generate()`` it lost 25 of 30 paired rounds).
 
-Nothing here changes a result: the copies hold the same numbers as the parameters, and they are
-rebuilt when any parameter changes (its ``_version`` or storage), which
-:meth:`DecodeWeights.current` checks before every step.
+The copies hold the same numbers as the parameters, and they are rebuilt when any parameter
+changes (its ``_version`` or storage), which :meth:`DecodeWeights.current` checks before every
+step. The products still sum in an order that depends on the path (rows in the batch, threads,
+screen or not), so logits may differ within float32 rounding from a full forward pass's, and a
+token may differ from it only where two logits are that close.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import queue
 import threading
 from collections.abc import Callable, Iterator, Sequence
 
 import torch
 from torch import nn
+
+logger = logging.getLogger(__name__)
 
 _ACTIVE = threading.local()  # .weights: {id(layer): (W^T (in, out), bias)} while decoding
 
@@ -102,7 +109,8 @@ class DecodeWeights:
 
     def greedy(self, hidden: torch.Tensor, side: "SideThread | None" = None) -> torch.Tensor:
         """``argmax(self.logits(hidden))``: the greedy token of each row ``(B,)``, from the
-        :class:`GreedyScreen` (made on first use) when it can decide, else the full logits."""
+        :class:`GreedyScreen` (made on first use) when it can decide, else the full logits. The
+        screen may pick another of several logits equal within float32 rounding."""
         if hidden.shape[0] > SCREEN_ROWS_PER_THREAD * torch.get_num_threads():
             return greedy_argmax(self.logits(hidden, side))
         if self.screen is None:
@@ -255,6 +263,13 @@ def greedy_argmax(logits: torch.Tensor) -> torch.Tensor:
 SCREEN_ROWS_PER_THREAD = 16
 SCREEN_MAX_CANDIDATES = 4096  # more candidates in a row than this: the full fp32 logits instead
 _U = 2.0 ** -24  # unit roundoff of float32
+_KERNEL_WARNED = False  # the kernel check's warning is logged once per process
+
+
+def _int8_matmul(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """torch's private int8 CPU kernel: ``x (B, H)`` bfloat16 times ``(q * scale)^T``, ``q (V, H)``
+    int8, ``scale (V,)`` bfloat16; ``(B, V)`` bfloat16. One name, so that a test can replace it."""
+    return torch.ops.aten._weight_int8pack_mm(x, q, scale)
 
 
 class GreedyScreen:
@@ -264,7 +279,10 @@ class GreedyScreen:
     weight (gpt-mini: 51 MB a step). The screen reads an int8 copy (a quarter of the bytes,
     with one bfloat16 scale per row) through torch's ``_weight_int8pack_mm`` kernel, then
     recomputes in float32 only the rows that could still be the largest, so the answer is the
-    float32 argmax (the first one on ties) and not an approximation of it.
+    float32 argmax (the first one on exact ties), except that among logits equal within float32
+    rounding it may pick a different one of them: the candidates' float32 sums run in another
+    order than the full product's (``F.linear`` on the rows alone does not reproduce the full
+    product bit for bit either), so on such near-ties the two can disagree.
 
     Why no other row can win: for row ``i`` with float32 weights ``w``, int8 weights times
     scale ``w~`` (exact in float32: 8 bits times 8 bits) and ``h~ = bf16(h)``, the kernel
@@ -276,12 +294,16 @@ class GreedyScreen:
     2^-24``). A float32 evaluation of ``h . w`` (ours, or transformers') is within ``g |h| |w|``
     of the exact value. With ``E`` at least ``e`` plus that for every row, the row holding the
     float32 maximum has ``y >= max(y) - 2E``; those candidate rows are recomputed in float32 and
-    the largest wins. For gpt-mini, random or pretrained, ``E`` was 2-3% of the spread of a
-    step's logits, and the candidates a median of one row and at most 31
+    the largest of these recomputed values wins. For gpt-mini, random or pretrained, ``E`` was
+    2-3% of the spread of a step's logits, and the candidates a median of one row and at most 31
     (``benchmarks/greedy_screen.py``). :meth:`argmax` returns None (the caller takes the full
     logits) when a row has more than :data:`SCREEN_MAX_CANDIDATES` candidates or a value that
     is not finite. The threshold ``max(y) - 2E`` is itself rounded: the relative margin on
     ``E`` covers that, since ``E >= 2^-8 |max(y)|``.
+
+    The bound rests on the private kernel's arithmetic, which other builds may change, so
+    :meth:`build` first runs the kernel on a few probe vectors against float64 products of the
+    real weight and declines (warning once) when an error exceeds the bound.
 
     Args:
         weight: the output weight ``(V, H)``, float32; ``H`` a multiple of 16 (the kernel reads
@@ -312,19 +334,48 @@ class GreedyScreen:
     @classmethod
     def build(cls, weight: torch.Tensor) -> "GreedyScreen | None":
         """A screen for ``weight``, or None where it cannot run (not float32 on a CPU, ``H`` not a
-        multiple of 16, weights that are not finite, no int8 kernel in this torch)."""
+        multiple of 16, weights that are not finite, no int8 kernel in this torch, or a kernel
+        whose error exceeds the bound: :meth:`kernel_error_ratio`)."""
         if (weight.dtype != torch.float32 or weight.device.type != "cpu" or weight.dim() != 2
                 or weight.shape[1] % 16 or not hasattr(torch.ops.aten, "_weight_int8pack_mm")
                 or not bool(torch.isfinite(weight).all())):
             return None
-        return cls(weight)
+        screen = cls(weight)
+        worst = screen.kernel_error_ratio()
+        if worst <= 1.0:
+            return screen
+        global _KERNEL_WARNED
+        log = logger.debug if _KERNEL_WARNED else logger.warning
+        _KERNEL_WARNED = True
+        log("torch._weight_int8pack_mm exceeded the greedy screen's error bound %.3gx on a probe (another "
+            "build of the kernel?): greedy decoding uses the full float32 logits", worst)
+        return None
+
+    @torch.no_grad()
+    def kernel_error_ratio(self, chunk: int = 4096) -> float:
+        """The largest ratio of the kernel's error to the bound :meth:`scores` gives, over probe
+        vectors (random ones and weight rows, from a fixed seed) times the real weight, against
+        float64 products: at most 1 where the bound holds (not finite: it does not)."""
+        V, H = self.weight.shape
+        g = torch.Generator().manual_seed(0)  # not the global generator: decoding draws nothing
+        picked = self.weight[torch.randint(0, V, (2,), generator=g)]  # (2, H)
+        aligned = picked * (H ** 0.5 / picked.norm(dim=1).clamp_min(1e-30))[:, None]  # (2, H): large logits
+        probe = torch.cat([torch.randn(2, H, generator=g), aligned])  # (4, H)
+        y, bound = self.scores(probe)  # (4, V), (4,)
+        ratio = 0.0
+        for s in range(0, V, chunk):  # float64 temporaries of one chunk at a time
+            exact = probe.double() @ self.weight[s:s + chunk].double().t()  # (4, chunk)
+            err = (y[:, s:s + chunk].double() - exact).abs().amax(1)  # (4,)
+            worst = float((err / bound.double()).max())
+            ratio = max(ratio, worst if worst == worst else float("inf"))  # NaN: no usable number
+        return ratio
 
     def scores(self, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The kernel's logits ``y (B, V)`` of ``hidden (B, H)`` and a bound ``E (B,)``: every
         logit of row ``b``, exact or from any float32 evaluation, is within ``E[b]`` of ``y``."""
         h = hidden.float().contiguous()  # (B, H)
         hb = h.to(torch.bfloat16)  # (B, H): the kernel's input
-        y = torch.ops.aten._weight_int8pack_mm(hb, self.q, self.scale).float()  # (B, V)
+        y = _int8_matmul(hb, self.q, self.scale).float()  # (B, V)
         low, high = torch.aminmax(y, dim=1)  # (B,), (B,)
         h_norm = h.norm(dim=1)  # (B,)
         round_norm = (h - hb.float()).norm(dim=1)  # (B,): |h - bf16(h)|
@@ -335,7 +386,9 @@ class GreedyScreen:
 
     def argmax(self, hidden: torch.Tensor) -> torch.Tensor | None:
         """The index of each row's largest logit of ``hidden (B, H) @ W^T``: ``(B,)`` long, or None
-        (take the full logits) when the screen cannot decide. Uses torch's intra-op threads."""
+        (take the full logits) when the screen cannot decide. Among logits equal within float32
+        rounding, it may differ from ``argmax`` of another float32 product (see the class).
+        Uses torch's intra-op threads."""
         B = hidden.shape[0]
         h = hidden.float()
         y, bound = self.scores(h)  # (B, V), (B,)
