@@ -55,13 +55,14 @@ def test_regression_strata_are_quintiles():
 
 
 def test_auto_mode_never_selects_on_what_it_reports():
-    assert resolve_mode("auto", has_dev=True, has_test=False, evaluations=3) == "train-slice"
-    assert resolve_mode("auto", has_dev=True, has_test=True, evaluations=3) == "dev"
-    assert resolve_mode("auto", has_dev=True, has_test=False, evaluations=1) == "last"
+    assert resolve_mode("auto", has_dev=True, has_test=False, epochs=3) == "train-slice"
+    assert resolve_mode("auto", has_dev=True, has_test=True, epochs=3) == "dev"
+    assert resolve_mode("auto", has_dev=True, has_test=False, epochs=1) == "last"
+    assert resolve_mode("auto", has_dev=True, has_test=False, epochs=1, eval_every=10) == "train-slice"
     with pytest.raises(ConfigError, match="no labelled dev"):
-        resolve_mode("dev", has_dev=False, has_test=False, evaluations=3)
+        resolve_mode("dev", has_dev=False, has_test=False, epochs=3)
     with pytest.raises(ConfigError, match="selection"):
-        resolve_mode("best-on-dev", has_dev=True, has_test=False, evaluations=3)
+        resolve_mode("best-on-dev", has_dev=True, has_test=False, epochs=3)
 
 
 def _flip_dev(data: TaskData) -> TaskData:

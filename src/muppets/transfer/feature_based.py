@@ -328,7 +328,7 @@ def _selection(p: _Prepared, cfg: FeatureConfig) -> tuple[SplitFeatures, SplitFe
     :mod:`muppets.transfer.selection` (dev is reported, not selected on, unless a test is)."""
     train, dev, test = (p.splits.get(name) for name in ("train", "dev", "test"))
     has_dev, has_test = (s is not None and s.labels is not None for s in (dev, test))
-    mode = resolve_mode(cfg.selection, has_dev, has_test, cfg.epochs + (1 if cfg.eval_every else 0))
+    mode = resolve_mode(cfg.selection, has_dev, has_test, cfg.epochs, cfg.eval_every)
     golds = [gold_of(p.spec.kind, ex) for ex in train.examples]
     sel = select(mode, p.spec.kind, golds, len(dev.examples) if has_dev else 0, cfg.selection_fraction,
                  cfg.selection_seed)
@@ -366,9 +366,8 @@ def run(cfg: FeatureConfig, resume: bool = True, data: TaskData | None = None,
     train, chosen, mode = _selection(p, cfg)
     steps = FeatureEpochData(train, p.spec.kind, cfg.batch_size, cfg.epochs, cfg.seed, mix_l2=cfg.mix_l2 > 0)
     spe = steps.steps_per_epoch
-    watched = p.splits.get("dev") if cfg.watch_dev and p.splits.get("dev") is not None else None
-    if watched is not None and watched.labels is None:
-        watched = None
+    dev = p.splits.get("dev")
+    watched = dev if cfg.watch_dev and dev is not None and dev.labels is not None else None
     extra = {"task": p.spec.name, "labels": list(p.spec.labels), "backbone": p.backbone, "static": p.static}
 
     def save_best() -> None:

@@ -418,7 +418,7 @@ def selection_split(cfg: FinetuneConfig, data: TaskData) -> tuple[list, str, lis
     train = _limit(data["train"], cfg.max_train_examples)
     dev = labelled(kind, _limit(data.splits.get("dev", []), cfg.max_eval_examples))
     has_test = bool(labelled(kind, data.splits.get("test", [])))
-    mode = resolve_mode(cfg.selection, bool(dev), has_test, cfg.epochs + (1 if cfg.eval_every else 0))
+    mode = resolve_mode(cfg.selection, bool(dev), has_test, cfg.epochs, cfg.eval_every)
     sel = select(mode, kind, [gold_of(kind, ex) for ex in train], len(dev), cfg.selection_fraction,
                  cfg.selection_seed)
     chosen = [(dev if sel.split == "dev" else train)[i] for i in sel.select]

@@ -43,8 +43,10 @@ class Selection:
     split: str  # "train" (train-slice), "dev" or "" (last)
 
 
-def resolve_mode(mode: str, has_dev: bool, has_test: bool, evaluations: int) -> str:
-    """The concrete mode for ``auto``; checks that an explicit mode is possible."""
+def resolve_mode(mode: str, has_dev: bool, has_test: bool, epochs: int, eval_every: int = 0) -> str:
+    """The concrete mode for ``auto``; checks that an explicit mode is possible. A run evaluates
+    at every epoch end, and more often with ``eval_every``: one epoch without it is one choice."""
+    evaluations = epochs + (1 if eval_every else 0)
     if mode not in SELECTIONS:
         raise ConfigError(f"selection: {mode!r} is not one of {list(SELECTIONS)}")
     if mode == "auto":
