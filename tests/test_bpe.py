@@ -434,7 +434,7 @@ def test_malformed_merges_name_file_and_line(tmp_path: Path, merges: str, line: 
 
 
 @pytest.mark.parametrize("vocab, message", [
-    ("{not json", "not valid JSON"),
+    ("{not json", "invalid JSON"),
     ("[1, 2]", "JSON object"),
     ({}, "empty"),
     ({"a": 0}, "byte symbols"),
@@ -471,7 +471,7 @@ def test_bad_directories_and_json(tmp_path: Path, trained: ByteLevelBPETokenizer
     with pytest.raises(DataError, match="not hold a BPE model") as info:
         ByteLevelBPETokenizer.load(tmp_path)
     assert "tokenizer.json" in str(info.value)
-    with pytest.raises(DataError, match="not valid JSON"):
+    with pytest.raises(DataError, match="invalid JSON"):
         ByteLevelBPETokenizer.from_json("{nope")
     broken = json.loads(trained.to_json())
     del broken["settings"]

@@ -187,3 +187,123 @@ def test_fuzzed_hf_gpt_files_are_refused(tmp_path, one_thread):
             path.write_bytes(case)
             loads_or_refuses(directory)
         path.write_bytes(good)
+
+
+# ----------------------------------------------------------------------------- tokenizer files
+# Every file a tokenizer directory holds, fuzzed and replaced by hostile content: each load
+# returns a tokenizer that encodes, or raises a MuppetsError, within the time bound.
+
+HOSTILE = {"empty": b"", "nesting bomb": b"[" * 100_000, "object bomb": b'{"a":' * 100_000,
+           "huge number": b'{"model_max_length": ' + b"9" * 5000 + b"}",
+           "10 MB line": b"x" * (10 * MB), "cut UTF-8": "naïve".encode()[:3]}
+
+
+def tokenizer_dirs(root):
+    """(loader, directory, files) of each saved tokenizer format, trained on a tiny corpus."""
+    from muppets.tokenizers import ByteLevelBPETokenizer, WordPieceTokenizer
+    from muppets.tokenizers.words import WordVocab
+
+    corpus = ["The quick brown fox jumps over the lazy dog.", "Café au lait, 北京 naïve."] * 10
+    wordpiece = WordPieceTokenizer.train(corpus, vocab_size=120, min_frequency=1)
+    bpe = ByteLevelBPETokenizer.train(corpus, vocab_size=300, min_frequency=1)
+    wp, bare_wp = wordpiece.save(root / "wp"), wordpiece.save(root / "wp-bare")
+    bpe, bare_bpe = bpe.save(root / "bpe"), bpe.save(root / "bpe-bare")
+    for bare in (bare_wp, bare_bpe):
+        (bare / "tokenizer.json").unlink()  # read vocab.txt / vocab.json + merges.txt instead
+    configs = ["tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"]
+    return {"wordpiece": (WordPieceTokenizer.load, wp, configs),
+            "wordpiece-vocab.txt": (WordPieceTokenizer.load, bare_wp, ["vocab.txt"]),
+            "bpe": (ByteLevelBPETokenizer.load, bpe, configs),
+            "bpe-vocab.json": (ByteLevelBPETokenizer.load, bare_bpe, ["vocab.json", "merges.txt"]),
+            "words": (WordVocab.load, WordVocab.build(corpus, min_count=1).save(root / "words"),
+                      ["words.txt", "words.json"])}
+
+
+def loads_encodes_or_refuses(load, directory, seconds: float = 5.0) -> None:
+    from muppets.errors import MuppetsError
+
+    start = time.perf_counter()
+    try:
+        tok = load(directory)
+    except MuppetsError:
+        pass
+    else:
+        ids = tok.encode("the naïve ☃ fox")  # a tokenizer that loads must also encode
+        assert all(0 <= i < tok.vocab_size for i in ids)
+    assert time.perf_counter() - start < seconds
+
+
+@pytest.mark.parametrize("kind", ["wordpiece", "wordpiece-vocab.txt", "bpe", "bpe-vocab.json", "words"])
+def test_fuzzed_tokenizer_files_are_refused(tmp_path, kind):
+    load, directory, files = tokenizer_dirs(tmp_path)[kind]
+    for name in files:
+        path = directory / name
+        good = path.read_bytes()
+        for case in mutations(good, seed=len(name)) + list(HOSTILE.values()):
+            path.write_bytes(case)
+            loads_encodes_or_refuses(load, directory)
+        path.write_bytes(good)
+
+
+def _edit_json(**changes):
+    def edit(data: bytes) -> bytes:
+        obj = json.loads(data)
+        for dotted, value in changes.items():
+            *parents, key = dotted.split(".")
+            node = obj
+            for parent in parents:
+                node = node[parent]
+            node[key] = value
+        return json.dumps(obj).encode()
+    return edit
+
+
+@pytest.mark.parametrize("kind, name, edit, match", [
+    ("wordpiece", "tokenizer.json", _edit_json(**{"model.vocab.the": 2**31}), "more than twice the"),
+    ("wordpiece", "tokenizer.json", _edit_json(**{"model.vocab.the": 0}), r"have the same id \(value: 0\)"),
+    ("wordpiece", "tokenizer.json", _edit_json(**{"model.unk_token": "[NOPE]"}), "unk_token is not in"),
+    ("wordpiece", "tokenizer_config.json", _edit_json(strip_accents="yes"), "strip_accents must be true"),
+    ("wordpiece", "tokenizer_config.json", _edit_json(do_lower_case="false"), "do_lower_case must be"),
+    ("wordpiece", "tokenizer_config.json", _edit_json(model_max_length=-5), "model_max_length must be"),
+    ("wordpiece", "special_tokens_map.json", lambda _: HOSTILE["nesting bomb"], "nested deeper"),
+    ("wordpiece", "tokenizer_config.json", lambda _: HOSTILE["huge number"], "4300 digits"),
+    ("wordpiece-vocab.txt", "vocab.txt", lambda d: d.replace(b"[UNK]\n", b""), r"lacks a special token.*\[UNK\]"),
+    ("bpe", "tokenizer.json", _edit_json(added_tokens=5), "added_tokens is not a list"),
+    ("bpe", "tokenizer.json", _edit_json(**{"model.vocab.Ġt": 10**30}), "more than twice the"),
+    ("bpe", "tokenizer_config.json", _edit_json(add_prefix_space="no"), "add_prefix_space must be"),
+    ("bpe-vocab.json", "vocab.json", _edit_json(zzzz=2**31), "more than twice the"),
+    ("bpe-vocab.json", "merges.txt", lambda d: d + b"zz qq\n", r":\d+: merge 'zz' \+ 'qq' needs 'zz'"),
+    ("words", "words.txt", lambda d: d + d.splitlines(True)[5], r":\d+: word repeated \(first on line 6\)"),
+    ("words", "words.txt", lambda d: d.replace(b"<pad>\t0", "<pad>\t²".encode()), r":1: expected 'word<TAB>count'"),
+    ("words", "words.txt", lambda d: d.replace(b"<pad>\t0", b"<pad>\t" + b"9" * 40), r":1: expected 'word<TAB>count'"),
+    ("words", "words.txt", lambda d: d.replace(b"<unk>", b"<unx>"), "a word vocabulary starts with"),
+    ("words", "words.txt", lambda d: b"\xff" + d, "not valid UTF-8"),
+    ("words", "words.json", lambda _: b"[1]", "expected a mapping"),
+    ("words", "words.json", lambda _: b'{"lowercase": "no"}', "lowercase: expected true/false"),
+], ids=lambda v: v if isinstance(v, str) and len(v) < 30 else "")
+def test_hostile_tokenizer_file_names_file_and_value(tmp_path, kind, name, edit, match):
+    """Each of these raised a raw RecursionError, ValueError, TypeError or UnicodeDecodeError,
+    loaded a vocabulary of 2**31 ids from a file of 300 tokens, or loaded a tokenizer whose
+    first unknown word raised a bare Exception (the unk_token case)."""
+    load, directory, _ = tokenizer_dirs(tmp_path)[kind]
+    path = directory / name
+    path.write_bytes(edit(path.read_bytes()))
+    start = time.perf_counter()
+    with pytest.raises(DataError, match=match) as err:
+        load(directory)
+    assert time.perf_counter() - start < 5.0
+    assert str(err.value).startswith(str(path))
+
+
+def test_legitimate_oddities_still_load(tmp_path):
+    """Repeated vocab.txt lines (the last keeps its id, as in tokenizers) and no merges at all."""
+    _, wp, _ = tokenizer_dirs(tmp_path)["wordpiece-vocab.txt"]
+    from muppets.tokenizers import ByteLevelBPETokenizer, WordPieceTokenizer
+
+    vocab = (wp / "vocab.txt").read_bytes()
+    (wp / "vocab.txt").write_bytes(vocab + vocab.splitlines(True)[-1])
+    assert WordPieceTokenizer.load(wp).vocab_size == len(vocab.splitlines()) + 1
+    _, bpe, _ = tokenizer_dirs(tmp_path / "again")["bpe-vocab.json"]
+    (bpe / "merges.txt").write_bytes(b"#version: 0.2\n")
+    tok = ByteLevelBPETokenizer.load(bpe)
+    assert tok.decode(tok.encode("naïve")) == "naïve"

@@ -29,7 +29,7 @@ from typing import Any, TypeVar
 
 import yaml
 
-from muppets.errors import ConfigError
+from muppets.errors import ConfigError, DataError
 
 T = TypeVar("T")
 
@@ -268,6 +268,28 @@ def load_file(path: str | Path) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: top level must be a mapping, got {type(data).__name__}")
     return data
+
+
+def parse_json(text: str, path: str | Path | None = None, line: int | None = None) -> Any:
+    """``json.loads(text)``, with every way ``text`` can fail a :class:`DataError` naming
+    ``path``, the line (``line``: where ``text`` starts, for one record of a JSON-lines file)
+    and the text around the error.
+
+    Besides bad syntax, ``json`` fails on nesting deeper than Python's recursion limit
+    (``[[[…``: RecursionError) and on an integer of more than 4,300 digits (ValueError).
+    """
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as err:
+        hint = " (truncated?)" if not text[err.pos:].strip() else ""
+        raise DataError(f"invalid JSON{hint}: {err.msg} at column {err.colno}", path=path,
+                        line=(line or 1) + err.lineno - 1,
+                        value=text[max(0, err.pos - 20): err.pos + 20]) from None
+    except RecursionError:
+        raise DataError("invalid JSON: nested deeper than Python's recursion limit", path=path,
+                        line=line) from None
+    except ValueError as err:  # the only other one: an integer too long to convert
+        raise DataError(f"invalid JSON: {str(err).split(';')[0]}", path=path, line=line) from None
 
 
 def write_json_atomic(path: str | Path, data: Any) -> None:

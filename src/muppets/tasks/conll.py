@@ -91,7 +91,13 @@ class _Reader:
     def _add(self, line: Line, fields: list[str]) -> None:
         if line.error is not None:
             raise line.error
-        self.width = self.width or len(fields)
+        if self.width is None:
+            asked = [c for c in (self.token_col, self.tag_col) if c is not None]
+            if any(not -len(fields) <= c < len(fields) for c in asked):
+                raise DataError(f"row has {len(fields)} columns, fewer than the columns asked for "
+                                f"(token_col={self.token_col}, tag_col={self.tag_col})",
+                                path=self.path, line=line.number, value=short(line.text))
+            self.width = len(fields)
         if len(fields) != self.width:
             raise DataError(f"expected {self.width} columns, found {len(fields)}",
                             path=self.path, line=line.number, value=short(line.text))

@@ -17,13 +17,13 @@ Every task reader goes through :func:`iter_lines` (line-based formats) or :func:
 from __future__ import annotations
 
 import csv
-import json
 import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from muppets.config import parse_json
 from muppets.errors import ConfigError, DataError
 
 __all__ = ["ERROR_MODES", "TABLE_FORMATS", "Problems", "Line", "Record", "iter_lines",
@@ -182,11 +182,9 @@ def _iter_jsonl(path: Path, problems: Problems, encoding: str) -> Iterator[Recor
         if not line.text.strip():
             continue
         try:
-            obj = json.loads(line.text)
-        except json.JSONDecodeError as err:
-            error = line.error or DataError(f"invalid JSON: {err.msg} at column {err.colno}",
-                                            path=path, line=line.number, value=short(line.text))
-            problems.report(error)
+            obj = parse_json(line.text, path, line.number)
+        except DataError as err:
+            problems.report(line.error or err)
             continue
         if not isinstance(obj, dict):
             problems.report(DataError("a jsonl line must hold a JSON object", path=path,

@@ -55,6 +55,8 @@ def _read_video(path: Path, problems: Problems) -> list[TextExample]:
         else:
             problems.report(DataError("comment is empty once HTML is removed",
                                       path=path, line=int(ex.source.rsplit(":", 1)[1])))
+    if not kept:
+        raise DataError("no examples could be read", path=path)
     return kept
 
 

@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from muppets.config import parse_json
 from muppets.errors import DataError
 from muppets.tasks.source import Problems, iter_lines, short
 from muppets.tasks.spec import Answer, SpanExample, TaskData, TaskSpec
@@ -50,17 +51,22 @@ def _load_json(path: Path, problems: Problems) -> tuple[Any, str]:
         if line.error is not None:
             problems.report(line.error)
     text = "\n".join(line.text for line in lines)
-    try:
-        return json.loads(text), text
-    except json.JSONDecodeError as err:
-        message = f"invalid JSON (truncated file?): {err.msg} at column {err.colno}"
-        raise DataError(message, path=path, line=err.lineno) from None
+    return parse_json(text, path), text
+
+
+def _list(owner: dict, key: str, what: str, path: Path, line: int | None) -> list:
+    """``owner[key]``: a list, or empty when absent or null."""
+    items = owner.get(key) or []
+    if not isinstance(items, list):
+        raise DataError(f"{what}: {key!r} is not a list", path=path, line=line,
+                        value=short(items))
+    return items
 
 
 def _answers(qa: dict, context: str, path: Path, line: int | None) -> list[Answer]:
     qid = qa["id"]
     answers = []
-    for raw in qa.get("answers") or []:
+    for raw in _list(qa, "answers", f"question {qid}", path, line):
         text, start = (raw.get("text"), raw.get("answer_start")) if isinstance(raw, dict) \
             else (None, None)
         if not isinstance(text, str) or not text or type(start) is not int or start < 0:
@@ -102,7 +108,7 @@ def _article(article: Any, path: Path, problems: Problems,
             problems.report(DataError(f"article {title!r}: a paragraph has no context",
                                       path=path, value=short(paragraph)))
             continue
-        for qa in paragraph.get("qas") or []:
+        for qa in _list(paragraph, "qas", f"article {title!r}: a paragraph", path, None):
             try:
                 examples.append(_question(qa, context, title, path, finder))
             except DataError as err:

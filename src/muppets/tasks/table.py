@@ -79,6 +79,9 @@ class LabelRule:
             raise DataError("missing label", path=path, line=line)
         if self.kind == "regress":
             return _parse_score(raw, path, line)
+        if isinstance(raw, (list, dict)):
+            raise DataError("a label must be a string or a number", path=path, line=line,
+                            value=short(raw))
         value = str(int(raw)) if isinstance(raw, bool) else str(raw).strip()
         if self.label_map:
             if value not in self.label_map:

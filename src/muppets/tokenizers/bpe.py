@@ -51,7 +51,7 @@ from typing import Any
 from tokenizers import AddedToken, Tokenizer, decoders, pre_tokenizers, processors, trainers
 from tokenizers.models import BPE
 
-from muppets.config import write_json_atomic
+from muppets.config import parse_json, write_json_atomic
 from muppets.errors import ConfigError, DataError
 from muppets.paths import resolve_data_path
 # Shared with the WordPiece tokenizer: HF file names and the readers of HF config files.
@@ -60,6 +60,8 @@ from muppets.tokenizers.wordpiece import (
     SPECIAL_TOKENS_MAP_FILE,
     TOKENIZER_FILE,
     _UNSET_MAX_LENGTH,
+    _check_ids,
+    _read_configs,
     _read_json,
     _token_text,
     plain_text_copy,
@@ -169,18 +171,10 @@ def _read_merges_txt(path: Path) -> tuple[list[Merge], list[int]]:
 
 
 def _check_vocab(vocab: dict[str, Any], path: Path | None) -> dict[str, int]:
-    """Check that ``vocab`` maps tokens to distinct ids >= 0 and holds all 256 byte symbols
-    (without them some text could not be encoded: BPE would silently drop it)."""
-    if not vocab:
-        raise DataError("vocabulary is empty", path=path)
-    owner: dict[int, str] = {}
-    for token, index in vocab.items():
-        if not isinstance(index, int) or isinstance(index, bool) or index < 0:
-            raise DataError(f"the id of {token!r} is not an integer >= 0", path=path, value=index)
-        if index in owner:
-            raise DataError(f"tokens {owner[index]!r} and {token!r} have the same id",
-                            path=path, value=index)
-        owner[index] = token
+    """Check the ids of ``vocab`` (:func:`~muppets.tokenizers.wordpiece._check_ids`) and that it
+    holds all 256 byte symbols (without them some text could not be encoded: BPE would
+    silently drop it)."""
+    _check_ids(vocab, path)
     missing = [symbol for symbol in BYTE_SYMBOLS if symbol not in vocab]
     if missing:
         raise DataError(f"vocabulary lacks {len(missing)} of the 256 byte symbols: it is not "
@@ -209,6 +203,14 @@ def _merge_item(item: Any, rank: int, path: Path | None) -> Merge:
     return parts[0], parts[1]
 
 
+def _added_tokens(data: dict[str, Any], path: Path | None) -> list[Any]:
+    """The ``added_tokens`` list of a tokenizer.json dict (empty if absent)."""
+    added = data.get("added_tokens") or []
+    if not isinstance(added, list):
+        raise DataError("added_tokens is not a list", path=path, value=type(added).__name__)
+    return added
+
+
 def _bpe_from_tokenizer_json(data: dict[str, Any], path: Path | None
                              ) -> tuple[dict[str, int], list[Merge]]:
     """The checked vocabulary (added tokens included) and merges of a tokenizer.json dict."""
@@ -224,7 +226,7 @@ def _bpe_from_tokenizer_json(data: dict[str, Any], path: Path | None
     if not isinstance(vocab, dict) or not isinstance(merges, list):
         raise DataError("BPE model lacks its vocab or merges", path=path)
     vocab = dict(vocab)
-    for added in data.get("added_tokens") or []:
+    for added in _added_tokens(data, path):
         if isinstance(added, dict) and isinstance(added.get("content"), str):
             vocab.setdefault(added["content"], added.get("id"))
     merges = [_merge_item(item, rank, path) for rank, item in enumerate(merges)]
@@ -264,15 +266,6 @@ def _backend_from_str(text: str) -> Tokenizer:
         raise DataError("tokenizer.json does not hold a BPE model",
                         value=type(backend.model).__name__)
     return backend
-
-
-def _read_configs(directory: Path) -> dict[str, Any]:
-    """``special_tokens_map.json`` updated by ``tokenizer_config.json`` (each if present)."""
-    config: dict[str, Any] = {}
-    for name in (SPECIAL_TOKENS_MAP_FILE, CONFIG_FILE):  # the latter wins
-        if (directory / name).is_file():
-            config.update(_read_json(directory / name))
-    return config
 
 
 class ByteLevelBPETokenizer:
@@ -380,7 +373,7 @@ class ByteLevelBPETokenizer:
         vocab, merges = _bpe_from_tokenizer_json(data, source)
         _check_merges(merges, vocab, source)
         settings = ByteLevelBPESettings.from_hf_config(config, data.get("pre_tokenizer"))
-        added = {a.get("content") for a in data.get("added_tokens") or [] if isinstance(a, dict)}
+        added = {a.get("content") for a in _added_tokens(data, source) if isinstance(a, dict)}
         others = sorted(added.intersection(vocab).difference(settings.special_tokens()))
         if others:
             logger.warning("%s: added tokens %s are kept as ordinary vocabulary entries",
@@ -390,10 +383,7 @@ class ByteLevelBPETokenizer:
     @classmethod
     def from_json(cls, text: str) -> ByteLevelBPETokenizer:
         """Rebuild from :meth:`to_json` (or from a plain HF ``tokenizer.json`` string)."""
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as err:
-            raise DataError(f"not valid JSON: {err.msg}", line=err.lineno) from err
+        data = parse_json(text)
         if not isinstance(data, dict):
             raise DataError("expected a JSON object", value=type(data).__name__)
         if data.get("format") != _JSON_FORMAT:

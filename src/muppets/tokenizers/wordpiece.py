@@ -50,7 +50,7 @@ from tokenizers.models import WordPiece
 
 from tqdm.auto import tqdm
 
-from muppets.config import write_json_atomic
+from muppets.config import parse_json, write_json_atomic
 from muppets.errors import ConfigError, DataError
 
 logger = logging.getLogger(__name__)
@@ -161,16 +161,65 @@ def _read_vocab_txt(path: Path) -> dict[str, int]:
 def _read_json(path: Path) -> dict[str, Any]:
     """Read a JSON object from ``path``, naming the file (and line) on any error."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        text = path.read_text(encoding="utf-8")
     except OSError as err:
         raise DataError(f"cannot read file ({err.strerror})", path=path) from err
     except UnicodeDecodeError as err:
         raise DataError("file is not valid UTF-8", path=path, position=err.start) from err
-    except json.JSONDecodeError as err:
-        raise DataError(f"not valid JSON: {err.msg}", path=path, line=err.lineno) from err
+    data = parse_json(text, path)
     if not isinstance(data, dict):
         raise DataError("expected a JSON object at the top level", path=path)
     return data
+
+
+_CONFIG_FLAGS = ("do_lower_case", "strip_accents", "tokenize_chinese_chars", "add_prefix_space")
+
+
+def _read_configs(directory: Path) -> dict[str, Any]:
+    """``special_tokens_map.json`` updated by ``tokenizer_config.json`` (each if present).
+
+    Options that settings read with ``bool()`` must be JSON booleans (``strip_accents`` may be
+    null), and an integer ``model_max_length`` must be >= 1: anything else ("false", which
+    ``bool()`` reads as true; a list, which the normalizer refuses) names the file and value.
+    """
+    config: dict[str, Any] = {}
+    for name in (SPECIAL_TOKENS_MAP_FILE, CONFIG_FILE):  # the latter wins
+        path = directory / name
+        if not path.is_file():
+            continue
+        data = _read_json(path)
+        for key in _CONFIG_FLAGS:
+            if key in data and not isinstance(data[key], bool) and not (
+                    key == "strip_accents" and data[key] is None):
+                raise DataError(f"{key} must be true or false", path=path, value=data[key])
+        length = data.get("model_max_length")
+        if isinstance(length, int) and length < 1:
+            raise DataError("model_max_length must be at least 1", path=path, value=length)
+        config.update(data)
+    return config
+
+
+def _check_ids(vocab: dict[str, Any], path: str | Path | None) -> dict[str, int]:
+    """Check that ``vocab`` maps tokens to distinct ids >= 0, at most twice as many ids as tokens.
+
+    The model gets one embedding row per id up to the largest, so an id far beyond the token
+    count (``"the": 2147483648`` in a file of 300 tokens) would make it allocate rows the file
+    cannot fill; a few unused ids (a ``vocab.txt`` with repeated lines) are fine.
+    """
+    if not vocab:
+        raise DataError("vocabulary is empty", path=path)
+    owner: dict[int, str] = {}
+    for token, index in vocab.items():
+        if not isinstance(index, int) or isinstance(index, bool) or index < 0:
+            raise DataError(f"the id of {token!r} is not an integer >= 0", path=path, value=index)
+        if index in owner:
+            raise DataError(f"tokens {owner[index]!r} and {token!r} have the same id",
+                            path=path, value=index)
+        if index >= 2 * len(vocab):
+            raise DataError(f"the id of {token!r} is more than twice the {len(vocab)} tokens of "
+                            "the vocabulary", path=path, value=index)
+        owner[index] = token
+    return vocab
 
 
 def _backend_from_str(text: str, source: str | Path | None) -> Tokenizer:
@@ -182,6 +231,11 @@ def _backend_from_str(text: str, source: str | Path | None) -> Tokenizer:
     if not isinstance(backend.model, WordPiece):
         kind = type(backend.model).__name__
         raise DataError("tokenizer.json does not hold a WordPiece model", path=source, value=kind)
+    _check_ids(backend.get_vocab(with_added_tokens=True), source)
+    unk = backend.model.unk_token  # without it in the vocabulary, encoding an unknown word fails
+    if unk not in backend.get_vocab(with_added_tokens=False):
+        raise DataError("the WordPiece model's unk_token is not in its vocabulary", path=source,
+                        value=unk)
     return backend
 
 
@@ -312,10 +366,7 @@ class WordPieceTokenizer:
         directory = Path(directory)
         if not directory.is_dir():
             raise DataError("tokenizer directory not found", path=directory)
-        config: dict[str, Any] = {}
-        for name in (SPECIAL_TOKENS_MAP_FILE, CONFIG_FILE):  # the latter wins
-            if (directory / name).is_file():
-                config.update(_read_json(directory / name))
+        config = _read_configs(directory)
         json_path, vocab_path = directory / TOKENIZER_FILE, directory / VOCAB_FILE
         if json_path.is_file():
             try:
@@ -336,10 +387,7 @@ class WordPieceTokenizer:
     @classmethod
     def from_json(cls, text: str) -> WordPieceTokenizer:
         """Rebuild from :meth:`to_json` (or from a plain HF ``tokenizer.json`` string)."""
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as err:
-            raise DataError(f"not valid JSON: {err.msg}", line=err.lineno) from err
+        data = parse_json(text)
         if not isinstance(data, dict):
             raise DataError("expected a JSON object", value=type(data).__name__)
         if data.get("format") != _JSON_FORMAT:
