@@ -166,7 +166,7 @@ def without_screen():
     """Greedy decoding from the full float32 logits (``argmax`` of ``DecodeWeights.logits``), as
     before :class:`muppets.nn.decode.GreedyScreen` and as sampling still decodes."""
     built = decode.DecodeWeights.greedy
-    decode.DecodeWeights.greedy = lambda self, hidden, side=None: decode.greedy_argmax(self.logits(hidden, side))
+    decode.DecodeWeights.greedy = lambda self, hidden, *_: decode.greedy_argmax(self.logits(hidden, *_))
     try:
         yield
     finally:

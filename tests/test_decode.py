@@ -1,6 +1,6 @@
-"""The decoding fast path (muppets.nn.decode): weight copies, the side thread, the split output
-layer. Every path must give the logits of a full forward pass, whatever the thread count, and
-follow weight changes."""
+"""The decoding fast path (muppets.nn.decode): weight copies, the blocked output layer, the
+greedy screen. Every path must give the logits of a full forward pass, whatever the thread count,
+and follow weight changes."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ V = 97  # odd: the output halves differ in width
 
 @pytest.fixture(params=[1, 2], ids=["1-thread", "2-threads"])
 def threads(request):
-    """Run with torch on one thread (no side thread) and on two (side thread, split output)."""
+    """Run with torch on one intra-op thread and on two."""
     before = torch.get_num_threads()
     torch.set_num_threads(request.param)
     yield request.param
@@ -50,57 +50,24 @@ def test_linear_uses_the_copies_only_inside_use():
     assert not weights.current(weights.params[-1])  # the zeroed weight made the copies stale
 
 
-@pytest.mark.parametrize("rows", [1, 3, decode.TALL_ROWS + 4])
-def test_output_layer_equals_one_product_on_every_path(threads, rows):
-    """One row (halves), a few rows ((V, H) @ (H, B)), many rows (halves in blocks of 10 columns,
-    so blocks cross each half's end), with and without the side thread."""
+@pytest.mark.parametrize("rows", [1, 3, 20])
+def test_output_layer_equals_one_product(threads, rows):
     torch.manual_seed(0)
     out = torch.randn(V, 16)
     weights = decode.DecodeWeights([], out)
     h = torch.randn(rows, 16)
     with torch.no_grad():
-        with_side = weights.logits(h, decode.side_thread(), block=10)
-        alone = weights.logits(h, None, block=10)
-    for got in (with_side, alone):
-        assert got.shape == (rows, V) and got.is_contiguous()
-        assert torch.allclose(got, h @ out.t(), atol=1e-5)
-    assert (decode.side_thread() is None) == (threads == 1)
+        got = weights.logits(h)
+    assert got.shape == (rows, V) and got.is_contiguous()
+    assert torch.allclose(got, h @ out.t(), atol=1e-5)
     assert torch.get_num_threads() == threads
-
-
-def test_side_thread_raises_the_error_of_its_job_and_keeps_working():
-    side = decode.SideThread()
-    side.submit(lambda: 1 / 0)
-    with pytest.raises(ZeroDivisionError):
-        side.wait()
-    box = []
-    side.submit(lambda: box.append(torch.ones(2).sum()))
-    side.wait()
-    assert float(box[0]) == 2.0
-
-
-def test_each_calling_thread_has_its_own_side_thread(threads):
-    if threads == 1:
-        assert decode.side_thread() is None
-        return
-    mine, theirs = decode.side_thread(), []
-
-    def other():
-        torch.set_num_threads(2)
-        theirs.append(decode.side_thread())
-
-    t = threading.Thread(target=other)
-    t.start()
-    t.join()
-    assert mine is decode.side_thread() and theirs[0] is not None and theirs[0] is not mine
 
 
 @pytest.mark.parametrize("variant", ["gpt", "gpt2"])
 def test_decoding_equals_full_recompute_at_every_batch_size(threads, variant):
-    """One row, a few rows (matrix-vector body) and >= BLOCKED_ROWS rows (whole matrices), up to
-    the blocked output layer of >= TALL_ROWS rows."""
+    """One row, a few rows (the body from the copies) and >= BLOCKED_ROWS rows (as stored)."""
     model = tiny(variant)
-    for B in (1, 3, BLOCKED_ROWS + 1, decode.TALL_ROWS + 1):
+    for B in (1, 3, BLOCKED_ROWS + 1, 17):
         ids = torch.randint(0, V, (B, 9), generator=torch.Generator().manual_seed(B))
         with torch.no_grad():
             full = model(ids).logits  # (B, 9, V)
@@ -109,7 +76,7 @@ def test_decoding_equals_full_recompute_at_every_batch_size(threads, variant):
             steps += [model.next_token_logits(ids[:, t:t + 1], None, cache) for t in range(4, 9)]
         for got, t in zip(steps, range(3, 9)):
             assert torch.allclose(got, full[:, t], atol=1e-5), (B, t)
-    assert torch.get_num_threads() == threads  # the single-thread section restored the setting
+    assert torch.get_num_threads() == threads
 
 
 def test_greedy_tokens_do_not_depend_on_the_thread_count():
@@ -249,9 +216,9 @@ def test_screen_follows_weight_changes():
 
 def _full_path_logits(w: torch.Tensor, h: torch.Tensor) -> list[torch.Tensor]:
     """Logits ``(B, V)`` of the float32 paths greedy decoding would otherwise take: the decoding
-    copies (one row: the two halves, with the side thread when there is one) and ``F.linear``."""
+    plan's output layer and ``F.linear``."""
     with torch.no_grad():
-        return [decode.DecodeWeights([], w).logits(h, decode.side_thread()), nn.functional.linear(h, w)]
+        return [decode.DecodeWeights([], w).logits(h), nn.functional.linear(h, w)]
 
 
 def test_screen_picks_within_float32_rounding_of_the_max_on_near_ties(threads):

@@ -129,15 +129,13 @@ def test_kv_cache_equals_recompute_token_by_token_and_in_chunks():
     assert cache.length == 12
 
 
-def test_blocked_output_layer_for_large_batches_equals_full_logits():
-    """Batches of >= TALL_ROWS rows take the output layer in vocabulary blocks; the logits are the same."""
-    from muppets.nn.decode import OUTPUT_BLOCK, TALL_ROWS
-
+def test_output_layer_for_a_large_batch_equals_full_logits():
+    """A batch of 17 rows over a vocabulary of 32,891: the copy's product gives the full logits."""
     torch.manual_seed(0)
-    cfg = GPTConfig(variant="gpt2", vocab_size=4 * OUTPUT_BLOCK + 123, max_position_embeddings=16, hidden_size=16,
+    cfg = GPTConfig(variant="gpt2", vocab_size=4 * 8192 + 123, max_position_embeddings=16, hidden_size=16,
                     num_layers=1, num_heads=2, intermediate_size=32)
     model = GPTLanguageModel(cfg).eval()
-    ids = torch.randint(0, cfg.vocab_size, (TALL_ROWS + 1, 5))
+    ids = torch.randint(0, cfg.vocab_size, (17, 5))
     with torch.no_grad():
         full = model(ids).logits[:, -1]  # (B, V)
         got = model.next_token_logits(ids, None, model.backbone.new_cache(ids.shape[0], 8))
@@ -378,7 +376,8 @@ def test_generation_stops_at_the_last_position():
 
 
 def test_greedy_argmax_equals_torch_argmax_including_ties_tails_and_nan():
-    from muppets.generate import ARGMAX_BLOCK, greedy_argmax
+    from muppets.generate import greedy_argmax
+    from muppets.nn.decode import ARGMAX_BLOCK
 
     g = torch.Generator().manual_seed(0)
     V = 5 * ARGMAX_BLOCK + 37  # a partial tail block

@@ -31,7 +31,8 @@ from dataclasses import dataclass, field
 import torch
 
 from muppets.errors import ConfigError
-from muppets.nn.decode import ARGMAX_BLOCK, greedy_argmax  # noqa: F401  (greedy_argmax: re-exported)
+from muppets.nn import decode, dropout
+from muppets.nn.decode import greedy_argmax
 
 log = logging.getLogger(__name__)
 
@@ -124,6 +125,11 @@ def generate(model, prompts: Sequence[Sequence[int]], cfg: GenerationConfig | No
              should_stop: Callable[[int, list[int]], bool] | None = None) -> list[list[int]]:
     """The new tokens for each prompt (the prompt itself is not repeated).
 
+    Safe from many threads at once on one model: the model's mode is left as it is (dropout is
+    off for this call's thread only), and decoding starts no thread and changes no torch setting.
+    The weights must not change during the call (see :mod:`muppets.nn.decode` for what is seen
+    between calls).
+
     Args:
         prompts: token ids per prompt (any lengths; batched with left padding).
         on_token: called with ``(row, token)`` as tokens are chosen (greedy/sampling only).
@@ -138,14 +144,12 @@ def generate(model, prompts: Sequence[Sequence[int]], cfg: GenerationConfig | No
         log.info("max_new_tokens %d capped at %d: the model has %d positions", cfg.max_new_tokens,
                  room, model.cfg.max_position_embeddings)
         cfg = dataclasses.replace(cfg, max_new_tokens=room)
-    was_training = model.training
-    model.eval()
-    try:
+    # The model's mode is left alone (another thread may be training it): dropout is off on this
+    # thread only, and the decoding copies are checked once for the whole call.
+    with dropout.suppressed(), decode.session():
         if cfg.num_beams > 1:
             return _beam_search(model, prompts, cfg)
         return _sample(model, prompts, cfg, on_token, should_stop)
-    finally:
-        model.train(was_training)
 
 
 def _sample(model, prompts, cfg: GenerationConfig, on_token: OnToken | None, should_stop) -> list[list[int]]:

@@ -168,10 +168,8 @@ class LMOutput:
     correct: dict[str, torch.Tensor] = field(default_factory=dict)
 
 
-# A decoding step of fewer than BLOCKED_ROWS rows (B x T) runs the body as matrix-vector products
-# (muppets.nn.decode: copies laid out for them, one intra-op thread); more rows take whole
-# matrices on every intra-op thread. The output layer picks its own way by rows
-# (muppets.nn.decode.TALL_ROWS).
+# A decoding step of fewer than BLOCKED_ROWS rows (B x T) runs the body from the copies laid out
+# for a few rows (muppets.nn.decode); more rows take the weights as stored.
 BLOCKED_ROWS = 8
 
 
@@ -209,8 +207,8 @@ class GPTLanguageModel(nn.Module):
     def next_token_logits(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None,
                           cache: KVCache) -> torch.Tensor:
         """Feed ``(B, T)`` new tokens through the cache; the logits of the last one ``(B, V)``."""
-        plan, hidden, side = self._next_hidden(input_ids, attention_mask, cache)
-        return plan.logits(hidden, side)  # (B, V)
+        plan, hidden = self._next_hidden(input_ids, attention_mask, cache)
+        return F.linear(hidden, self.lm_weight) if plan is None else plan.logits(hidden)  # (B, V)
 
     @torch.no_grad()
     def next_token_argmax(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None,
@@ -218,32 +216,42 @@ class GPTLanguageModel(nn.Module):
         """``next_token_logits(...).argmax(-1)`` ``(B,)``, found without the float32 output layer
         where :class:`~muppets.nn.decode.GreedyScreen` can: the same tokens, except that among
         logits equal within float32 rounding the screen may pick a different one of them."""
-        plan, hidden, side = self._next_hidden(input_ids, attention_mask, cache)
-        return plan.greedy(hidden, side)  # (B,)
+        plan, hidden = self._next_hidden(input_ids, attention_mask, cache)
+        return F.linear(hidden, self.lm_weight).argmax(-1) if plan is None else plan.greedy(hidden)  # (B,)
 
     def _next_hidden(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None,
-                     cache: KVCache) -> tuple[DecodeWeights, torch.Tensor, "decode.SideThread | None"]:
-        """Feed ``(B, T)`` new tokens through the cache: the decoding weights, the top hidden state
-        of the last token ``(B, H)`` and the side thread for the output layer."""
-        plan = self._decode_weights()
+                     cache: KVCache) -> tuple[DecodeWeights | None, torch.Tensor]:
+        """Feed ``(B, T)`` new tokens through the cache: the decoding copies (None in training
+        mode, which keeps none: the weights are about to change) and the top hidden state of the
+        last token ``(B, H)``."""
+        plan = None if self.training else self._decode_weights()
         B, T = input_ids.shape
-        side = decode.side_thread()
-        if B * T < BLOCKED_ROWS:  # matrix-vector products in the body too: see muppets.nn.decode
-            with decode.single_threaded(), decode.use(plan):
-                hidden = self.backbone(input_ids, attention_mask, cache).last[:, -1]  # (B, H)
-        else:  # a prompt or many rows: whole matrices
-            hidden = self.backbone(input_ids, attention_mask, cache).last[:, -1]
-        return plan, hidden, side
+        if plan is not None and B * T < BLOCKED_ROWS:  # matrix-vector products: see muppets.nn.decode
+            with decode.use(plan):
+                return plan, self.backbone(input_ids, attention_mask, cache).last[:, -1]  # (B, H)
+        return plan, self.backbone(input_ids, attention_mask, cache).last[:, -1]  # a prompt or many rows
 
     def _decode_weights(self) -> DecodeWeights:
         """The decoding copies of the weights (:class:`~muppets.nn.decode.DecodeWeights`),
-        remade when any weight has changed. ``train()`` drops them."""
-        if self._decode is None or not self._decode.current(self.lm_weight):
-            self._decode = None  # free the old copies first
-            layers = [m for block in self.backbone.layers
-                      for m in (block.attn.qkv, block.attn.out, block.ffn.up, block.ffn.down)]
-            self._decode = DecodeWeights(layers, self.lm_weight)
-        return self._decode
+        remade when a weight has changed (the contract in :mod:`muppets.nn.decode`)."""
+        plan = self._decode
+        if plan is not None and plan.current(self.lm_weight) and (not decode.needs_probe(plan) or plan.probe()):
+            decode.mark_probed(plan)
+            return plan
+        with decode.BUILD_LOCK:  # threads decoding this model at once build one set of copies
+            plan = self._decode
+            if plan is None or not plan.current(self.lm_weight) or not plan.probe():
+                self._decode = plan = None  # free the old copies first
+                layers = [m for block in self.backbone.layers
+                          for m in (block.attn.qkv, block.attn.out, block.ffn.up, block.ffn.down)]
+                plan = self._decode = DecodeWeights(layers, self.lm_weight)
+        decode.mark_probed(plan)
+        return plan
+
+    def weights_changed(self) -> None:
+        """Drop the decoding copies: call after writing weights in a way that bypasses autograd's
+        version counter (in-place on ``p.data``, numpy views) and may leave whole rows unchanged."""
+        self._decode = None
 
     def train(self, mode: bool = True) -> "GPTLanguageModel":
         if mode:

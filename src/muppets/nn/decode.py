@@ -1,71 +1,66 @@
 """Decoding a few rows at a time on a CPU: weight copies laid out for matrix-vector products,
-one intra-op thread for the body, the output layer split over two cores, and for greedy
-decoding an int8 screen that reads a quarter of the output layer's bytes.
+and for greedy decoding an int8 screen that reads a quarter of the output layer's bytes.
 
 A decoding step multiplies one row per sequence by every weight of the model, so it is bound by
-reading the weights, not by arithmetic. What decided the speed on our 2-core EPYC (gpt-mini,
-batch 1; ``benchmarks/decode_speed.py``, numbers in BENCHMARKS.md, issue 4):
+reading the weights, not by arithmetic (``benchmarks/decode_speed.py``, BENCHMARKS.md, issue 4):
 
-* **Layout.** For one row, ``x @ W'`` with ``W' = W^T`` stored contiguous ``(in, out)`` beats
-  ``F.linear(x, W)`` on ``nn.Linear``'s ``(out, in)`` storage once ``W`` has left the cache,
-  which the output layer's 51 MB stream makes happen at every step: the body's 16 products took
-  1.11 ms from the copies against 1.39 ms as stored, the output layer 1.8 ms against 6.2 ms.
-  :class:`DecodeWeights` keeps the copies, in one flat buffer, and :func:`linear` uses them
-  while :func:`use` is active.
-* **Threads.** Intra-op threads do not help products of one row, and the body's many small ops
-  lose with two OpenMP threads (:func:`single_threaded`). Two independent pieces of work do gain:
-  the output layer split into two column halves computed by this thread and
-  :func:`side_thread` at once (1.1 ms against 1.8 ms). Both gains depend on the host: when
-  its memory bandwidth is scarce (busy neighbours on the shared machine), the split output
-  layer and the one-thread body break even (BENCHMARKS.md).
+* **Layout.** For a few rows, ``x @ W'`` with ``W' = W^T`` stored contiguous ``(in, out)`` beats
+  ``F.linear(x, W)`` on ``nn.Linear``'s ``(out, in)`` storage. :class:`DecodeWeights` keeps the
+  body's copies in one flat buffer (:func:`linear` uses them while :func:`use` is active) and
+  the output weight as one ``(H, V)`` copy, multiplied in one product at every batch size.
 * **Greedy screen.** Greedy decoding needs the largest logit, not all of them:
   :class:`GreedyScreen` finds it from an int8 copy of the output weight and recomputes in
   float32 only the rows that a proven error bound cannot rule out, so the token is the float32
   argmax, except that among logits equal within float32 rounding the screen may pick a different
-  one of them (its float32 sums run in another order than the full product's). Inside
-  ``generate()`` at batch 1 a step took 2.51 ms against 4.04 ms from the full logits
-  (``benchmarks/greedy_screen.py``); sampling and beam search still need every logit.
-* **No read-ahead.** Having the side thread read the body's copies while this thread runs the
-  body (so that more of them are in cache) was neutral or worse in every kept measurement: with
-  it, generate calls were faster in 9 of 20 and 2 of 20 paired rounds of ``decode_speed.py``
-  (and 10 of 30 in an ad-hoc run), so it is gone; ``decode_speed.py`` keeps it as a variant.
+  one of them (its float32 sums run in another order than the full product's). Sampling and beam
+  search still need every logit.
+* **Nothing process-wide.** Decoding starts no thread and never calls ``torch.set_num_threads``
+  (whose value also seeds every thread started later): it is safe from many threads at once,
+  in a forked child, and inside servers. Earlier versions ran one-row products on one intra-op
+  thread and split the output layer with a helper thread; both are gone (BENCHMARKS.md, issue 15).
+  One exception, for the child of ``os.fork()`` (``multiprocessing``'s default start method on
+  Linux): torch's OpenMP threads do not survive a fork, and a child that runs a parallel op after
+  its parent did hangs (any op, not only ours); importing this module registers a handler that
+  gives such a child one intra-op thread, as torch's own DataLoader workers have.
 
-Tried in ad-hoc experiments (not kept) and dropped: splitting each body product across the two threads (a handoff per product
-costs more than half a product), giving the side thread a smaller share of the output layer plus
-the read-ahead, an MKL pre-packed output weight, and reading each output half in 16 column blocks,
-forwards and backwards on alternate steps so that the blocks read last would still be in the L3
-cache (alone it won; inside ``generate()`` it lost 25 of 30 paired rounds).
+**The copies' contract.** Copies are only as good as their check. :meth:`DecodeWeights.current`
+compares every parameter's storage and version counter (cheap, at every step): that sees
+optimizer steps, ``load_state_dict``, any in-place op and ``p.data = …``. Writes that bypass the
+version counter (in-place ops on ``p.data``, numpy views) are seen by :meth:`DecodeWeights.probe`,
+which compares one element of every row of every weight (and every bias) with the values read
+when the copies were made: once per :func:`session` (``generate()`` opens one per call) and at
+every step outside one. A dense update (EMA, an optimizer through ``.data``, a reload) or a
+rewritten row is always caught; a single element changed behind the version counter may not be,
+so after such a write call ``model.weights_changed()``. Weights must not change *during* a
+``generate()`` call.
 
-The copies hold the same numbers as the parameters, and they are rebuilt when any parameter
-changes (its ``_version`` or storage), which :meth:`DecodeWeights.current` checks before every
-step. The products still sum in an order that depends on the path (rows in the batch, threads,
-screen or not), so logits may differ within float32 rounding from a full forward pass's, and a
-token may differ from it only where two logits are that close.
+The products sum in an order that depends on the path (rows in the batch, threads, screen or
+not), so logits may differ within float32 rounding from a full forward pass's, and a token may
+differ from it only where two logits are that close.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import queue
+import os
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 
 import torch
 from torch import nn
 
 logger = logging.getLogger(__name__)
 
-_ACTIVE = threading.local()  # .weights: {id(layer): (W^T (in, out), bias)} while decoding
+_ACTIVE = threading.local()  # .weights: {id(layer): (W^T (in, out), bias)} while decoding; .probed: see session()
+BUILD_LOCK = threading.Lock()  # one thread builds a model's copies; the others wait and share them
 
-# The output layer of a decoding step, by rows B (gpt-mini: H 256, V 50,257; 2 threads), as
-# measured inside generate() (benchmarks/output_layer_speed.py --generate-rows; BENCHMARKS.md):
-# one row, the (H, V/2) halves on two cores; 2 to 15 rows, (V, H) @ (H, B) on every intra-op
-# thread (about a third less time per step than blocks at 2 to 8 rows); 16 rows and more, OUTPUT_BLOCK
-# columns of the halves at a time on every intra-op thread. Splitting many rows over this thread
-# and the side thread won alone but lost inside generate() (our guess, not measured: after a body
-# on two OpenMP threads, the second one still spins on the core the side thread needs).
-TALL_ROWS, OUTPUT_BLOCK = 16, 8192
+def _one_thread_in_forked_child() -> None:
+    if torch.get_num_threads() > 1:
+        torch.set_num_threads(1)
+
+
+os.register_at_fork(after_in_child=_one_thread_in_forked_child)
 
 
 def parameter_key(params: Sequence[torch.Tensor]) -> list[tuple[int, int]]:
@@ -74,12 +69,24 @@ def parameter_key(params: Sequence[torch.Tensor]) -> list[tuple[int, int]]:
     return [(p.data_ptr(), p._version) for p in params]
 
 
+def _probe_index(param: torch.Tensor) -> torch.Tensor:
+    """Flat indices of one element per row of a matrix, at columns drawn from a fixed seed
+    (every element of a vector): what :meth:`DecodeWeights.probe` compares."""
+    if param.dim() < 2:
+        return torch.arange(param.numel())
+    rows, cols = param.shape[0], param[0].numel()
+    g = torch.Generator().manual_seed(rows * 7919 + cols)  # not the global generator
+    return torch.arange(rows) * cols + torch.randint(0, cols, (rows,), generator=g)
+
+
 class DecodeWeights:
-    """Contiguous ``(in, out)`` copies of ``layers``' weights (and their biases) in one buffer.
+    """Contiguous ``(in, out)`` copies of ``layers``' weights (and their biases) in one buffer,
+    and the greedy screen of the ``output`` weight, with the checks that say whether they still
+    match the parameters (the module docstring's contract).
 
     Args:
         layers: the linear layers of a model.
-        output: the tied output weight ``(V, H)``, copied as two ``(H, V/2)`` halves.
+        output: the tied output weight ``(V, H)``, copied as ``(H, V)`` (and as the int8 screen).
     """
 
     def __init__(self, layers: Sequence[nn.Linear], output: torch.Tensor) -> None:
@@ -102,54 +109,39 @@ class DecodeWeights:
                     bias.copy_(layer.bias)
                     offset += n_out
                 self.weights[id(layer)] = (wt, bias)
-            V = output.shape[0]
-            self.cut = (V + 1) // 2
-            self.output = (output[:self.cut].t().contiguous(), output[self.cut:].t().contiguous())  # (H, cut), (H, V-cut)
+            self.probes = [(i, p.detach().reshape(-1)[i].clone()) for p in self.params for i in [_probe_index(p)]]
+            self.output_t = output.t().contiguous()  # (H, V)
+        self.output = output  # (V, H): the screen is made from it
         self.screen: GreedyScreen | None | bool = None  # made by greedy(); False: cannot be used
 
-    def greedy(self, hidden: torch.Tensor, side: "SideThread | None" = None) -> torch.Tensor:
+    def greedy(self, hidden: torch.Tensor) -> torch.Tensor:
         """``argmax(self.logits(hidden))``: the greedy token of each row ``(B,)``, from the
         :class:`GreedyScreen` (made on first use) when it can decide, else the full logits. The
         screen may pick another of several logits equal within float32 rounding."""
         if hidden.shape[0] > SCREEN_ROWS_PER_THREAD * torch.get_num_threads():
-            return greedy_argmax(self.logits(hidden, side))
+            return greedy_argmax(self.logits(hidden))
         if self.screen is None:
-            self.screen = GreedyScreen.build(self.params[-1]) or False
+            with BUILD_LOCK:  # many threads decoding one model build it once
+                if self.screen is None:
+                    self.screen = GreedyScreen.build(self.output) or False
         picked = self.screen.argmax(hidden) if self.screen else None
-        return picked if picked is not None else greedy_argmax(self.logits(hidden, side))
+        return picked if picked is not None else greedy_argmax(self.logits(hidden))
 
     def current(self, output: torch.Tensor) -> bool:
-        """Do the copies still equal the parameters? ``output`` is the model's output weight now
-        (a resized vocabulary is a new tensor). A layer module swapped for another is not seen
-        here: the model drops its copies in ``train()``."""
+        """Do storage and version counters still match? ``output`` is the model's output weight
+        now (a resized vocabulary is a new tensor). A layer module swapped for another is not
+        seen here: the model drops its copies in ``train()``."""
         return output is self.params[-1] and parameter_key(self.params) == self.key
 
-    def logits(self, hidden: torch.Tensor, side: "SideThread | None" = None, block: int = OUTPUT_BLOCK) -> torch.Tensor:
-        """``hidden (B, H)`` times the output weight: ``(B, V)``, the way that was fastest for
-        ``B`` rows (see :data:`TALL_ROWS`): one row, the two column halves at once on this
-        thread and the ``side`` thread; 2 to ``TALL_ROWS - 1`` rows, ``(V, H) @ (H, B)``; more,
-        ``block`` columns at a time. The last two use every intra-op thread."""
-        rows = hidden.shape[0]
-        if 1 < rows < TALL_ROWS:
-            return torch.mm(self.params[-1], hidden.t()).t().contiguous()  # (V, B) -> (B, V)
-        out = hidden.new_empty(rows, self.cut + self.output[1].shape[1])
-        parts = [(w, out[:, start:start + w.shape[1]]) for w, start in zip(self.output, (0, self.cut))]
-        if rows > 1:
-            for w, dest in parts:
-                for s in range(0, w.shape[1], block):
-                    torch.mm(hidden, w[:, s:s + block], out=dest[:, s:s + block])
-            return out
-        with single_threaded():
-            if side is None:
-                for w, dest in parts:
-                    torch.mm(hidden, w, out=dest)
-                return out
-            side.submit(lambda: torch.mm(hidden, parts[1][0], out=parts[1][1]))
-            try:
-                torch.mm(hidden, parts[0][0], out=parts[0][1])
-            finally:
-                side.wait()
-        return out
+    @torch.no_grad()
+    def probe(self) -> bool:
+        """Do the probed elements (one per row of every weight, every bias) still hold the
+        values read when the copies were made? Sees writes that bypass the version counter."""
+        return all(torch.equal(p.detach().reshape(-1)[i], v) for p, (i, v) in zip(self.params, self.probes))
+
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """``hidden (B, H)`` times the output weight: ``(B, V)``, on every intra-op thread."""
+        return torch.mm(hidden, self.output_t)
 
 
 @contextlib.contextmanager
@@ -175,56 +167,29 @@ def linear(layer: nn.Linear, x: torch.Tensor) -> torch.Tensor:
 
 
 @contextlib.contextmanager
-def single_threaded() -> Iterator[None]:
-    """Run this thread's ops on one intra-op thread (one-row products lose with more), then restore."""
-    n = torch.get_num_threads()
-    if n == 1:
-        yield
-        return
-    torch.set_num_threads(1)
+def session() -> Iterator[None]:
+    """One generation call on this thread: the copies a step uses are probed
+    (:meth:`DecodeWeights.probe`) once in the block instead of at every step."""
+    previous = getattr(_ACTIVE, "probed", None)
+    _ACTIVE.probed = set()
     try:
         yield
     finally:
-        torch.set_num_threads(n)
+        _ACTIVE.probed = previous
 
 
-class SideThread:
-    """A helper thread that runs one function at a time (``submit`` … ``wait``) on another core.
+def needs_probe(weights: DecodeWeights) -> bool:
+    """Must ``weights`` be probed before this step? Yes outside a :func:`session`, and the first
+    time inside one."""
+    probed = getattr(_ACTIVE, "probed", None)
+    return probed is None or id(weights) not in probed
 
-    Its functions run under ``torch.inference_mode`` with one intra-op thread, so this thread and
-    the caller use one core each. Exceptions are raised again by :meth:`wait`.
-    """
 
-    def __init__(self) -> None:
-        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
-        self._done: queue.SimpleQueue = queue.SimpleQueue()
-        self._pending = 0
-        threading.Thread(target=self._run, name="muppets-decode-side", daemon=True).start()
-
-    def _run(self) -> None:
-        torch.set_num_threads(1)  # this thread's OpenMP/MKL setting only
-        with torch.inference_mode():
-            while True:
-                fn = self._jobs.get()
-                try:
-                    fn()
-                    self._done.put(None)
-                except BaseException as e:  # handed to the caller
-                    self._done.put(e)
-
-    def submit(self, fn: Callable[[], object]) -> None:
-        self._pending += 1
-        self._jobs.put(fn)
-
-    def wait(self) -> None:
-        """Block until every submitted function has finished; raise the first error."""
-        error = None
-        while self._pending:
-            result = self._done.get()
-            self._pending -= 1
-            error = error or result
-        if error is not None:
-            raise error
+def mark_probed(weights: DecodeWeights) -> None:
+    """``weights`` match the parameters for the rest of this thread's :func:`session`."""
+    probed = getattr(_ACTIVE, "probed", None)
+    if probed is not None:
+        probed.add(id(weights))
 
 
 ARGMAX_BLOCK = 256  # columns per block of greedy_argmax's first pass
@@ -257,10 +222,11 @@ def greedy_argmax(logits: torch.Tensor) -> torch.Tensor:
 # ----------------------------------------------------------------------------- greedy screen
 
 # The screen's int8 kernel is bound by arithmetic with many rows (it widens the weights again for
-# every 4 rows): inside generate() (gpt-mini, benchmarks/greedy_screen.py, 8 paired rounds) it won
-# up to 32 rows on two threads (5% at 32) and up to 8 on one, was even at 16 on one (2%, 7 of 8
-# rounds), and lost from 32 rows on one thread and 64 on two.
-SCREEN_ROWS_PER_THREAD = 16
+# every 4 rows), while the float32 product of many rows reuses each weight it reads: above this
+# many rows per intra-op thread the full logits are faster (gpt-mini inside generate(),
+# benchmarks/gpt_speed.py --gen-batch-sizes; where the crossover lies depends on the CPU:
+# BENCHMARKS.md, issue 15).
+SCREEN_ROWS_PER_THREAD = 4
 SCREEN_MAX_CANDIDATES = 4096  # more candidates in a row than this: the full fp32 logits instead
 _U = 2.0 ** -24  # unit roundoff of float32
 _KERNEL_WARNED = False  # the kernel check's warning is logged once per process
@@ -405,17 +371,3 @@ class GreedyScreen:
         best = torch.full((B,), float("-inf")).scatter_reduce_(0, rows, exact, "amax")  # (B,)
         first = torch.where(exact == best[rows], cols, torch.full_like(cols, self.weight.shape[0]))
         return torch.full((B,), self.weight.shape[0], dtype=torch.long).scatter_reduce_(0, rows, first, "amin")
-
-
-_SIDES = threading.local()  # .side: the calling thread's helper
-
-
-def side_thread() -> SideThread | None:
-    """The calling thread's helper thread (made on first use; each thread that decodes has its
-    own), or None when torch may use one thread only (``torch.set_num_threads(1)``)."""
-    if torch.get_num_threads() < 2:
-        return None
-    side = getattr(_SIDES, "side", None)
-    if side is None:
-        side = _SIDES.side = SideThread()
-    return side

@@ -5,14 +5,34 @@
 64-bit draw yields four 16-bit uniforms, compared against ``round(p * 2**16)``: the keep
 probability is exact to 1/65536 and the stream still comes from the seeded global generator,
 so runs stay reproducible. On GPU the stock dropout is used.
+
+:func:`suppressed` turns dropout off for the calling thread only, whatever the modules' training
+flag: ``generate()`` decodes a model that another thread may be training without switching its
+mode under that thread.
 """
 
 from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Iterator
 
 import torch
 import torch.nn.functional as F
 
 _I64 = (-(2**63), 2**63 - 1)
+_LOCAL = threading.local()  # .off: dropout suppressed on this thread
+
+
+@contextlib.contextmanager
+def suppressed() -> Iterator[None]:
+    """No dropout on this thread within the block (other threads are not affected)."""
+    previous = getattr(_LOCAL, "off", False)
+    _LOCAL.off = True
+    try:
+        yield
+    finally:
+        _LOCAL.off = previous
 
 
 def _uniform16(shape: torch.Size, device: torch.device) -> torch.Tensor:
@@ -35,7 +55,7 @@ def dropout_mask(shape: torch.Size, p: float, device: torch.device) -> torch.Ten
 
 def dropout(x: torch.Tensor, p: float, training: bool) -> torch.Tensor:
     """Inverted dropout: zero with probability ``p``, scale survivors by ``1 / (1 - p)``."""
-    if not training or p == 0.0:
+    if not training or p == 0.0 or getattr(_LOCAL, "off", False):
         return x
     if x.device.type != "cpu":
         return F.dropout(x, p, True)
