@@ -36,7 +36,8 @@ def parse_args() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model", action="append", default=[], metavar="NAME=PATH",
                     help="a model to score (repeatable; default: word2vec, nnlm, elmo, minilm, bert-mini, gpt-mini)")
-    ap.add_argument("--pooling", default="first", choices=["first", "mean", "last"], help="sub-word models")
+    ap.add_argument("--pooling", default="auto", choices=["auto", "first", "mean", "last"],
+                    help="sub-word models (auto: the last piece for GPT, the first for BERT)")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--out", type=Path, default=Path("benchmarks/results/polysemy_score.json"))
     return ap.parse_args()

@@ -110,6 +110,29 @@ def test_elmo_layers_are_the_bilm_states_token_layer_duplicated(models):
             np.testing.assert_allclose(vectors[k], both.numpy(), atol=1e-5)
 
 
+def test_default_pooling_is_the_last_piece_for_gpt_and_the_first_for_bert(models, tmp_path):
+    """Issue 15, item 13: a left-to-right model has seen the whole word only at its last piece,
+    so every entry point's default reads that one for GPT (and the first piece for BERT); the
+    feature cache's key holds the pooling used, so runs before the change miss it."""
+    from muppets.transfer.feature_cache import FeatureSource
+
+    for kind, expected in (("gpt", "last"), ("bert", "first")):
+        default = embed(models[kind], SENTENCES)
+        explicit = embed(models[kind], SENTENCES, pooling=expected)
+        for x, y in zip(default, explicit):
+            np.testing.assert_array_equal(x, y)
+        assert load_embedder(models[kind]).pooling == expected
+        src = tmp_path / "in.txt"
+        src.write_text("The river bank\n", encoding="utf-8")
+        assert embed_file(models[kind], src, tmp_path / f"{kind}.npy")["pooling"] == expected
+        source = FeatureSource(str(models[kind]), "all", cache_dir=tmp_path / "cache")
+        assert source._key["pooling"] == expected == source.pooling
+    first = embed(models["gpt"], SENTENCES, pooling="first")
+    assert not np.allclose(first[1], embed(models["gpt"], SENTENCES)[1])  # multi-piece words differ
+    with pytest.raises(ConfigError, match="pooling"):
+        load_embedder(models["gpt"], pooling="middle")
+
+
 # ----------------------------------------------------------------------------- static vectors
 
 

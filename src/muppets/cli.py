@@ -516,8 +516,9 @@ def build_parser() -> argparse.ArgumentParser:
     em.add_argument("--input", required=True, help="one sentence per line, words separated by spaces")
     em.add_argument("--out", required=True, help="FILE.npy (+ FILE.json) or FILE.safetensors")
     em.add_argument("--layers", default="all", help="'all' or layer numbers, e.g. 0,-1 (-1 = top)")
-    em.add_argument("--pooling", default="first", choices=["first", "mean", "last"],
-                    help="sub-word models: a word's first piece, the mean of its pieces, or its last piece")
+    em.add_argument("--pooling", default="auto", choices=["auto", "first", "mean", "last"],
+                    help="sub-word models: a word's first piece, the mean of its pieces, or its last piece "
+                    "(auto: the last for GPT, which reads it after the whole word; the first for BERT)")
     em.add_argument("--oov", default="zero", choices=["zero", "error"], help="static vectors: unknown words")
     em.add_argument("--batch-size", type=int, default=32)
     em.add_argument("--device", default="cpu")
@@ -540,7 +541,8 @@ def build_parser() -> argparse.ArgumentParser:
     po.add_argument("--corpus", nargs="+", help="collect the word's sentences from these files/dirs (data:… ok)")
     po.add_argument("--limit", type=int, default=200, help="occurrences collected from the corpus at most")
     po.add_argument("--layers", default="all", help="'all' or layer numbers, e.g. 0,-1")
-    po.add_argument("--pooling", default="first", choices=["first", "mean", "last"])
+    po.add_argument("--pooling", default="auto", choices=["auto", "first", "mean", "last"],
+                    help="sub-word models (auto: the last piece for GPT, the first for BERT)")
     po.add_argument("--show", type=int, default=3, help="contexts printed per group")
     po.add_argument("--out", help="sense-set scores: write the JSON here")
     po.add_argument("--device", default="cpu")

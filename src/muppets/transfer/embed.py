@@ -7,7 +7,7 @@ One call for every backbone (:mod:`muppets.transfer.embedders` says what each la
     vectors[0].shape                                   # (1, 4, 384): (layers, words, dim)
     embed_file("runs/elmo-small", "sentences.txt", "elmo.safetensors")   # every layer
 
-``muppets embed --model DIR --input FILE --layers all|0,-1 --pooling first|mean|last --out FILE``
+``muppets embed --model DIR --input FILE --layers all|0,-1 --pooling auto|first|mean|last --out FILE``
 does the same from the shell. The input file holds one pre-split sentence per line (words
 separated by whitespace); an empty line is an error, as is a layer the model does not have.
 
@@ -130,7 +130,7 @@ def _check_lengths(embedder: Embedder, lengths: Sequence[int], source: str | Pat
 
 
 def embed(model: str | Path | Embedder, sentences: Sequence[Sequence[str]], layers: Sequence[int] | None = None,
-          pooling: str = "first", batch_size: int = 32, device: str = "cpu") -> list[np.ndarray]:
+          pooling: str = "auto", batch_size: int = 32, device: str = "cpu") -> list[np.ndarray]:
     """:func:`embed_sentences` with the model given by name (see :func:`~muppets.transfer.
     embedders.load_embedder`) or as an :class:`Embedder`."""
     embedder = model if isinstance(model, Embedder) else load_embedder(model, pooling, device)
@@ -228,7 +228,7 @@ def load_embeddings(path: str | Path) -> Embeddings:
 
 
 def embed_file(model: str | Path, input_path: str | Path, out: str | Path, layers: Sequence[int] | None = None,
-               pooling: str = "first", batch_size: int = 32, device: str = "cpu", oov: str = "zero",
+               pooling: str = "auto", batch_size: int = 32, device: str = "cpu", oov: str = "zero",
                progress: bool = False) -> dict:
     """Embed every line of ``input_path`` and write ``out``; returns the metadata written."""
     if Path(out).suffix not in OUTPUT_SUFFIXES:  # before any work
@@ -238,7 +238,7 @@ def embed_file(model: str | Path, input_path: str | Path, out: str | Path, layer
     chosen = resolve_layers(layers, embedder.num_layers, f"{embedder.kind} model {embedder.source}")
     vectors = embed_sentences(embedder, sentences, chosen, batch_size, source=input_path, progress=progress)
     meta = {**embedder.describe(), "model": str(model), "input": str(input_path), "layers": chosen,
-            "pooling": pooling if embedder.kind in ("bert", "gpt") else None, **dict(embedder.stats)}
+            "pooling": embedder.pooling if embedder.kind in ("bert", "gpt") else None, **dict(embedder.stats)}
     save_embeddings(out, vectors, meta)
     if embedder.stats.get("oov"):
         log.warning("%d of %d words were out of vocabulary (zero vectors)", embedder.stats["oov"],

@@ -19,8 +19,10 @@ kind        what the name points at                      layers (``num_layers`` 
 ==========  ===========================================  =======================================
 
 Sub-word models read a sentence as pieces and give each word the ``first`` piece's vector,
-the ``mean`` of its pieces, or the ``last`` one (the piece a left-to-right model reads after
-the whole word); :func:`pool_pieces` does it for every layer at once. BERT inputs are
+the ``mean`` of its pieces, or the ``last`` one; :func:`pool_pieces` does it for every layer at
+once. ``auto`` (every entry point's default, :func:`resolve_pooling`) takes the ``last`` piece for
+GPT, the only one a left-to-right model reads after it has seen the whole word, and the ``first``
+for BERT, the piece fine-tuning's tagging labels. BERT inputs are
 ``[CLS] pieces [SEP]`` (the same WordPiece split as fine-tuning's tagging features); GPT reads
 the words joined by single spaces, as text; ELMo reads ``<s> words </s>`` as it was trained.
 A word that gives no piece at all (e.g. a lone control character) gets a zero vector and is
@@ -52,12 +54,23 @@ from muppets.vectors import WordVectors
 log = logging.getLogger(__name__)
 
 POOLINGS = ("first", "mean", "last")  # how a word's pieces become one vector
+POOLING_CHOICES = ("auto", *POOLINGS)  # what a user may ask for: auto = resolve_pooling(kind)
 OOV_POLICIES = ("zero", "error")  # static vectors: what an unknown word gets
 KINDS = ("bert", "gpt", "elmo", "nnlm", "static")
 _RUN_VECTORS = ("vectors.bin", "embeddings.bin")  # word2vec / NNLM run directories
 
 
 # ----------------------------------------------------------------------------- pooling
+
+
+def resolve_pooling(kind: str, pooling: str) -> str:
+    """The pooling a ``kind`` of model uses for ``pooling``: ``auto`` is ``last`` for a
+    left-to-right model (``gpt``) and ``first`` for every other."""
+    if pooling not in POOLING_CHOICES:
+        raise ConfigError(f"pooling {pooling!r} is not one of {', '.join(POOLING_CHOICES)}")
+    if pooling != "auto":
+        return pooling
+    return "last" if kind == "gpt" else "first"
 
 
 def pool_pieces(hidden: torch.Tensor, word_of_piece: torch.Tensor, num_words: int,
@@ -358,12 +371,12 @@ def locate_model(name: str | Path) -> tuple[str, Path]:
                       "directory, 'minilm', an ELMo / NNLM / word2vec run, or a word-vector file)")
 
 
-def load_embedder(name: str | Path, pooling: str = "first", device: str = "cpu", oov: str = "zero",
+def load_embedder(name: str | Path, pooling: str = "auto", device: str = "cpu", oov: str = "zero",
                   vector_format: str = "auto") -> Embedder:
     """The :class:`Embedder` of the model ``name`` points at (:func:`locate_model`)."""
-    if pooling not in POOLINGS:
-        raise ConfigError(f"pooling {pooling!r} is not one of {', '.join(POOLINGS)}")
+    resolve_pooling("", pooling)  # a bad value fails before the model is located
     kind, path = locate_model(name)
+    pooling = resolve_pooling(kind, pooling)
     log.info("embedding with the %s model at %s", kind, path)
     if kind == "bert":
         return BertEmbedder(path, pooling, device)

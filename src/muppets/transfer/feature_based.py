@@ -45,7 +45,7 @@ from muppets.errors import ConfigError, DataError, TrainingInterrupted
 from muppets.tasks.spec import TaskData, TaskSpec
 from muppets.train import TrainConfig, Trainer, seed_everything
 from muppets.transfer.batching import IGNORE, EpochData, eval_batches
-from muppets.transfer.embedders import POOLINGS
+from muppets.transfer.embedders import POOLING_CHOICES
 from muppets.transfer.feature_cache import LAYER_MODES, FeatureSource, is_int
 from muppets.transfer.feature_models import (FeatureModelConfig, FeatureTaskModel, load_feature_model,
                                              save_feature_model)
@@ -61,7 +61,7 @@ class FeatureConfig:
     model: str = "minilm"  # backbone: HF BERT/GPT dir, minilm, ELMo/NNLM/word2vec run, or a vector file
     layers: str = "mix"  # mix | last | last4sum | last4cat | N (one layer; negative = from the top)
     static: str = ""  # word-vector file (or word2vec/NNLM run) concatenated to the backbone's vectors
-    pooling: str = "first"  # sub-word models: a word's first piece | mean of its pieces | last piece
+    pooling: str = "auto"  # sub-word models: auto (last piece for GPT, first for BERT) | first | mean | last
     oov: str = "zero"  # static vectors: an unknown word gets zeros (counted) | error
     run_dir: str = ""  # "" = runs/features/<task>-<model>-<layers>[-static]
     cache_dir: str = "runs/features/cache"  # embedded splits, shared by every run
@@ -97,7 +97,7 @@ class FeatureConfig:
 
     def __post_init__(self) -> None:
         checks = [("layers", self.layers in LAYER_MODES or is_int(self.layers)),
-                  ("pooling", self.pooling in POOLINGS), ("cache_dtype", self.cache_dtype in ("float16", "float32")),
+                  ("pooling", self.pooling in POOLING_CHOICES), ("cache_dtype", self.cache_dtype in ("float16", "float32")),
                   ("epochs", self.epochs >= 1), ("batch_size", self.batch_size >= 1),
                   ("eval_batch_size", self.eval_batch_size >= 1), ("embed_batch_size", self.embed_batch_size >= 1),
                   ("patience", self.patience >= 0), ("eval_every", self.eval_every >= 0),

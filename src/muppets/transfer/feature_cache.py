@@ -24,7 +24,7 @@ import numpy as np
 
 from muppets.errors import ConfigError
 from muppets.transfer.embed import embed_sentences, load_embeddings, resolve_layers, save_embeddings
-from muppets.transfer.embedders import Embedder, load_embedder, locate_model
+from muppets.transfer.embedders import Embedder, load_embedder, locate_model, resolve_pooling
 
 log = logging.getLogger(__name__)
 
@@ -116,10 +116,11 @@ class FeatureSource:
     :func:`~muppets.transfer.embedders.locate_model`.
     """
 
-    def __init__(self, model: str, mode: str, *, cache_dir: str | Path, pooling: str = "first", oov: str = "zero",
+    def __init__(self, model: str, mode: str, *, cache_dir: str | Path, pooling: str = "auto", oov: str = "zero",
                  dtype: str = "float16", batch_size: int = 32, device: str = "cpu", progress: bool = False) -> None:
         self.kind, self.path = locate_model(model)
         self.name, self.mode, self.cache_dir, self.dtype = model, mode, Path(cache_dir), dtype
+        pooling = resolve_pooling(self.kind, pooling)  # the key holds what is used: auto = last for GPT
         self.pooling, self.oov, self.batch_size, self.device, self.progress = pooling, oov, batch_size, device, progress
         self._embedder: Embedder | None = None
         self._key = {"kind": self.kind, "path": str(self.path.resolve()), "files": _stamp(self.path), "mode": mode,
