@@ -106,5 +106,5 @@ def test_config_sizes_must_be_positive_integers(tmp_path, key, value):
 def test_unreadable_config_is_a_checkpoint_error(tmp_path):
     hf_gpt2(tmp_path)
     (tmp_path / "config.json").write_bytes(b"{\"model_type\": \"gpt2\", ")
-    with pytest.raises(CheckpointError, match=r"config\.json: not a JSON file"):
+    with pytest.raises(CheckpointError, match=r"config\.json.*invalid JSON \(truncated\?\)"):
         load_hf_gpt(tmp_path)

@@ -307,3 +307,65 @@ def test_legitimate_oddities_still_load(tmp_path):
     (bpe / "merges.txt").write_bytes(b"#version: 0.2\n")
     tok = ByteLevelBPETokenizer.load(bpe)
     assert tok.decode(tok.encode("naïve")) == "naïve"
+
+
+# ----------------------------------------------------------------------------- model directories
+# config.json (and a safetensors index) of every model directory reader, replaced by hostile
+# content: a CheckpointError naming the file, never a raw RecursionError / ValueError /
+# UnicodeDecodeError.
+
+
+def model_dirs(root):
+    """(loader, directory, JSON file) of an HF BERT, an HF GPT, a task model and an ELMo model."""
+    import torch
+
+    from muppets.interop.hf_bert import load_hf_bert, save_hf_bert
+    from muppets.interop.hf_gpt import load_hf_gpt
+    from muppets.interop.hf_tasks import load_hf_task_model, save_hf_task_model
+    from muppets.models.bert import BertConfig, BertForPreTraining
+    from muppets.models.elmo import ElmoConfig, ElmoLanguageModel
+    from muppets.recipes.elmo_pretrain import load_elmo, save_elmo
+    from muppets.tokenizers import WordPieceTokenizer
+    from muppets.tokenizers.words import WordVocab
+
+    corpus = ["the quick brown fox jumps over the lazy dog"] * 5
+    tok = WordPieceTokenizer.train(corpus, vocab_size=60, min_frequency=1)
+    torch.manual_seed(0)
+    cfg = BertConfig(vocab_size=tok.vocab_size, hidden_size=16, num_layers=1, num_heads=2, intermediate_size=32,
+                     max_position_embeddings=16, pad_token_id=tok.pad_id)
+    bert = save_hf_bert(BertForPreTraining(cfg), root / "bert", tok)
+    task = load_hf_task_model(bert, kind="classify", num_labels=2)
+    task_dir = save_hf_task_model(task, root / "task", tok, labels=["0", "1"])
+    vocab = WordVocab.build(corpus, min_count=1)
+    elmo = save_elmo(ElmoLanguageModel(ElmoConfig.preset("elmo-tiny", vocab_size=len(vocab))), vocab, root / "elmo")
+    gpt = gpt_directory(root / "gpt")
+    return [(load_hf_bert, bert, "config.json"), (load_hf_gpt, gpt, "config.json"),
+            (load_hf_task_model, task_dir, "config.json"), (load_elmo, elmo, "config.json")]
+
+
+def test_hostile_model_config_files_are_checkpoint_errors(tmp_path, one_thread):
+    from muppets.errors import CheckpointError
+
+    for load, directory, name in model_dirs(tmp_path):
+        path = directory / name
+        good = path.read_bytes()
+        for label, content in {**HOSTILE, "a list": b"[1, 2]", "not UTF-8": b'{"a": "\xff"}'}.items():
+            if label == "10 MB line":
+                continue  # a long but valid-looking token: covered by the fuzzed GPT files
+            path.write_bytes(content)
+            start = time.perf_counter()
+            with pytest.raises(CheckpointError, match=name):
+                load(directory)
+            assert time.perf_counter() - start < 2.0, (load.__name__, label)
+        path.write_bytes(good)
+
+
+def test_hostile_safetensors_index_is_a_checkpoint_error(tmp_path):
+    from muppets.errors import CheckpointError
+    from muppets.interop.safetensors_io import read_weights
+
+    index = tmp_path / "model.safetensors.index.json"
+    for content in (HOSTILE["nesting bomb"], HOSTILE["huge number"], b"\xff\xfe", b'{"weight_map": 3}'):
+        index.write_bytes(content)
+        with pytest.raises(CheckpointError, match="index"):
+            read_weights(tmp_path)

@@ -9,7 +9,6 @@ heads) and bare ``BertModel`` ones such as all-MiniLM-L6-v2 (no prefix, no heads
 
 from __future__ import annotations
 
-import json
 import logging
 from pathlib import Path
 
@@ -17,7 +16,7 @@ import torch
 
 from muppets.config import write_json_atomic
 from muppets.errors import CheckpointError
-from muppets.interop.safetensors_io import read_weights, write_weights
+from muppets.interop.safetensors_io import read_json_object, read_weights, write_weights
 from muppets.models.bert import BertConfig, BertForPreTraining
 
 log = logging.getLogger(__name__)
@@ -178,7 +177,7 @@ def load_hf_bert(directory: str | Path, **config_overrides) -> BertForPreTrainin
     if not cfg_path.is_file():
         raise CheckpointError(f"{directory}: no config.json (is this a Hugging Face model directory?)")
     weights = read_weights(directory)
-    data = json.loads(cfg_path.read_text(encoding="utf-8"))
+    data = read_json_object(cfg_path)
     cfg = config_from_hf({**data, **{_CONFIG_MAP[k]: v for k, v in config_overrides.items()}}, str(cfg_path))
     model = BertForPreTraining(cfg)
     state, absent = from_hf_state(weights, cfg, str(directory))

@@ -16,7 +16,6 @@ safetensors headers before the model is built, so a crafted config cannot force 
 
 from __future__ import annotations
 
-import json
 import logging
 from pathlib import Path
 
@@ -24,7 +23,7 @@ import torch
 
 from muppets.config import from_dict, write_json_atomic
 from muppets.errors import CheckpointError
-from muppets.interop.safetensors_io import read_shapes, read_weights, write_weights
+from muppets.interop.safetensors_io import read_json_object, read_shapes, read_weights, write_weights
 from muppets.models.gpt import GPTBackbone, GPTConfig, GPTLanguageModel
 
 log = logging.getLogger(__name__)
@@ -155,12 +154,7 @@ def load_hf_gpt(directory: str | Path, **config_overrides) -> GPTLanguageModel:
     cfg_path = directory / "config.json"
     if not cfg_path.is_file():
         raise CheckpointError(f"{directory}: no config.json (is this a Hugging Face model directory?)")
-    try:
-        data = json.loads(cfg_path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, ValueError) as err:
-        raise CheckpointError(f"{cfg_path}: not a JSON file ({err})") from err
-    if not isinstance(data, dict):
-        raise CheckpointError(f"{cfg_path}: not a JSON object")
+    data = read_json_object(cfg_path)
     cfg = config_from_hf(data, str(cfg_path))
     if config_overrides:
         cfg = GPTConfig(**{**cfg.__dict__, **config_overrides})

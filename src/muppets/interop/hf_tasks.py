@@ -10,7 +10,6 @@ checkpoint's pretrained pooler when there is one (as in BERT fine-tuning).
 
 from __future__ import annotations
 
-import json
 import logging
 from pathlib import Path
 
@@ -18,7 +17,7 @@ from muppets.config import write_json_atomic
 from muppets.errors import CheckpointError
 from muppets.heads import KINDS, TaskModel, build_head
 from muppets.interop.hf_bert import config_from_hf, config_to_hf, from_hf_state, to_hf_state
-from muppets.interop.safetensors_io import read_weights, write_weights
+from muppets.interop.safetensors_io import read_json_object, read_weights, write_weights
 from muppets.models.bert import BertBackbone, BertConfig
 
 log = logging.getLogger(__name__)
@@ -99,7 +98,7 @@ def _read_config(directory: Path) -> dict:
     path = directory / "config.json"
     if not path.is_file():
         raise CheckpointError(f"{directory}: no config.json (is this a Hugging Face model directory?)")
-    return json.loads(path.read_text(encoding="utf-8"))
+    return read_json_object(path)
 
 
 def _kind_from_config(data: dict, directory: Path) -> str:

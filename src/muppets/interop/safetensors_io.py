@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import tempfile
 from collections.abc import Callable
@@ -12,10 +11,26 @@ import torch
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 
-from muppets.errors import CheckpointError
+from muppets.config import parse_json
+from muppets.errors import CheckpointError, DataError
 
 PICKLED = ("pytorch_model.bin", "pytorch_model.bin.index.json", "tf_model.h5", "model.ckpt.index")
 
+
+
+def read_json_object(path: Path) -> dict:
+    """A model directory's JSON file (``config.json``, a safetensors index) as a dict, or a
+    :class:`CheckpointError` naming the file: unreadable, not UTF-8, not JSON (nesting bombs and
+    huge numbers included: :func:`muppets.config.parse_json`), or not an object."""
+    try:
+        data = parse_json(path.read_text(encoding="utf-8"), path)
+    except (OSError, UnicodeDecodeError) as err:
+        raise CheckpointError(f"{path}: not a readable UTF-8 file ({err})") from None
+    except DataError as err:
+        raise CheckpointError(str(err)) from None
+    if not isinstance(data, dict):
+        raise CheckpointError(f"{path}: not a JSON object")
+    return data
 
 def read_weights(directory: str | Path) -> dict[str, torch.Tensor]:
     """All tensors of ``model.safetensors`` (or its sharded index) in ``directory``."""
@@ -47,8 +62,8 @@ def weight_files(directory: str | Path) -> list[Path]:
         return [single]
     if index.is_file():
         try:
-            shards = sorted(set(json.loads(index.read_text(encoding="utf-8"))["weight_map"].values()))
-        except (ValueError, KeyError, TypeError, AttributeError) as err:
+            shards = sorted(set(read_json_object(index)["weight_map"].values()))
+        except (KeyError, TypeError, AttributeError) as err:
             raise CheckpointError(f"{index}: not a safetensors index ({err!r})") from err
         return [directory / shard for shard in shards]
     pickled = [p for p in PICKLED if (directory / p).exists()]
@@ -69,7 +84,7 @@ def read_model_dir(directory: str | Path, fmt: str, what: str,
     path = directory / "config.json"
     if not path.is_file():
         raise CheckpointError(f"{directory}: no config.json (not {what} directory)")
-    meta = json.loads(path.read_text(encoding="utf-8"))
+    meta = read_json_object(path)
     if meta.get("format") != fmt:
         raise CheckpointError(f"{path}: format {meta.get('format')!r} is not {fmt!r}")
     model = build(meta)
