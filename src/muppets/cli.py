@@ -58,6 +58,16 @@ def _data_prepare(args: argparse.Namespace) -> int:
     return 0
 
 
+def _data_task_text(args: argparse.Namespace) -> int:
+    from muppets.tasks import load_task
+    from muppets.tasks.text import write_task_text
+
+    data = load_task(args.task)
+    n = write_task_text(data[args.split], args.out, overwrite=args.overwrite)
+    print(f"wrote {n} examples of {args.task}/{args.split} to {args.out}")
+    return 0
+
+
 def _pretrain(args: argparse.Namespace) -> int:
     from muppets.recipes import pick_recipe
 
@@ -425,6 +435,13 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--errors", default="strict", choices=["strict", "skip", "replace"])
     d.add_argument("--overwrite", action="store_true")
     d.set_defaults(func=_data_prepare)
+    t = data.add_parser("task-text", help="a task split's text without labels, as a jsonl corpus "
+                        "(task-adaptive pretraining: continue MLM on it, then fine-tune)")
+    t.add_argument("task", help="a registered task (e.g. sst2, conll2003)")
+    t.add_argument("--out", required=True, help="the jsonl file to write (not overwritten unless --overwrite)")
+    t.add_argument("--split", default="train", help="the split to read (default train; never the one you report)")
+    t.add_argument("--overwrite", action="store_true")
+    t.set_defaults(func=_data_task_text)
 
     p = sub.add_parser("pretrain", help="pretrain BERT (MLM + NSP), GPT (causal LM; a gpt-… "
                        "model.preset) or ELMo (biLM; an elmo-… model.preset) from a YAML config")

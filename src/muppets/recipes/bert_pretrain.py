@@ -17,13 +17,16 @@ from pathlib import Path
 import numpy as np
 
 from muppets.data.shards import TokenCorpus
+from muppets.errors import ConfigError
 from muppets.interop.hf_bert import load_hf_bert, save_hf_bert
+from muppets.interop.safetensors_io import read_shapes
 from muppets.models.bert import BertConfig, BertForPreTraining
 from muppets.objectives.mlm import IGNORE
 from muppets.objectives.mlm_nsp import BertPretrainingData, PretrainDataConfig, SpecialIds
-from muppets.recipes.common import (PretrainedModelSection, RunSection, TokenizerSection, config_loader,
-                                    corpus_texts, load_pretrained, open_inputs, prepare_once, seeded_model,
-                                    tokenizer_stage)
+from muppets.paths import resolve_model_path
+from muppets.recipes.common import (PretrainedModelSection, RunSection, TokenizerSection, checkpoint_tokenizer,
+                                    config_loader, corpus_texts, load_pretrained, open_inputs, prepare_once,
+                                    seeded_model, tokenizer_stage)
 from muppets.recipes.pretraining import (Pretraining, held_out, held_out_evaluator, train_and_export,
                                          unigram_scores)
 from muppets.tokenizers.wordpiece import WordPieceTokenizer
@@ -60,7 +63,8 @@ def ensure_tokenizer(cfg: PretrainConfig, run_dir: Path) -> WordPieceTokenizer:
             return WordPieceTokenizer.from_vocab(path, lowercase=cfg.tokenizer.lowercase)
         return WordPieceTokenizer.load(path)
 
-    return tokenizer_stage(cfg.tokenizer.path, run_dir, load, lambda: _train_tokenizer(cfg))
+    return (checkpoint_tokenizer(cfg.model, cfg.tokenizer.path, load)
+            or tokenizer_stage(cfg.tokenizer.path, run_dir, load, lambda: _train_tokenizer(cfg)))
 
 
 def _train_tokenizer(cfg: PretrainConfig) -> WordPieceTokenizer:
@@ -84,7 +88,15 @@ def build_model(cfg: PretrainConfig, tok: WordPieceTokenizer) -> BertForPreTrain
 
 def _new_or_loaded(cfg: PretrainConfig, tok: WordPieceTokenizer) -> BertForPreTraining:
     if cfg.model.init_from:
-        return load_pretrained(cfg.model, load_hf_bert, tok.vocab_size)
+        model = load_pretrained(cfg.model, load_hf_bert, tok.vocab_size)
+        if cfg.data.max_seq_len > model.cfg.max_position_embeddings:
+            raise ConfigError(f"data.max_seq_len={cfg.data.max_seq_len} exceeds the "
+                              f"{model.cfg.max_position_embeddings} positions of model.init_from={cfg.model.init_from}")
+        names = read_shapes(resolve_model_path(cfg.model.init_from))
+        if not any("predictions.transform" in name for name in names):
+            log.warning("model.init_from=%s has no MLM head (a bare BertModel): the decoder is tied to its word "
+                        "embeddings, the transform and output bias start fresh", cfg.model.init_from)
+        return model
     overrides = {"vocab_size": tok.vocab_size, "pad_token_id": tok.pad_id,
                  "max_position_embeddings": max(512, cfg.data.max_seq_len), **cfg.model.overrides}
     return BertForPreTraining(BertConfig.preset(cfg.model.preset, **overrides))

@@ -29,7 +29,7 @@ from muppets.data.prepare import SPECIALS_AS_TEXT, CorpusTokenizer, prepare_corp
 from muppets.data.readers import iter_documents
 from muppets.data.shards import TokenCorpus, tokenizer_fingerprint
 from muppets.errors import ConfigError, MuppetsError
-from muppets.paths import resolve_data_path
+from muppets.paths import resolve_data_path, resolve_model_path
 from muppets.train import TrainConfig
 from muppets.train.distributed import any_rank, dist_info, init_distributed
 
@@ -61,17 +61,39 @@ class ModelSection:
 
 @dataclass
 class PretrainedModelSection(ModelSection):
-    init_from: str = ""  # Hugging Face directory to continue pretraining from ("" = random init)
+    init_from: str = ""  # continue pretraining from this HF directory or "minilm", with its own tokenizer ("" = random init)
 
 
 def load_pretrained(sec: PretrainedModelSection, load: Callable[[Path], M], vocab_size: int) -> M:
     """The model of ``model.init_from`` (``load`` reads the directory); its vocabulary must
     hold the tokenizer's ``vocab_size`` ids."""
-    model = load(resolve_data_path(sec.init_from))
+    model = load(resolve_model_path(sec.init_from))
     if model.cfg.vocab_size < vocab_size:
         raise ConfigError(f"model.init_from={sec.init_from} has {model.cfg.vocab_size} tokens, "
                           f"the tokenizer {vocab_size}")
     return model
+
+
+def checkpoint_tokenizer(sec: PretrainedModelSection, configured: str, load: Callable[[Path], Tok],
+                         default: str = "") -> Tok | None:
+    """With ``model.init_from``, the checkpoint's own tokenizer (None without): continued
+    pretraining must feed the ids its embeddings were trained on, so no tokenizer is trained.
+    A tokenizer configured explicitly (``configured``, other than the recipe's ``default``)
+    must be that same tokenizer."""
+    if not sec.init_from:
+        return None
+    directory = resolve_model_path(sec.init_from)
+    try:
+        tok = load(directory)
+    except (MuppetsError, OSError) as err:
+        raise ConfigError(f"model.init_from={sec.init_from}: cannot read the checkpoint's tokenizer in "
+                          f"{directory} ({err}); continued pretraining uses the checkpoint's own") from err
+    if configured and configured != default and load(resolve_data_path(configured)).to_json() != tok.to_json():
+        raise ConfigError(f"tokenizer.path={configured} is not the tokenizer of model.init_from="
+                          f"{sec.init_from}: continued pretraining must use the checkpoint's own "
+                          "(leave tokenizer.path empty)")
+    log.info("continued pretraining from %s with its own tokenizer (%d tokens)", directory, tok.vocab_size)
+    return tok
 
 
 @dataclass

@@ -23,8 +23,9 @@ from muppets.errors import ConfigError
 from muppets.interop.hf_gpt import load_hf_gpt, save_hf_gpt
 from muppets.models.gpt import GPTConfig, GPTLanguageModel
 from muppets.objectives.clm import CausalLMData, CLMDataConfig
-from muppets.recipes.common import (PretrainedModelSection, RunSection, TokenizerSection, config_loader,
-                                    corpus_texts, load_pretrained, open_inputs, seeded_model, tokenizer_stage)
+from muppets.recipes.common import (PretrainedModelSection, RunSection, TokenizerSection, checkpoint_tokenizer,
+                                    config_loader, corpus_texts, load_pretrained, open_inputs, seeded_model,
+                                    tokenizer_stage)
 from muppets.recipes.pretraining import (Pretraining, held_out, held_out_evaluator, train_and_export,
                                          unigram_scores)
 from muppets.tokenizers.bpe import ByteLevelBPETokenizer
@@ -57,7 +58,9 @@ class GPTPretrainConfig(RunSection):
 
 def ensure_tokenizer(cfg: GPTPretrainConfig, run_dir: Path) -> ByteLevelBPETokenizer:
     """The configured byte-level BPE, or one trained on the corpus (reused once trained)."""
-    return tokenizer_stage(cfg.tokenizer.path, run_dir, ByteLevelBPETokenizer.load, lambda: _train_tokenizer(cfg))
+    default = BPETokenizerSection.path  # GPT-2's BPE unless the checkpoint has its own
+    return (checkpoint_tokenizer(cfg.model, cfg.tokenizer.path, ByteLevelBPETokenizer.load, default)
+            or tokenizer_stage(cfg.tokenizer.path, run_dir, ByteLevelBPETokenizer.load, lambda: _train_tokenizer(cfg)))
 
 
 def _train_tokenizer(cfg: GPTPretrainConfig) -> ByteLevelBPETokenizer:

