@@ -270,6 +270,18 @@ def load_file(path: str | Path) -> dict[str, Any]:
     return data
 
 
+def read_utf8(path: str | Path, what: str = "file") -> str:
+    """The UTF-8 text of ``path``; a :class:`DataError` naming the file (and the byte offset of
+    an undecodable byte) if it cannot be read. ``what`` names the file in the message."""
+    path = Path(path)
+    try:
+        return path.read_bytes().decode("utf-8")
+    except OSError as err:
+        raise DataError(f"cannot read {what} ({err.strerror})", path=path) from err
+    except UnicodeDecodeError as err:
+        raise DataError(f"{what} is not valid UTF-8", path=path, position=err.start) from err
+
+
 def parse_json(text: str, path: str | Path | None = None, line: int | None = None) -> Any:
     """``json.loads(text)``, with every way ``text`` can fail a :class:`DataError` naming
     ``path``, the line (``line``: where ``text`` starts, for one record of a JSON-lines file)

@@ -51,7 +51,7 @@ from typing import Any
 from tokenizers import AddedToken, Tokenizer, decoders, pre_tokenizers, processors, trainers
 from tokenizers.models import BPE
 
-from muppets.config import parse_json, write_json_atomic
+from muppets.config import parse_json, read_utf8, write_json_atomic
 from muppets.errors import ConfigError, DataError
 from muppets.paths import resolve_data_path
 # Shared with the WordPiece tokenizer: HF file names and the readers of HF config files.
@@ -135,16 +135,6 @@ class ByteLevelBPESettings:
 
 
 # ---------------------------------------------------------------------------- reading files
-def _read_text(path: Path, what: str) -> str:
-    """The UTF-8 text of ``path``; a :class:`DataError` naming the file if it cannot be read."""
-    try:
-        return path.read_bytes().decode("utf-8")
-    except OSError as err:
-        raise DataError(f"cannot read {what} ({err.strerror})", path=path) from err
-    except UnicodeDecodeError as err:
-        raise DataError(f"{what} is not valid UTF-8", path=path, position=err.start) from err
-
-
 def _read_merges_txt(path: Path) -> tuple[list[Merge], list[int]]:
     """The merges of a ``merges.txt`` in rank order, and the (1-based) line of each.
 
@@ -152,7 +142,7 @@ def _read_merges_txt(path: Path) -> tuple[list[Merge], list[int]]:
     ``\\n`` (a trailing ``\\r`` is dropped), lines starting with ``#version`` are skipped, every
     other line is two symbols separated by one space. Blank lines at the end are ignored.
     """
-    lines = _read_text(path, "merges file").split("\n")
+    lines = read_utf8(path, "merges file").split("\n")
     while lines and lines[-1].strip() == "":
         lines.pop()
     merges: list[Merge] = []

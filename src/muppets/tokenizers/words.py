@@ -28,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-from muppets.config import from_dict, parse_json, write_json_atomic
+from muppets.config import from_dict, parse_json, read_utf8, write_json_atomic
 from muppets.errors import ConfigError, DataError
 
 VOCAB_FILE = "words.txt"  # one "word<TAB>count" line per id, in id order
@@ -155,21 +155,12 @@ class WordVocab:
         return f"WordVocab(size={self.vocab_size}, lowercase={self.settings.lowercase})"
 
 
-def _read_text(path: Path) -> str:
-    try:
-        return path.read_bytes().decode("utf-8")
-    except OSError as err:
-        raise DataError(f"cannot read file ({err.strerror})", path=path) from err
-    except UnicodeDecodeError as err:
-        raise DataError("file is not valid UTF-8", path=path, position=err.start) from err
-
-
 def _read_settings(path: Path) -> WordSettings:
     """The settings in ``words.json`` (defaults without the file), checked like a config."""
     if not path.is_file():
         return WordSettings()
     try:
-        return from_dict(WordSettings, parse_json(_read_text(path), path))
+        return from_dict(WordSettings, parse_json(read_utf8(path), path))
     except ConfigError as err:
         raise DataError(str(err), path=path) from err
 
@@ -178,7 +169,7 @@ def read_word_counts(path: Path) -> tuple[list[str], list[int]]:
     """``word<TAB>count`` lines, each word once; an undecodable byte, a malformed line or a
     repeated word raises DataError naming the file and line."""
     words, counts, first = [], [], {}
-    for lineno, line in enumerate(_read_text(path).splitlines(), 1):
+    for lineno, line in enumerate(read_utf8(path).splitlines(), 1):
         word, tab, count = line.rpartition("\t")
         if not tab or not (count.isascii() and count.isdigit()) or len(count) > 18:
             raise DataError("expected 'word<TAB>count' (a count of at most 18 digits)",
