@@ -276,6 +276,7 @@ def test_two_process_ddp_equals_one_process(tmp_path: Path) -> None:
     rng = load_file(str(tmp_path / "ddp" / ckpt / "rng.safetensors"))
     assert {"torch.cpu", "torch.cpu.rank0", "torch.cpu.rank1"} <= rng.keys()
     assert not math.isnan(ddp["losses"][-1])
+    assert (tmp_path / "ddp" / "training_curves.png").is_file() and not list((tmp_path / "ddp").glob(".*.tmp"))
 
 
 def test_max_minutes_budget_evaluates_checkpoints_and_stops(tmp_path: Path) -> None:

@@ -80,6 +80,7 @@ def test_tiny_training_runs(tmp_path, sg):
     assert result.raw_words == 2 * corpus.num_tokens and 0 < result.effective_words < result.raw_words
     assert result.epochs_done == 2 and not result.stopped_early and math.isfinite(result.mean_loss)
     assert model.words[0] == "the" and (tmp_path / "run" / "vectors.bin").is_file()
+    assert (tmp_path / "run" / "training_curves.png").read_bytes()[:4] == b"\x89PNG"  # the loss per chunk
     encoded = model(torch.tensor([[0, 1, -1]]))
     assert encoded.layers[0].shape == (1, 3, 16) and encoded.mask.tolist() == [[True, True, False]]
     assert torch.equal(encoded.layers[0][0, 2], torch.zeros(16))

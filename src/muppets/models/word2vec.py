@@ -67,6 +67,7 @@ from muppets.objectives.word2vec import LAYOUTS, TrainingVocab, Word2VecExamples
 from muppets.train.checkpoint import replace_dir, write_latest
 from muppets.train.hogwild import HogwildPool, run_span_inline
 from muppets.train.logger import RunLogger
+from muppets.train.plots import write_run_plot
 from muppets.train.signals import stop_signal_handler
 from muppets.vectors import WordVectors
 
@@ -457,6 +458,8 @@ class Word2VecTrainer:
         finally:
             torch.set_num_threads(threads)
             self._log.close()
+        if self.run_dir is not None:
+            write_run_plot(self.run_dir)  # the loss per chunk, like every Trainer run
         p = self.progress
         done = p.epoch + p.chunk / self.examples.num_chunks
         return Word2VecResult(done, p.raw_words, p.effective_words, p.examples, p.elapsed_s,

@@ -1,6 +1,6 @@
 """Training: the shared :class:`Trainer` (AdamW groups, warmup schedules, accumulation with exact
 loss normalisation, clipping, DDP, atomic safetensors checkpoints with exact resume, jsonl and
-TensorBoard logs, progress bar).
+TensorBoard logs, ``training_curves.png``, a progress bar with the run's ETA).
 
 Typical use (the same script runs alone or under ``torchrun --nproc_per_node=N``)::
 
@@ -21,6 +21,7 @@ from muppets.train.checkpoint import (
 from muppets.train.distributed import DistInfo, dist_info, init_distributed, shutdown_distributed
 from muppets.train.logger import RunLogger, read_log, step_losses
 from muppets.train.optim import build_optimizer, is_no_decay, param_groups
+from muppets.train.plots import PLOT_FILE, write_run_plot
 from muppets.train.schedule import SCHEDULES, lr_factor
 from muppets.train.trainer import (
     LossOutput,
@@ -34,6 +35,7 @@ from muppets.train.trainer import (
 
 __all__ = [
     "CHECKPOINT_FILES",
+    "PLOT_FILE",
     "DistInfo",
     "LossOutput",
     "RngState",
@@ -60,4 +62,5 @@ __all__ = [
     "seed_everything",
     "shutdown_distributed",
     "step_losses",
+    "write_run_plot",
 ]

@@ -28,13 +28,26 @@ LOG_FILE = "log.jsonl"
 TB_DIR = "tb"
 
 
-def read_log(run_dir: Path) -> list[dict[str, Any]]:
-    """All records of ``run_dir/log.jsonl`` in order (empty when there is no log)."""
+def read_log(run_dir: Path, *, strict: bool = True) -> list[dict[str, Any]]:
+    """All records of ``run_dir/log.jsonl`` in order (empty when there is no log).
+
+    With ``strict=False`` lines that are not a JSON object (e.g. the half-written last line of
+    a killed run) are skipped instead of raising ``ValueError``."""
     path = Path(run_dir) / LOG_FILE
     if not path.is_file():
         return []
     with path.open(encoding="utf-8") as fh:
-        return [json.loads(line) for line in fh if line.strip()]
+        if strict:
+            return [json.loads(line) for line in fh if line.strip()]
+        return [r for r in map(_try_record, fh) if r is not None]
+
+
+def _try_record(line: str) -> dict[str, Any] | None:
+    try:
+        record = json.loads(line)
+    except ValueError:
+        return None
+    return record if isinstance(record, dict) else None
 
 
 def step_losses(run_dir: Path) -> dict[int, float]:

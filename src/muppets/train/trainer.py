@@ -36,7 +36,6 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 from torch import nn
-from tqdm.auto import tqdm
 
 from muppets.config import to_dict, write_json_atomic
 from muppets.errors import ConfigError, TrainingDiverged
@@ -55,7 +54,9 @@ from muppets.train.checkpoint import (
 from muppets.train.distributed import all_gather, all_reduce_sum, any_rank, barrier, init_distributed
 from muppets.train.logger import RunLogger
 from muppets.train.optim import build_optimizer
+from muppets.train.plots import write_run_plot
 from muppets.train.precision import PRECISIONS, autocast, resolve_precision
+from muppets.train.progress import progress_bar, run_eta
 from muppets.train.schedule import check_schedule, lr_factor
 from muppets.train.signals import stop_signal_handler
 
@@ -83,7 +84,8 @@ class TrainConfig:
     log_every: int = 10  # console + TensorBoard every N steps (log.jsonl gets every step)
     seed: int = 0  # seeds torch/numpy/random at the start of a fresh run (plus the rank)
     tensorboard: bool = True  # also log to run_dir/tb when tensorboard is installed
-    progress: bool = True  # tqdm bar with loss, tokens/s, ETA (main rank, on a TTY)
+    progress: bool = True  # tqdm bar with loss, tokens/s, ETA of the run (main rank, on a TTY)
+    plot: bool = True  # redraw run_dir/training_curves.png at every evaluation and at the end
     threads: int = 0  # torch.set_num_threads; 0 = leave as is
     max_minutes: float = 0.0  # wall-clock budget of one train() call: evaluate, checkpoint, stop; 0 = none
     precision: str = "fp32"  # fp32 | bf16 (autocast forward, fp32 weights) | auto (bf16 where native)
@@ -182,7 +184,8 @@ class Trainer:
         model: ``model(**batch)`` returns an object with ``loss_sums`` (see :class:`LossOutput`).
         data: a :class:`StepData`.
         config: the :class:`TrainConfig`.
-        run_dir: ``config.json``, ``log.jsonl``, ``tb/``, ``checkpoints/``, ``model/`` go here.
+        run_dir: ``config.json``, ``log.jsonl``, ``training_curves.png``, ``tb/``,
+            ``checkpoints/``, ``model/`` go here.
         evaluate: called with the bare model in eval mode under ``no_grad`` (and without
             touching the training RNG) on every rank; returns ``{name: value}``.
         run_config: the resolved full config; saved as ``run_dir/config.json`` and in every
@@ -233,6 +236,8 @@ class Trainer:
         self._stop_signal: int | None = None
         self._log = RunLogger(self.run_dir, enabled=False)
         self._bar: Any = None
+        self._start_step = 0  # the step this train() call started from
+        self._plotted_step: int | None = None  # the step training_curves.png was last drawn at
 
     @property
     def checkpoint_dir(self) -> Path:
@@ -268,7 +273,10 @@ class Trainer:
                 logger.info("already at step %d of %d; nothing to train", self.step, self.config.steps)
                 return TrainResult(self.step, [], {}, self.last_checkpoint, False)
             with self._signal_handlers(), self._progress_bar():
-                return self._loop()
+                try:
+                    return self._loop()
+                finally:  # also after a divergence or a second signal: the picture shows why
+                    self._plot()
         finally:
             self._log.close()
 
@@ -327,16 +335,19 @@ class Trainer:
         losses: list[float] = []
         last_eval: dict[str, float] = {}
         stopping = False
-        self._started = time.perf_counter()
+        self._started, self._start_step = time.perf_counter(), self.step
         while self.step < self.config.steps:
             stats = self._train_step()
             losses.append(stats.loss)
             self._report(stats)
             out_of_time = any_rank(self._out_of_time())
             converged = False
-            if self.evaluate is not None and (out_of_time or self._eval_due()):
+            evaluating = out_of_time or self._eval_due()
+            if self.evaluate is not None and evaluating:
                 last_eval = self._run_evaluation()
                 converged = self._converged(last_eval)
+            if evaluating:  # the picture is redrawn also without an evaluate callback
+                self._plot()
             stopping = out_of_time or converged or any_rank(self._stop_signal is not None)
             if stopping or self._due(self.config.checkpoint_every):
                 self._save_checkpoint()
@@ -485,8 +496,10 @@ class Trainer:
                 "step %d/%d loss %.4f lr %.3g grad_norm %.3f tokens/s %.0f",
                 self.step, self.config.steps, stats.loss, stats.lr, stats.grad_norm, tokens_per_s,
             )
-        if self._bar is not None:
-            self._bar.set_postfix(loss=f"{stats.loss:.4f}", tok_s=f"{tokens_per_s:.0f}", refresh=False)
+        if self._bar is not None and not self._bar.disable:
+            eta = run_eta(self.step, self.config.steps, self._start_step,
+                          time.perf_counter() - self._started, self.config.max_minutes * 60.0)
+            self._bar.set_postfix_str(f"{eta}, loss {stats.loss:.4f}, {tokens_per_s:.0f} tok/s", refresh=False)
             self._bar.update(1)
 
     def _run_evaluation(self) -> dict[str, float]:
@@ -503,6 +516,14 @@ class Trainer:
         if self.dist.is_main:
             logger.info("eval at step %d: %s", self.step, ", ".join(f"{k} {v:.4f}" for k, v in metrics.items()))
         return metrics
+
+    def _plot(self) -> None:
+        """Main rank redraws ``run_dir/training_curves.png`` from the log (once per step; never raises)."""
+        if not (self.config.plot and self.dist.is_main) or self._plotted_step == self.step:
+            return
+        self._plotted_step = self.step
+        name = "/".join(self.run_dir.resolve().parts[-2:])  # e.g. sst2-bert-mix/seed-1
+        write_run_plot(self.run_dir, title=f"{name}: step {self.step} of {self.config.steps}")
 
     def _save_checkpoint(self) -> None:
         """Main rank writes the checkpoint (with every rank's torch RNG state); all ranks wait."""
@@ -551,12 +572,9 @@ class Trainer:
 
     @contextmanager
     def _progress_bar(self) -> Iterator[None]:
-        """tqdm bar on the main rank (disabled when ``progress`` is off or stderr is not a TTY)."""
-        enabled = self.config.progress and self.dist.is_main
-        bar = tqdm(
-            total=self.config.steps, initial=self.step, unit="step", desc="train",
-            dynamic_ncols=True, disable=None if enabled else True,
-        )
+        """tqdm bar on the main rank with the run's ETA (:mod:`muppets.train.progress`); disabled
+        when ``progress`` is off or stderr is not a TTY."""
+        bar = progress_bar(self.config.steps, self.step, self.config.progress and self.dist.is_main)
         self._bar = bar
         try:
             yield

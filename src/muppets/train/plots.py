@@ -1,0 +1,261 @@
+"""One picture of a run: ``run_dir/training_curves.png``, drawn from ``run_dir/log.jsonl``.
+
+The :class:`~muppets.train.Trainer` redraws it at every evaluation and when training ends
+(``TrainConfig.plot``, on by default), so every recipe on the trainer (pretraining, fine-tuning,
+feature-based) gets it for free; word2vec's own trainer draws it when it returns::
+
+    write_run_plot(Path("runs/bert-mini"))      # or by hand, for any run directory
+
+Panels (decided by :func:`plan_panels`, a pure function of the log records):
+
+- ``training loss``: the raw per-step loss (faint) and its moving average; with more than one
+  loss term (``loss/mlm``, ``loss/nsp`` …) also each term's moving average;
+- one panel per evaluated metric ``eval/<name>``, with ``eval/dev/<name>`` (the dev split
+  watched during fine-tuning) drawn in the same panel; ``mix_w0 … mix_wK`` (the ScalarMix
+  weights of feature-based runs) share one panel, and so do per-class scores such as
+  ``f1_LOC``, ``f1_PER`` when ``f1`` is logged too. Perplexities use a log scale.
+
+Non-finite values and unreadable lines (a run killed mid-write) are skipped. Drawing never
+raises: a failure is logged as a warning, and without matplotlib nothing is drawn (logged once).
+matplotlib draws on an Agg canvas directly (no pyplot, no global backend change).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from muppets.train.logger import read_log
+
+logger = logging.getLogger(__name__)
+
+PLOT_FILE = "training_curves.png"
+MAX_PANELS = 12  # metrics beyond these are left out of the picture (they stay in log.jsonl)
+MAX_LINE_POINTS = 2000  # loss lines are thinned to this many points (the average uses all)
+_MIX_WEIGHT = re.compile(r"mix_w\d+")
+_missing_matplotlib_logged = False
+
+
+@dataclass
+class Series:
+    """One line of a panel: ``style`` is ``raw`` (faint), ``smooth`` (a line) or ``points`` (markers)."""
+
+    label: str
+    steps: np.ndarray  # (N,) optimizer step of every value
+    values: np.ndarray  # (N,) finite values
+    style: str = "points"
+
+
+@dataclass
+class Panel:
+    """One subplot: a title and its lines against the step."""
+
+    title: str
+    series: list[Series] = field(default_factory=list)
+    log_y: bool = False
+
+
+# ----------------------------------------------------------------------------- deciding
+
+
+Column = tuple[list[int], list[Any]]  # the steps and the values of one log key
+
+
+def _columns(records: list[dict]) -> dict[str, Column]:
+    """``{key: (steps, values)}`` of the keys plotted (``loss``, ``loss/*``, ``eval/*``), in the
+    order they first appear, in one pass over the records."""
+    columns: dict[str, Column] = {}
+    for record in records:
+        step = record.get("step")
+        if type(step) is not int:
+            continue
+        for key, value in record.items():
+            if key == "loss" or key.startswith(("loss/", "eval/")):
+                steps, values = columns.setdefault(key, ([], []))
+                steps.append(step)
+                values.append(value)
+    return columns
+
+
+def _finite(column: Column) -> tuple[np.ndarray, np.ndarray]:
+    """The steps and values of a column whose value is a finite number, as two arrays."""
+    values = np.array([v if type(v) in (int, float) else np.nan for v in column[1]], dtype=np.float64)
+    keep = np.isfinite(values)
+    return np.asarray(column[0], dtype=np.int64)[keep], values[keep]
+
+
+def moving_average(values: np.ndarray, window: int) -> np.ndarray:
+    """Trailing mean over up to ``window`` values (shorter at the start), same length as ``values``.
+
+    >>> moving_average(np.array([1.0, 3.0, 5.0, 7.0]), 2).tolist()
+    [1.0, 2.0, 4.0, 6.0]
+    """
+    if len(values) == 0 or window <= 1:
+        return values.copy()
+    sums = np.cumsum(np.concatenate([[0.0], values]))
+    ends = np.arange(1, len(values) + 1)
+    starts = np.maximum(ends - window, 0)
+    return (sums[ends] - sums[starts]) / (ends - starts)
+
+
+def _window(n: int) -> int:
+    """Moving-average width: about 1/25 of the run, at least 1, at most 500 steps."""
+    return max(1, min(500, n // 25))
+
+
+def _loss_panel(columns: dict[str, Column]) -> Panel | None:
+    steps, loss = _finite(columns.get("loss", ([], [])))
+    if len(loss) == 0:
+        return None
+    window = _window(len(loss))
+    panel = Panel("training loss", [Series("loss", steps, loss, "raw"),
+                                    Series(f"loss (mean of {window})", steps, moving_average(loss, window), "smooth")])
+    terms = sorted(k for k in columns if k.startswith("loss/"))
+    if len(terms) > 1:
+        for key in terms:
+            s, v = _finite(columns[key])
+            if len(v):
+                panel.series.append(Series(key[len("loss/"):], s, moving_average(v, window), "smooth"))
+    return panel
+
+
+def _metric_group(name: str, names: set[str]) -> tuple[str, str]:
+    """``(panel title, line label)`` of the metric ``eval/<name>``; ``names`` are all metric
+    names logged (without ``dev/``), so that ``f1_LOC`` joins ``f1 by class`` when ``f1`` exists."""
+    dev, base = (True, name[len("dev/"):]) if name.startswith("dev/") else (False, name)
+    head, _, tail = base.partition("_")
+    if _MIX_WEIGHT.fullmatch(base):
+        title, label = "mix weights", base
+    elif tail and head in names:
+        title, label = f"{head} by class", tail
+    else:
+        return base, "dev" if dev else "eval"
+    return (f"{title} (dev)" if dev else title), label
+
+
+def _metric_panels(columns: dict[str, Column]) -> list[Panel]:
+    names = {k[len("eval/"):].removeprefix("dev/") for k in columns if k.startswith("eval/")}
+    panels: dict[str, Panel] = {}
+    for key, column in columns.items():
+        if key.startswith("eval/"):
+            title, label = _metric_group(key[len("eval/"):], names)
+            steps, values = _finite(column)
+            if len(values):
+                panels.setdefault(title, Panel(title)).series.append(Series(label, steps, values))
+    for panel in panels.values():
+        panel.log_y = "perplexity" in panel.title and all(bool((s.values > 0).all()) for s in panel.series)
+    return list(panels.values())
+
+
+def plan_panels(records: list[dict]) -> list[Panel]:
+    """The subplots for these log records: training loss first, then the evaluated metrics in
+    the order they first appear (at most :data:`MAX_PANELS` in all; empty panels dropped)."""
+    columns = _columns(records)
+    loss = _loss_panel(columns)
+    panels = ([loss] if loss is not None else []) + _metric_panels(columns)
+    if len(panels) > MAX_PANELS:
+        logger.debug("plotting %d of %d panels", MAX_PANELS, len(panels))
+    return panels[:MAX_PANELS]
+
+
+# ----------------------------------------------------------------------------- drawing
+
+
+def _thin(n: int) -> np.ndarray:
+    """Indices of at most :data:`MAX_LINE_POINTS` evenly spread points of ``n`` (first and last kept)."""
+    return np.unique(np.linspace(0, n - 1, min(n, MAX_LINE_POINTS)).astype(int))
+
+
+def _draw_series(ax: Any, s: Series, color: str) -> None:
+    if s.style == "raw":
+        take = _thin(len(s.values))
+        ax.plot(s.steps[take], s.values[take], color=color, alpha=0.25, linewidth=0.7)
+    elif s.style == "smooth":  # a moving average loses nothing visible when thinned
+        take = _thin(len(s.values))
+        ax.plot(s.steps[take], s.values[take], color=color, linewidth=1.4, label=s.label)
+    else:
+        ax.plot(s.steps, s.values, "o-", color=color, markersize=3, linewidth=1.0, label=s.label)
+
+
+def _draw_panel(ax: Any, panel: Panel) -> None:
+    for index, series in enumerate(panel.series):
+        same = series.style != "points" and index < 2  # the raw loss and its average share a colour
+        _draw_series(ax, series, "C0" if same else f"C{index % 10}")
+    if panel.log_y:
+        ax.set_yscale("log")
+    ax.set_title(panel.title, fontsize=10)
+    ax.set_xlabel("step", fontsize=8)
+    ax.tick_params(labelsize=8)
+    ax.grid(alpha=0.3)
+    if len([s for s in panel.series if s.style != "raw"]) > 1:
+        ax.legend(fontsize=7)
+
+
+def render(panels: list[Panel], title: str = "") -> Any:
+    """A matplotlib ``Figure`` (Agg canvas) with one axes per panel, three panels a row."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    cols = max(1, min(3, len(panels)))
+    rows = max(1, math.ceil(len(panels) / cols))
+    top = 0.65 if title else 0.2  # inches above the panels
+    width, height = 4.2 * cols, 3.0 * rows + top
+    fig = Figure(figsize=(width, height))
+    FigureCanvasAgg(fig)
+    if title:
+        fig.suptitle(title, fontsize=11)
+    if not panels:
+        fig.text(0.5, 0.5, "nothing logged yet", ha="center", va="center")
+        return fig
+    # fixed margins in inches: a layout engine would cost more than the drawing itself
+    fig.subplots_adjust(left=0.6 / width, right=1 - 0.15 / width, bottom=0.5 / height,
+                        top=1 - top / height, wspace=0.3, hspace=0.5)
+    axes = fig.subplots(rows, cols, squeeze=False).ravel()
+    for ax in axes[len(panels):]:
+        fig.delaxes(ax)
+    for ax, panel in zip(axes, panels):
+        _draw_panel(ax, panel)
+    return fig
+
+
+def write_run_plot(run_dir: Path, path: Path | None = None, title: str | None = None) -> Path | None:
+    """Draw ``run_dir/log.jsonl`` into ``path`` (default ``run_dir/training_curves.png``),
+    atomically (a temporary file renamed into place). Returns the path, or None when nothing
+    was drawn: matplotlib is missing (logged once) or drawing failed (logged as a warning)."""
+    run_dir = Path(run_dir)
+    path = Path(path) if path is not None else run_dir / PLOT_FILE
+    if not _have_matplotlib():
+        return None
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        records = read_log(run_dir, strict=False)
+        fig = render(plan_panels(records), run_dir.name if title is None else title)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(tmp, format="png", dpi=90)
+        os.replace(tmp, path)
+        return path
+    except Exception as error:  # a picture must never end a training run
+        logger.warning("could not draw %s: %s: %s", path, type(error).__name__, error)
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
+        return None
+
+
+def _have_matplotlib() -> bool:
+    global _missing_matplotlib_logged
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        if not _missing_matplotlib_logged:
+            _missing_matplotlib_logged = True
+            logger.info("matplotlib is not installed: no %s (pip install matplotlib)", PLOT_FILE)
+        return False
+    return True
