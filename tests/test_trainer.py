@@ -295,3 +295,25 @@ def test_max_minutes_budget_evaluates_checkpoints_and_stops(tmp_path: Path) -> N
     again = Trainer(ToyModel(), ToyData(config.batch_size, config.accumulation),
                     toy_config(steps=3), tmp_path).train()  # resumes from the budget checkpoint
     assert again.step == 3 and not again.stopped_early
+
+
+def test_resume_drops_a_half_written_last_log_line_and_refuses_a_damaged_log(tmp_path: Path, caplog) -> None:
+    """A run killed while writing log.jsonl leaves a partial last line: resuming drops it (with a
+    warning) instead of failing; a bad line in the middle is a DataError naming file and line."""
+    from muppets.errors import DataError
+    from muppets.train.logger import RunLogger
+
+    log = tmp_path / "log.jsonl"
+    log.write_text('{"step": 1, "loss": 2.0}\n{"step": 2, "loss": 1.5}\n{"step": 3, "lo', encoding="utf-8")
+    logger = RunLogger(tmp_path)
+    with caplog.at_level("WARNING", logger="muppets.train.logger"):
+        logger.truncate_after(2)
+    logger.log({"step": 3, "loss": 1.0})
+    logger.close()
+    assert [json.loads(line)["step"] for line in log.read_text().splitlines()] == [1, 2, 3]
+    assert any("half-written last line 3" in r.getMessage() for r in caplog.records)
+    log.write_text('{"step": 1}\nnot json\n{"step": 2}\n', encoding="utf-8")
+    logger = RunLogger(tmp_path)
+    with pytest.raises(DataError, match=r"log.jsonl:2: not a JSON object"):
+        logger.truncate_after(2)
+    logger.close()

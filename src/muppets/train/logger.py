@@ -22,6 +22,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from muppets.errors import DataError
+
 logger = logging.getLogger(__name__)
 
 LOG_FILE = "log.jsonl"
@@ -48,6 +50,25 @@ def _try_record(line: str) -> dict[str, Any] | None:
     except ValueError:
         return None
     return record if isinstance(record, dict) else None
+
+
+def _resumable_records(path: Path) -> list[dict[str, Any]]:
+    """The records of a log a run resumes from: a half-written last line (the run was killed
+    while writing it) is dropped with a warning; a bad line anywhere else is a DataError."""
+    if not path.is_file():
+        return []
+    lines = [(n, line) for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1) if line.strip()]
+    out = []
+    for i, (number, line) in enumerate(lines):
+        record = _try_record(line)
+        if record is not None:
+            out.append(record)
+        elif i == len(lines) - 1:
+            logger.warning("%s: dropped a half-written last line %d (the run was stopped while writing it)",
+                           path, number)
+        else:
+            raise DataError("not a JSON object: the log is damaged", path=path, line=number, value=line[:80])
+    return out
 
 
 def step_losses(run_dir: Path) -> dict[int, float]:
@@ -101,8 +122,8 @@ class RunLogger:
         if self._file is None:
             return
         self._file.close()
-        kept = [r for r in read_log(self.run_dir) if int(r.get("step", 0)) <= step]
         path = self.run_dir / LOG_FILE
+        kept = [r for r in _resumable_records(path) if int(r.get("step", 0)) <= step]
         tmp = path.with_name(f".{LOG_FILE}.{os.getpid()}.tmp")
         tmp.write_text("".join(json.dumps(r) + "\n" for r in kept), encoding="utf-8")
         os.replace(tmp, path)
