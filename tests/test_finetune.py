@@ -16,6 +16,7 @@ import torch
 from muppets.cli import main as cli_main
 from muppets.interop.hf_bert import save_hf_bert
 from muppets.models.bert import BertConfig, BertForPreTraining
+from muppets.errors import ConfigError
 from muppets.paths import data_dir
 from muppets.tasks import load_task
 from muppets.tasks.spec import (Answer, ChoiceExample, SpanExample, TagExample, TaskData, TaskSpec,
@@ -255,6 +256,26 @@ def test_bucketed_batches_are_deterministic_and_cover_each_example_once():
     assert sum(len(b) < 8 for b in a) == 1
     spread = np.mean([max(lengths[i] for i in b) - min(lengths[i] for i in b) for b in a])
     assert spread < 20  # length-sorted buckets: little padding
+
+
+def test_tagging_batches_are_not_length_sorted_by_default(tok):
+    """Issue 15, item 14: sorted batches cost CoNLL-2003 3.7 F1 against transformers' shuffled
+    ones; tagging now draws shuffled batches (buckets of one batch), sentence tasks keep the sort,
+    and ``bucket_batches`` overrides either."""
+    from muppets.transfer.batching import BUCKET_BATCHES
+
+    rng = np.random.default_rng(0)
+    examples = [TagExample(f"t{i}", ["a"] * int(n), ["O"] * int(n), "x") for i, n in enumerate(rng.integers(1, 30, 96))]
+    feats = make_features("tag", examples, tok, labels=["O"])
+    tag = EpochData(feats, "tag", 8, 1, epochs=1, seed=3, pad_id=tok.pad_id)
+    assert tag.bucket_batches == 1
+    assert tag.epoch_batches(0) == bucketed_batches(tag.lengths, 8, 3, 0, bucket_batches=1)
+    spread = np.mean([max(tag.lengths[i] for i in b) - min(tag.lengths[i] for i in b) for b in tag.epoch_batches(0)])
+    assert spread > 10  # mixed lengths in a batch
+    assert EpochData(feats, "classify", 8, 1, 1, 3, tok.pad_id).bucket_batches == BUCKET_BATCHES
+    assert EpochData(feats, "tag", 8, 1, 1, 3, tok.pad_id, bucket_batches=50).bucket_batches == 50
+    with pytest.raises(ConfigError, match="bucket_batches"):
+        FinetuneConfig(bucket_batches=-1)
 
 
 def test_epoch_data_maps_steps_and_splits_across_ranks(tok):

@@ -100,6 +100,7 @@ class FinetuneConfig:
     null_threshold: float = 0.0  # span: margin s_null - best span score above which the answer is ""
     batch_size: int = 32  # examples (or windows) per optimizer step, over all ranks
     accumulation: int = 1  # micro-batches per step and rank
+    bucket_batches: int = 0  # batches per length-sorted bucket (0 = auto: 1, i.e. no sorting, for tagging; 50 otherwise)
     eval_batch_size: int = 64  # examples per forward pass when predicting
     lr: float = 5e-5  # peak learning rate (2e-5 .. 5e-5 typical)
     epochs: int = 3  # passes over the training set
@@ -123,7 +124,7 @@ class FinetuneConfig:
 
     def __post_init__(self) -> None:
         checks = [("epochs", self.epochs >= 1), ("batch_size", self.batch_size >= 1),
-                  ("eval_batch_size", self.eval_batch_size >= 1), ("patience", self.patience >= 0),
+                  ("bucket_batches", self.bucket_batches >= 0), ("eval_batch_size", self.eval_batch_size >= 1), ("patience", self.patience >= 0),
                   ("warmup_ratio", 0.0 <= self.warmup_ratio <= 1.0), ("eval_every", self.eval_every >= 0),
                   ("max_answer_len", self.max_answer_len >= 1), ("n_best", self.n_best >= 1),
                   ("init", self.init in ("pretrained", "random")), ("orderings", self.orderings in (0, 1, 2)),
@@ -394,7 +395,7 @@ def _setup(cfg: FinetuneConfig, data: TaskData, local_rank: int) -> _Setup:
     train, mode, chosen, dev = selection_split(cfg, data)
     features = make_features(spec.kind, train, tok, cfg.feature_options, spec.labels)
     steps = EpochData(features, spec.kind, cfg.batch_size, cfg.accumulation, cfg.epochs, cfg.seed,
-                      tok.pad_id, lm_orderings=model.lm_orderings)
+                      tok.pad_id, lm_orderings=model.lm_orderings, bucket_batches=cfg.bucket_batches)
     return _Setup(spec, tok, model, model_dir, train, steps, mode, chosen, dev)
 
 
