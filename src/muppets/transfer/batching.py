@@ -15,9 +15,9 @@ Everything is a pure function of ``(seed, epoch)``, so :class:`EpochData` maps a
 Tagging trains on shuffled batches without the sort (buckets of one batch,
 :func:`default_bucket_batches`): in a tagging corpus a sentence's length says what it is (CoNLL's
 short lines are names, headlines and scores), and batches of one length then pull the model
-one way at a time. Against a plain transformers loop, 5 paired seeds, CoNLL-2003 test F1 was
-3.7 points lower with the sort and level without it (BENCHMARKS.md, issue 15, item 14).
-Sentence tasks keep it: their scores were level with it.
+one way at a time: against a plain transformers loop, CoNLL-2003 lost F1 with the sort and was
+level without it (BENCHMARKS.md, issue 15, item 14). Sentence tasks keep it: their scores were
+level with it.
 """
 
 from __future__ import annotations
