@@ -7,6 +7,7 @@ from collections import Counter
 
 import numpy as np
 import pytest
+import torch
 
 from muppets.data.shards import ShardWriter, TokenCorpus
 from muppets.errors import ConfigError
@@ -285,3 +286,34 @@ def test_notnext_draws_succeed_next_to_a_dominant_document(tmp_path):
     alone = plan_pairs(corpus.sentence_ends, corpus.document_ends, np.array([0]), 64, 0.0,
                        np.random.default_rng(0))
     assert alone.not_next_failed == alone.not_next_drawn > 0 and not alone.is_random.any()
+
+
+def _target_share(batches) -> float:
+    targets = sum(int((b["mlm_labels"] != IGNORE).sum()) for b in batches)
+    maskable = sum(int((b["attention_mask"] & ~torch.isin(b["input_ids"], torch.tensor([CLS, SEP]))).sum())
+                   for b in batches)
+    return targets / maskable
+
+
+def test_held_out_masking_rate_can_differ_from_training(corpus):
+    """Trained at 40%, scored at 15%: the held-out sequences are the same, only the mask differs."""
+    from dataclasses import replace
+    masking = MaskingConfig(masked_lm_prob=0.4, max_predictions=30)
+    at_40 = make_data(corpus, masking=masking)
+    at_15 = make_data(corpus, masking=masking, eval_masked_lm_prob=0.15)
+    assert abs(_target_share(at_40.micro_batches(0, 0, 1)) - 0.4) < 0.03
+    assert abs(_target_share(at_15.micro_batches(0, 0, 1)) - 0.4) < 0.03  # training is untouched
+    held_40, held_15 = at_40.eval_batches(16), at_15.eval_batches(16)
+    assert abs(_target_share(held_40) - 0.4) < 0.03
+    assert abs(_target_share(held_15) - 0.15) < 0.02
+    plain = make_data(corpus, masking=replace(masking, masked_lm_prob=0.15)).eval_batches(16)
+    for a, b in zip(held_15, plain):  # the same as a run trained at 15%
+        assert torch.equal(a["mlm_labels"], b["mlm_labels"]) and torch.equal(a["input_ids"], b["input_ids"])
+
+
+def test_a_binding_prediction_cap_is_logged_and_a_bad_rate_refused(corpus, caplog):
+    with caplog.at_level("WARNING"):
+        make_data(corpus, masking=MaskingConfig(masked_lm_prob=0.4, max_predictions=20))
+    assert "max_predictions=20 caps it" in caplog.text
+    with pytest.raises(ConfigError, match="eval_masked_lm_prob=1.5"):
+        make_data(corpus, eval_masked_lm_prob=1.5)

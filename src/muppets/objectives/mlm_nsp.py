@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import torch
@@ -45,6 +45,7 @@ class PretrainDataConfig:
     masking: MaskingConfig = field(default_factory=MaskingConfig)
     eval_fraction: float = 0.02  # share of documents held out for evaluation (at least 1; 2 with NSP)
     eval_examples: int = 512  # held-out sequences scored at every evaluation
+    eval_masked_lm_prob: float = 0.0  # held-out masking rate (0 = the training rate); 0.15 keeps runs trained at other rates comparable
     split_seed: int = 1234  # fixes which documents are held out, independent of the run seed
 
 
@@ -61,6 +62,11 @@ class BertPretrainingData(PretrainingData):
         self.is_continuation = is_continuation
         if cfg.masking.whole_word and is_continuation is None:
             raise ConfigError("whole-word masking needs the tokenizer's ##-piece lookup")
+        for name, rate in (("masking.masked_lm_prob", cfg.masking.masked_lm_prob),
+                           ("eval_masked_lm_prob", cfg.eval_masked_lm_prob or cfg.masking.masked_lm_prob)):
+            if not 0 < rate < 1:
+                raise ConfigError(f"data.{name}={rate}: a rate strictly between 0 and 1")
+            warn_if_capped(name, rate, cfg.masking.max_predictions, cfg.max_seq_len)
         vocab = np.arange(corpus.vocab_size)
         self.random_ids = vocab[~np.isin(vocab, special.all)]
         self.train_docs, self.eval_docs = split_for(corpus, cfg)
@@ -111,16 +117,18 @@ class BertPretrainingData(PretrainingData):
         """The generator of global example ``g``'s mask."""
         return np.random.default_rng([self.seed, 11, g])
 
-    def build(self, plan: PairPlan | PackedPlan, row: int, rng: np.random.Generator) -> dict:
-        """Instance ``row`` of ``plan``, masked with ``rng``: ``ids``, ``segments`` ``(T,)``,
-        ``positions``, ``labels`` ``(P,)`` and ``nsp`` (1 = NotNext)."""
+    def build(self, plan: PairPlan | PackedPlan, row: int, rng: np.random.Generator,
+              masking: MaskingConfig | None = None) -> dict:
+        """Instance ``row`` of ``plan``, masked with ``rng`` (and ``masking``, default the
+        training one): ``ids``, ``segments`` ``(T,)``, ``positions``, ``labels`` ``(P,)`` and
+        ``nsp`` (1 = NotNext)."""
         if isinstance(plan, PairPlan):
             ids, segments, maskable = self.pair(plan, row)
             nsp = int(plan.is_random[row])
         else:
             ids, segments, maskable = self.packed(plan, row)
             nsp = 0
-        m = mask_sequence(ids, maskable, self.cfg.masking, self.special.mask, self.random_ids, rng,
+        m = mask_sequence(ids, maskable, masking or self.cfg.masking, self.special.mask, self.random_ids, rng,
                           self.is_continuation)
         return {"ids": m.input_ids, "segments": segments, "positions": m.positions, "labels": m.labels, "nsp": nsp}
 
@@ -150,8 +158,21 @@ class BertPretrainingData(PretrainingData):
         n = min(self.cfg.eval_examples, len(plan))
         if isinstance(plan, PairPlan):
             check_nsp_eval(plan, n, len(self.eval_docs))
-        rows = [self.build(plan, r, np.random.default_rng([self.cfg.split_seed, 17, r])) for r in range(n)]
+        masking = self.cfg.masking
+        if self.cfg.eval_masked_lm_prob:
+            masking = replace(masking, masked_lm_prob=self.cfg.eval_masked_lm_prob)
+        rows = [self.build(plan, r, np.random.default_rng([self.cfg.split_seed, 17, r]), masking) for r in range(n)]
         return in_batches(rows, batch_size, self.collate)
+
+
+def warn_if_capped(name: str, rate: float, max_predictions: int, max_seq_len: int) -> None:
+    """Warn when ``max_predictions`` keeps a full sequence below the masking ``rate`` (e.g.
+    40% of 128 tokens is 50 targets, more than the default cap of 20)."""
+    wanted = round(rate * (max_seq_len - 2))
+    if wanted > max_predictions:
+        log.warning("data.%s=%g asks for %d targets in a full %d-token sequence, but data.masking.max_predictions="
+                    "%d caps it (an effective rate of %.0f%%); raise max_predictions", name, rate, wanted,
+                    max_seq_len, max_predictions, 100 * max_predictions / (max_seq_len - 2))
 
 
 def log_plan(plan: PairPlan | PackedPlan, which: str, when: str = "") -> None:
