@@ -59,3 +59,34 @@ class TrainingInterrupted(MuppetsError):
 
 class TrainingDiverged(MuppetsError):
     """The loss became NaN or infinite; the message names the step and the last good checkpoint."""
+
+
+class LabelingFunctionError(MuppetsError):
+    """A labeling function raised, or returned a value outside ``{ABSTAIN, 0..K-1}``; the
+    message names the function, the example (index, id, ``file:line``) and the value.
+
+    >>> str(LabelingFunctionError("returned 7", lf="kw_my", index=3, example_id="c9"))
+    "labeling function 'kw_my' on example 3 (id 'c9'): returned 7"
+    """
+
+    def __init__(self, message: str, *, lf: str | None = None, index: int | None = None,
+                 example_id: str | None = None, source: str | None = None,
+                 value: object = None) -> None:
+        self.message, self.lf, self.index = message, lf, index
+        self.example_id, self.source, self.value = example_id, source, value
+        where = f"labeling function {lf!r}" if lf is not None else "labeling function"
+        if index is not None:
+            where += f" on example {index}"
+            details = [f"id {example_id!r}"] if example_id is not None else []
+            details += [source] if source else []
+            where += f" ({', '.join(details)})" if details else ""
+        super().__init__(f"{where}: {message}")
+
+    def __reduce__(self):  # survive the trip back from an applier's worker process
+        return (_rebuild_lf_error, (self.message, self.lf, self.index, self.example_id,
+                                    self.source, self.value))
+
+
+def _rebuild_lf_error(message, lf, index, example_id, source, value) -> LabelingFunctionError:
+    return LabelingFunctionError(message, lf=lf, index=index, example_id=example_id,
+                                 source=source, value=value)

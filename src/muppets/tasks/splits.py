@@ -14,7 +14,7 @@ from typing import TypeVar
 
 import numpy as np
 
-__all__ = ["SPLIT_SALT", "hash_split", "stratified_split"]
+__all__ = ["SPLIT_SALT", "hash_split", "stratified_split", "legacy_stratified_shuffle_split"]
 
 T = TypeVar("T")
 
@@ -66,3 +66,51 @@ def stratified_split(strata: Sequence[str], fraction: float, seed: int) -> tuple
     held = sorted(i for m, q in zip(members, quota) for i in rng.permutation(m)[:q].tolist())
     held_set = set(held)
     return [i for i in range(len(strata)) if i not in held_set], held
+
+
+def _apportion(counts: np.ndarray, n_draws: int, rng: np.random.RandomState) -> np.ndarray:
+    """Share ``n_draws`` among classes of sizes ``counts``: floors of the proportional shares,
+    then one more for the largest fractional parts, equal fractions drawn at random from
+    ``rng`` (the rule of scikit-learn's ``_approximate_mode``)."""
+    exact = counts / counts.sum() * n_draws
+    shares = np.floor(exact)
+    missing = n_draws - int(shares.sum())
+    fractions = exact - shares
+    for value in np.sort(np.unique(fractions))[::-1]:
+        if missing <= 0:
+            break
+        (candidates,) = np.where(fractions == value)
+        take = min(len(candidates), missing)
+        shares[rng.choice(candidates, size=take, replace=False)] += 1
+        missing -= take
+    return shares.astype(int)
+
+
+def legacy_stratified_shuffle_split(labels: Sequence[object], n_test: int,
+                                    seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Positions ``(train, test)`` exactly as scikit-learn's
+    ``train_test_split(range(n), test_size=n_test, stratify=labels, random_state=seed)``
+    draws them (``StratifiedShuffleSplit`` on a legacy ``numpy.random.RandomState``), for
+    reproducing published splits such as Snorkel's spam tutorial without scikit-learn at
+    runtime; ``tests/test_weak_spam_split.py`` checks it against scikit-learn.
+
+    Per class (in sorted label order): a permutation of its positions, the first share to
+    train and the next to test; then each side is shuffled.
+    """
+    classes, inverse = np.unique(np.asarray(labels), return_inverse=True)
+    counts = np.bincount(inverse)
+    n_train = len(inverse) - n_test
+    if not 0 < n_test < len(inverse) or n_train < len(classes) or n_test < len(classes):
+        raise ValueError(f"cannot split {len(inverse)} items of {len(classes)} classes "
+                         f"into {n_train} train / {n_test} test")
+    members = np.split(np.argsort(inverse, kind="mergesort"), np.cumsum(counts)[:-1])
+    rng = np.random.RandomState(seed)
+    train_shares = _apportion(counts, n_train, rng)
+    test_shares = _apportion(counts - train_shares, n_test, rng)
+    train: list[int] = []
+    test: list[int] = []
+    for k in range(len(classes)):
+        order = members[k].take(rng.permutation(counts[k]), mode="clip")
+        train.extend(order[:train_shares[k]])
+        test.extend(order[train_shares[k]: train_shares[k] + test_shares[k]])
+    return rng.permutation(train), rng.permutation(test)

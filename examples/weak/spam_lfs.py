@@ -1,0 +1,31 @@
+"""Labeling functions for YouTube comment spam: the deterministic LFs of Snorkel's spam
+tutorial (``snorkel-tutorials/spam/01_spam_tutorial.py``), written with muppets' API.
+
+Run them::
+
+    muppets weak analyze examples/weak/spam_lfs.py --task youtube-spam --split dev --plot lfs.png
+    muppets weak label examples/weak/spam_lfs.py --task youtube-spam --model snorkel --out labels.jsonl
+
+The tutorial's three model-based LFs (spaCy's PERSON entities, TextBlob polarity and
+subjectivity) are left out: model-based LFs come from muppets models (a fine-tuned Predictor
+with a confidence threshold, a zero-shot GPT prompt) and are appended to ``LFS`` below once
+built, e.g. ``LFS.append(predictor_lf(...))``.
+"""
+
+from muppets.weak import keyword_lf, length_lf, regex_lf
+
+HAM, SPAM = 0, 1
+
+keyword_my = keyword_lf("keyword_my", ["my"], SPAM)  # "my channel", "my video"
+keyword_subscribe = keyword_lf("keyword_subscribe", ["subscribe"], SPAM)
+keyword_link = keyword_lf("keyword_http", ["http"], SPAM)  # links to other channels
+keyword_please = keyword_lf("keyword_please", ["please", "plz"], SPAM)  # requests
+keyword_song = keyword_lf("keyword_song", ["song"], HAM)  # talks about the video itself
+regex_check_out = regex_lf("regex_check_out", r"check.*out", SPAM)  # "check (me|it) out"
+short_comment = length_lf("short_comment", HAM, below=5)  # "cool video!"
+
+
+LFS = [keyword_my, keyword_subscribe, keyword_link, keyword_please, keyword_song,
+       regex_check_out, short_comment]
+# Model-based LFs (issue 17, scope 1): append them here, e.g.
+# LFS.append(predictor_lf("sentiment_positive", "runs/sst2-minilm", label=HAM, threshold=0.9))

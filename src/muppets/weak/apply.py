@@ -1,0 +1,181 @@
+"""The applier: run labeling functions over examples into a label matrix ``L`` of shape
+``(n, m)`` (int64; ``L[i, j]`` is LF ``j``'s vote on example ``i``, ``ABSTAIN`` = -1).
+
+* **Parallel:** ``n_jobs > 1`` splits the examples into contiguous chunks run by forked worker
+  processes (the LFs are inherited, not pickled, so LFs defined in a notebook or an LF file
+  work); the rows come back in order, so the matrix equals the sequential one. Without
+  ``fork`` (Windows, macOS' default) it runs sequentially and says so in the log.
+* **Progress:** a tqdm bar over examples when stderr is a terminal (``progress=None``).
+* **Cache:** with ``cache_dir``, the matrix is stored as ``<key>.npy`` where the key is a
+  SHA-256 of every LF's :meth:`~muppets.weak.lf.LabelingFunction.cache_key` (name, source
+  code, resources), the cardinality and the examples' ids and texts; written atomically
+  (temporary file + rename), read back with ``allow_pickle=False``. Change one LF's code and
+  the key changes; a second identical call reads the file and runs no LF.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import multiprocessing
+import os
+import sys
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from muppets.errors import ConfigError, DataError, LabelingFunctionError
+from muppets.tasks.source import Problems, iter_lines
+from muppets.tasks.spec import TextExample
+from muppets.weak.lf import ABSTAIN, check_vote
+
+__all__ = ["apply_lfs", "read_texts", "matrix_key"]
+
+logger = logging.getLogger(__name__)
+
+_WORK: tuple[Sequence[Any], Sequence[TextExample], int] | None = None  # set before forking
+
+
+def read_texts(path: str | Path) -> list[TextExample]:
+    """One example per non-blank line of a UTF-8 text file (id and source ``file:line``); an
+    undecodable byte is a :class:`~muppets.errors.DataError` naming the file and line."""
+    path = Path(path)
+    examples = [TextExample(f"{path.name}:{line.number}", line.text.strip(), None, None,
+                            f"{path}:{line.number}")
+                for line in iter_lines(path, Problems("strict")) if line.text.strip()]
+    if not examples:
+        raise DataError("no text lines", path=path)
+    return examples
+
+
+def matrix_key(lfs: Sequence[Any], examples: Sequence[TextExample], cardinality: int) -> str:
+    """The cache key of ``L``: the LFs' cache keys, the cardinality and the data."""
+    digest = hashlib.sha256(f"muppets-weak-v1|{cardinality}|{len(lfs)}|{len(examples)}".encode())
+    for lf in lfs:
+        digest.update(lf.cache_key().encode())
+    for ex in examples:
+        for part in (ex.id, ex.text, ex.text_b or ""):
+            digest.update(part.encode("utf-8", "surrogatepass"))
+            digest.update(b"\x00")
+    return digest.hexdigest()[:32]
+
+
+def _label_rows(lfs: Sequence[Any], examples: Sequence[TextExample], cardinality: int,
+                start: int, stop: int, bar: Any = None) -> np.ndarray:
+    """Rows ``start:stop`` of L. Errors name the LF and the example's global index."""
+    out = np.full((stop - start, len(lfs)), ABSTAIN, dtype=np.int64)
+    for i in range(start, stop):
+        ex = examples[i]
+        for j, lf in enumerate(lfs):
+            try:
+                vote = lf(ex)
+            except Exception as err:
+                raise LabelingFunctionError(f"raised {type(err).__name__}: {err}", lf=lf.name,
+                                            index=i, example_id=ex.id, source=ex.source) from err
+            out[i - start, j] = check_vote(lf.name, vote, cardinality, i, ex)
+        if bar is not None:
+            bar.update(1)
+    return out
+
+
+def _worker(bounds: tuple[int, int]) -> np.ndarray:
+    assert _WORK is not None, "worker started without work"
+    lfs, examples, cardinality = _WORK
+    return _label_rows(lfs, examples, cardinality, *bounds)
+
+
+def _parallel(lfs: Sequence[Any], examples: Sequence[TextExample], cardinality: int,
+              n_jobs: int, bar: Any) -> np.ndarray:
+    global _WORK
+    n = len(examples)
+    chunk = max(1, -(-n // (n_jobs * 8)))  # ~8 chunks per worker keep the bar moving
+    bounds = [(s, min(n, s + chunk)) for s in range(0, n, chunk)]
+    _WORK = (lfs, examples, cardinality)
+    try:
+        with multiprocessing.get_context("fork").Pool(n_jobs) as pool:
+            parts = []
+            for part in pool.imap(_worker, bounds):
+                parts.append(part)
+                if bar is not None:
+                    bar.update(len(part))
+    finally:
+        _WORK = None
+    return np.concatenate(parts, axis=0)
+
+
+def _compute(lfs: Sequence[Any], examples: Sequence[TextExample], cardinality: int,
+             n_jobs: int, progress: bool | None) -> np.ndarray:
+    show = sys.stderr.isatty() if progress is None else progress
+    bar = None
+    if show:
+        from tqdm.auto import tqdm
+        bar = tqdm(total=len(examples), desc="labeling functions", unit="ex")
+    try:
+        if n_jobs > 1 and len(examples) > 1:
+            if "fork" in multiprocessing.get_all_start_methods():
+                return _parallel(lfs, examples, cardinality, n_jobs, bar)
+            logger.info("no fork on this platform: applying LFs in one process")
+        return _label_rows(lfs, examples, cardinality, 0, len(examples), bar)
+    finally:
+        if bar is not None:
+            bar.close()
+
+
+def _save_atomic(path: Path, matrix: np.ndarray) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            np.save(fh, matrix, allow_pickle=False)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _load_cached(path: Path, shape: tuple[int, int]) -> np.ndarray | None:
+    try:
+        matrix = np.load(path, allow_pickle=False)
+    except (OSError, ValueError) as err:
+        logger.warning("ignoring unreadable label-matrix cache %s: %s", path, err)
+        return None
+    if matrix.shape != shape or matrix.dtype != np.int64:
+        logger.warning("ignoring label-matrix cache %s: shape %s, expected %s", path,
+                       matrix.shape, shape)
+        return None
+    return matrix
+
+
+def apply_lfs(lfs: Sequence[Any], examples: Sequence[TextExample], cardinality: int = 2, *,
+              n_jobs: int = 1, cache_dir: str | Path | None = None,
+              progress: bool | None = None) -> np.ndarray:
+    """``L`` (n, m) int64: LF ``j``'s vote on example ``i`` (see the module docstring).
+
+    An LF that raises, or votes outside ``{ABSTAIN, 0..cardinality-1}``, stops the run with a
+    :class:`~muppets.errors.LabelingFunctionError` naming the LF and the example.
+
+    >>> from muppets.weak.lf import keyword_lf
+    >>> ex = [TextExample(str(i), t, None, None, "-") for i, t in enumerate(["buy it", "hi"])]
+    >>> apply_lfs([keyword_lf("buy", ["buy"], 1)], ex).tolist()
+    [[1], [-1]]
+    """
+    if not lfs:
+        raise ConfigError("apply_lfs: no labeling functions")
+    if cardinality < 2:
+        raise ConfigError(f"apply_lfs: cardinality must be >= 2, got {cardinality}")
+    if n_jobs < 1:
+        raise ConfigError(f"apply_lfs: n_jobs must be >= 1, got {n_jobs}")
+    shape = (len(examples), len(lfs))
+    path = None
+    if cache_dir is not None:
+        path = Path(cache_dir) / f"L-{matrix_key(lfs, examples, cardinality)}.npy"
+        if path.exists() and (cached := _load_cached(path, shape)) is not None:
+            logger.info("label matrix %s read from cache %s", shape, path)
+            return cached
+    matrix = _compute(lfs, examples, cardinality, n_jobs, progress)
+    if path is not None:
+        _save_atomic(path, matrix)
+    return matrix

@@ -1,0 +1,169 @@
+"""A Snorkel-style label model: LF accuracies and class balance learned from agreements alone.
+
+The model is the one of Ratner et al. (2019, "Training Complex Models with Multi-Task Weak
+Supervision"; Snorkel's ``LabelModel``): a latent class ``Y ~ pi`` and conditionally independent
+LFs, LF ``j`` outputting ``o`` given ``Y = y`` with probability ``theta[j, y, o]`` (outcome 0 =
+abstain, ``1 + k`` = votes class k). Like Snorkel it is fitted by the method of moments,
+matching the observed first and second moments of the votes, with ``A[i, (j, l)] = [L_ij = l]``:
+
+    O1 = mean_i A[i]              ≈  M1 = mu @ pi                       (vote rates)
+    O2 = mean_i A[i]^T A[i]       ≈  M2 = mu diag(pi) mu^T  (j != k)    (agreements/conflicts)
+
+where ``mu[(j, l), y] = theta[j, y, 1 + l]``. The loss is the squared error of both (the
+same-LF blocks of ``O2`` are masked out: they hold no information about the agreement).
+
+What differs from Snorkel 0.10's ``LabelModel``, each against a failure its users report:
+
+* **Start from majority vote, not from a fixed prior** (``prec_init = 0.7`` for every LF): the
+  first parameters are the confusion counts of the majority-vote labels, so the fit starts in
+  the basin where LFs beat random (#1422: equal probabilities or an inverted LF; #1073, #1713:
+  losing to majority vote).
+* **Class balance learned** jointly (Snorkel assumes uniform unless told); pass
+  ``class_balance`` to fix it.
+* **Probabilities by construction** (a softmax per LF and class) and a full-batch
+  quasi-Newton solver (L-BFGS, float64): no learning rate, epochs or seed to tune; the fit is a
+  deterministic function of ``L``.
+* **Identifiability guard**: :func:`~muppets.weak.base.align_classes` maps latent classes to
+  labels so that the LFs beat random on average.
+* **Every LF better than random** (``better_than_random=True``): for each LF ``j`` and each
+  class ``l``, ``P(LF j votes l | Y = l) >= P(LF j votes l | Y = y)`` for every other ``y``,
+  held by a squared-hinge penalty of weight ``penalty``. Under the independence assumption
+  an LF that rarely fires with the others of its class (links are posted alone) can fit the
+  moments better inverted — the failure of #1422 — and the assumption the whole method rests
+  on says it is not.
+* **Abstains as evidence is an option** (``abstain_evidence``, off by default): the model's
+  exact posterior also multiplies in ``P(abstain | y)`` for every silent LF; Snorkel drops that
+  factor, and so do we by default, because LFs' *firing* is the part least conditionally
+  independent in practice (spam LFs fire together: "check out my channel, please subscribe"),
+  and many silent LFs then add up to an overconfident vote. On the spam tutorial's valid
+  split it cost 15 points (``benchmarks/weak_spam.py``).
+
+``l2`` pulls ``theta`` towards the majority-vote start (Snorkel's ``l2`` does the same towards
+its own start); ``clip`` floors every probability used in the posterior (Snorkel clips to
+[0.01, 0.99]).
+"""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import torch
+
+from muppets.errors import ConfigError
+from muppets.weak.base import (LabelModelBase, align_classes, majority_posteriors,
+                               outcome_one_hot, posterior)
+from muppets.weak.dawid_skene import confusion_from_posteriors
+
+__all__ = ["LabelModel"]
+
+logger = logging.getLogger(__name__)
+
+
+def _moments(outcomes: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``O1 (d,)``, ``O2 (d, d)`` and the off-block mask ``(d, d)``, ``d = m * K``."""
+    n, m, k1 = outcomes.shape
+    A = outcomes[:, :, 1:].reshape(n, m * (k1 - 1))  # (n, d), column (j, l)
+    lf_of = np.repeat(np.arange(m), k1 - 1)
+    return A.mean(axis=0), A.T @ A / n, lf_of[:, None] != lf_of[None, :]
+
+
+def _worse_than_random(theta: torch.Tensor) -> torch.Tensor:
+    """Squared hinge of ``P(vote l | Y = y) - P(vote l | Y = l)`` over LFs, classes l and
+    y != l (zero when every LF votes each class most often when it is the truth)."""
+    votes = theta[:, :, 1:]  # (m, K_true, K_voted)
+    own = torch.diagonal(votes, dim1=1, dim2=2)  # (m, K): P(vote l | Y = l)
+    return (torch.relu(votes - own[:, None, :]) ** 2).sum()
+
+
+class LabelModel(LabelModelBase):
+    """LF accuracies and class balance from agreements (see the module docstring).
+
+    >>> rng = np.random.default_rng(0)
+    >>> y = rng.integers(0, 2, 2000)
+    >>> votes = np.where(rng.random((2000, 5)) < 0.8, y[:, None], 1 - y[:, None])
+    >>> L = np.where(rng.random((2000, 5)) < 0.6, votes, -1)
+    >>> round(LabelModel(2).fit(L).score(L, y), 2) > 0.85
+    True
+    """
+
+    def __init__(self, cardinality: int = 2, *, l2: float = 0.0, max_iter: int = 100,
+                 class_balance: np.ndarray | None = None, abstain_evidence: bool = False,
+                 better_than_random: bool = True, penalty: float = 100.0,
+                 clip: float = 0.01) -> None:
+        super().__init__(cardinality)
+        if l2 < 0 or max_iter < 1 or not 0 <= clip < 0.5:
+            raise ConfigError(f"LabelModel: need l2 >= 0, max_iter >= 1, 0 <= clip < 0.5; got "
+                              f"{l2}, {max_iter}, {clip}")
+        self.l2, self.max_iter, self.clip = l2, max_iter, clip
+        self.abstain_evidence = abstain_evidence
+        self.penalty = penalty if better_than_random else 0.0
+        self.fixed_balance = None if class_balance is None else self._balance(class_balance)
+        self.theta_: np.ndarray | None = None  # (m, K, K+1) P(outcome | class)
+        self.loss_: float | None = None
+
+    def _balance(self, values: np.ndarray) -> np.ndarray:
+        arr = np.asarray(values, dtype=np.float64)
+        if arr.shape != (self.cardinality,) or (arr <= 0).any() or abs(arr.sum() - 1) > 1e-6:
+            raise ConfigError(f"class_balance must be {self.cardinality} positive numbers "
+                              f"summing to 1, got {values!r}")
+        return arr
+
+    def fit(self, L: np.ndarray) -> LabelModel:
+        """Match the moments of ``L`` (n, m) from the majority-vote start."""
+        L = self._check(L)
+        outcomes = outcome_one_hot(L, self.cardinality)
+        theta0, pi0 = confusion_from_posteriors(
+            outcomes, majority_posteriors(L, self.cardinality), smoothing=1.0)
+        if self.fixed_balance is not None:
+            pi0 = self.fixed_balance
+        theta, pi = self._solve(outcomes, theta0, pi0)
+        self.theta_, self.class_balance_, _ = align_classes(theta, pi)
+        return self
+
+    def _solve(self, outcomes: np.ndarray, theta0: np.ndarray, pi0: np.ndarray
+               ) -> tuple[np.ndarray, np.ndarray]:
+        """L-BFGS on the moment loss over softmax logits of ``theta`` (and ``pi``)."""
+        o1, o2, mask = (torch.from_numpy(a) for a in _moments(outcomes))
+        start = torch.from_numpy(theta0)
+        logits = torch.log(start).clone().requires_grad_(True)  # (m, K, K+1)
+        balance_logits = torch.log(torch.from_numpy(pi0)).clone()
+        params = [logits]
+        if self.fixed_balance is None:
+            params.append(balance_logits.requires_grad_(True))
+        m, K = theta0.shape[:2]
+
+        def loss_fn() -> torch.Tensor:
+            theta = torch.softmax(logits, dim=-1)
+            pi = torch.softmax(balance_logits, dim=-1)
+            mu = theta[:, :, 1:].permute(0, 2, 1).reshape(m * K, K)  # (d, K): [(j, l), y]
+            second = (mu * pi) @ mu.T  # (d, d)
+            loss = ((second - o2)[mask] ** 2).sum() + ((mu @ pi - o1) ** 2).sum()
+            return (loss + self.l2 * ((theta - start) ** 2).sum()
+                    + self.penalty * _worse_than_random(theta))
+
+        optimizer = torch.optim.LBFGS(params, lr=1.0, max_iter=self.max_iter,
+                                      tolerance_grad=1e-10, tolerance_change=1e-13,
+                                      history_size=20, line_search_fn="strong_wolfe")
+
+        def closure() -> torch.Tensor:
+            optimizer.zero_grad()
+            loss = loss_fn()
+            loss.backward()
+            return loss
+
+        optimizer.step(closure)
+        with torch.no_grad():
+            self.loss_ = float(loss_fn())
+            return (torch.softmax(logits, -1).numpy().copy(),
+                    torch.softmax(balance_logits, -1).numpy().copy())
+
+    def predict_proba(self, L: np.ndarray) -> np.ndarray:
+        """``(n, K)`` posterior P(Y | outcomes) with probabilities floored at ``clip``."""
+        if self.theta_ is None or self.class_balance_ is None:
+            raise ConfigError("LabelModel: call fit before predict_proba")
+        L = self._check(L)
+        if L.shape[1] != self.theta_.shape[0]:
+            raise ConfigError(f"fitted on {self.theta_.shape[0]} LFs, got {L.shape[1]} columns")
+        return posterior(np.log(self.class_balance_), np.log(np.maximum(self.theta_, self.clip)),
+                         outcome_one_hot(L, self.cardinality), self.abstain_evidence)
