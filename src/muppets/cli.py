@@ -68,6 +68,48 @@ def _data_task_text(args: argparse.Namespace) -> int:
     return 0
 
 
+def _weak_matrix(args: argparse.Namespace):
+    from muppets.weak import apply_lfs, load_lfs
+    from muppets.weak.pipeline import load_weak_input
+
+    lfs = load_lfs(args.lfs)
+    weak = load_weak_input(args.task, args.split, args.cardinality)
+    L = apply_lfs(lfs, weak.examples, weak.cardinality, n_jobs=args.jobs, cache_dir=args.cache_dir)
+    return lfs, weak, L
+
+
+def _weak_analyze(args: argparse.Namespace) -> int:
+    from muppets.weak import lf_summary, plot_lf_summary
+
+    lfs, weak, L = _weak_matrix(args)
+    gold = None if args.no_gold else weak.gold
+    summary = lf_summary(L, gold, [lf.name for lf in lfs])
+    print(f"{weak.description}: {L.shape[0]} examples, {L.shape[1]} LFs, "
+          f"{(L != -1).any(axis=1).mean():.1%} labelled by at least one"
+          + ("" if gold is None else "; gold labels used for correct/incorrect/emp.acc"))
+    print(summary.format())
+    if args.plot:
+        print(f"plot: {plot_lf_summary(summary, args.plot, title=weak.description)}")
+    return 0
+
+
+def _weak_label(args: argparse.Namespace) -> int:
+    import numpy as np
+
+    from muppets.weak import make_label_model
+    from muppets.weak.pipeline import write_labels
+
+    _, weak, L = _weak_matrix(args)
+    model = make_label_model(args.model, weak.cardinality).fit(L)
+    probs, labels = model.predict_proba(L), model.predict(L)
+    n = write_labels(args.out, weak, probs, labels, L, overwrite=args.overwrite)
+    shares = ", ".join(f"{name} {np.mean(labels == k):.1%}" for k, name in enumerate(weak.label_names))
+    print(f"wrote {n} labels ({args.model}) of {weak.description} to {args.out}: {shares}")
+    if weak.gold is not None and (weak.gold != -1).any():
+        print(f"accuracy against the split's own labels: {model.score(L, weak.gold):.2%}")
+    return 0
+
+
 def _pretrain(args: argparse.Namespace) -> int:
     from muppets.recipes import pick_recipe
 
@@ -442,6 +484,31 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--split", default="train", help="the split to read (default train; never the one you report)")
     t.add_argument("--overwrite", action="store_true")
     t.set_defaults(func=_data_task_text)
+
+    weak = sub.add_parser("weak", help="weak supervision: labeling functions → label model → "
+                          "probabilistic labels").add_subparsers(dest="action", required=True)
+    for name, func, text in (("analyze", _weak_analyze, "apply an LF file and print its LF "
+                              "summary (Snorkel's definitions) and plot it"),
+                             ("label", _weak_label, "apply an LF file, fit a label model, write "
+                              "probabilistic labels as jsonl")):
+        w = weak.add_parser(name, help=text)
+        w.add_argument("lfs", help="a Python file of labeling functions (LFS list or "
+                       "@labeling_function), e.g. examples/weak/spam_lfs.py")
+        w.add_argument("--task", required=True, help="'spam' (Snorkel tutorial split), a "
+                       "registered task, or a text file (one example per line)")
+        w.add_argument("--split", default="train", help="the task split (default train)")
+        w.add_argument("--cardinality", type=int, default=2, help="classes, for a text file")
+        w.add_argument("--jobs", type=int, default=1, help="worker processes applying the LFs")
+        w.add_argument("--cache-dir", help="cache the label matrix here (keyed on LF code + data)")
+        w.set_defaults(func=func)
+        if name == "analyze":
+            w.add_argument("--plot", default="lf_summary.png", help="PNG to write ('' for none)")
+            w.add_argument("--no-gold", action="store_true", help="ignore the split's labels")
+        else:
+            from muppets.weak import MODELS
+            w.add_argument("--model", choices=MODELS, default="snorkel")
+            w.add_argument("--out", required=True, help="the jsonl file to write")
+            w.add_argument("--overwrite", action="store_true")
 
     p = sub.add_parser("pretrain", help="pretrain BERT (MLM + NSP), GPT (causal LM; a gpt-… "
                        "model.preset) or ELMo (biLM; an elmo-… model.preset) from a YAML config")

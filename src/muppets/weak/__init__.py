@@ -6,28 +6,40 @@
 * :mod:`~muppets.weak.analysis` — Snorkel-equal LF summary, table and plot
 * :mod:`~muppets.weak.majority`, :mod:`~muppets.weak.dawid_skene`,
   :mod:`~muppets.weak.label_model` — the label models (shared API in :mod:`~muppets.weak.base`)
+* :mod:`~muppets.weak.pipeline` — what ``muppets weak analyze|label`` do
+
+Names are imported on first use, so ``muppets --help`` does not load torch.
 """
 
-from muppets.weak.analysis import LFSummary, lf_summary, plot_lf_summary
-from muppets.weak.apply import apply_lfs, read_texts
-from muppets.weak.dawid_skene import DawidSkene
-from muppets.weak.label_model import LabelModel
-from muppets.weak.lf import (ABSTAIN, LabelingFunction, keyword_lf, labeling_function, length_lf,
-                             lexicon_lf, load_lfs, regex_lf)
-from muppets.weak.majority import MajorityVote
+from __future__ import annotations
 
-__all__ = ["ABSTAIN", "LabelingFunction", "labeling_function", "keyword_lf", "regex_lf",
-           "lexicon_lf", "length_lf", "load_lfs", "apply_lfs", "read_texts", "LFSummary",
-           "lf_summary", "plot_lf_summary", "MajorityVote", "DawidSkene", "LabelModel",
-           "MODELS", "make_label_model"]
+import importlib
+from typing import Any
 
-MODELS = ("majority", "dawid-skene", "snorkel")  # names the CLI accepts
+MODELS = ("majority", "dawid-skene", "snorkel")  # label model names the CLI accepts
+
+_HOME = {
+    "ABSTAIN": "lf", "LabelingFunction": "lf", "labeling_function": "lf", "keyword_lf": "lf",
+    "regex_lf": "lf", "lexicon_lf": "lf", "length_lf": "lf", "load_lfs": "lf",
+    "apply_lfs": "apply", "read_texts": "apply",
+    "LFSummary": "analysis", "lf_summary": "analysis", "plot_lf_summary": "analysis",
+    "MajorityVote": "majority", "DawidSkene": "dawid_skene", "LabelModel": "label_model",
+}
+
+__all__ = [*_HOME, "MODELS", "make_label_model"]
 
 
-def make_label_model(name: str, cardinality: int):
-    """A fresh label model by CLI name (``majority``, ``dawid-skene``, ``snorkel``)."""
+def __getattr__(name: str) -> Any:
+    if name in _HOME:
+        return getattr(importlib.import_module(f"muppets.weak.{_HOME[name]}"), name)
+    raise AttributeError(f"module 'muppets.weak' has no attribute {name!r}")
+
+
+def make_label_model(name: str, cardinality: int) -> Any:
+    """A fresh label model by CLI name: ``majority`` (:class:`MajorityVote`), ``dawid-skene``
+    (:class:`DawidSkene`), ``snorkel`` (:class:`LabelModel`, the Snorkel-style model)."""
     from muppets.errors import ConfigError
-    builders = {"majority": MajorityVote, "dawid-skene": DawidSkene, "snorkel": LabelModel}
-    if name not in builders:
+    homes = {"majority": "MajorityVote", "dawid-skene": "DawidSkene", "snorkel": "LabelModel"}
+    if name not in homes:
         raise ConfigError(f"unknown label model {name!r}; choose one of {MODELS}")
-    return builders[name](cardinality)
+    return __getattr__(homes[name])(cardinality)

@@ -140,7 +140,7 @@ def plot_lf_summary(summary: LFSummary, path: str | Path, title: str = "") -> Pa
     for k, (label, values) in enumerate(series.items()):
         ax.bar(np.arange(m) + (k - (len(series) - 1) / 2) * width, values, width, label=label)
     ax.set_xticks(range(m), summary.names, rotation=30, ha="right")
-    ax.set_ylim(0, 1.05)
+    ax.set_ylim(0, 1.25)  # room for the legend above the bars
     ax.set_ylabel("fraction")
     ax.legend(fontsize=8, ncols=len(series), loc="upper center")
     if title:

@@ -1,0 +1,103 @@
+"""The steps behind ``muppets weak analyze`` and ``muppets weak label``: find the examples
+(a task split or a text file), apply an LF file, write probabilistic labels as JSON lines.
+
+Inputs (``--task``):
+
+* ``spam`` — YouTube spam with the Snorkel tutorial's split (``train`` 1,586 / ``dev`` 100 /
+  ``valid`` 120 / ``test`` 250; :func:`~muppets.tasks.spam.load_spam_tutorial_split`), raw text;
+* any registered task name (``youtube-spam``, ``sst2``, …) — its split, labels as gold;
+* a path to a UTF-8 text file — one example per non-blank line, no gold.
+
+Output of :func:`write_labels`: one JSON object per example, ``{"id", "text", "probs",
+"label", "votes"}`` — ``probs`` in the order of the label names, ``label`` the model's prediction
+(most probable, ties broken as the model states), ``votes`` how many LFs did not abstain (0: the label model's prior alone).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from muppets.errors import ConfigError
+from muppets.tasks.spec import TextExample
+from muppets.weak.apply import read_texts
+
+__all__ = ["WeakInput", "load_weak_input", "write_labels"]
+
+
+@dataclass
+class WeakInput:
+    """Examples to label, their label names and gold class indices (None without gold)."""
+
+    examples: list[TextExample]
+    label_names: list[str]
+    gold: np.ndarray | None  # (n,) int64, -1 = unknown
+    description: str
+
+    @property
+    def cardinality(self) -> int:
+        return len(self.label_names)
+
+
+def _gold(examples: list[TextExample], names: list[str]) -> np.ndarray | None:
+    if all(ex.label is None for ex in examples):
+        return None
+    index = {name: k for k, name in enumerate(names)}
+    return np.array([index.get(str(ex.label), -1) if ex.label is not None else -1
+                     for ex in examples], dtype=np.int64)
+
+
+def load_weak_input(task: str, split: str = "train", cardinality: int = 2,
+                    data_dir: str | Path | None = None) -> WeakInput:
+    """The examples named by ``task`` (see the module docstring) and ``split``."""
+    path = Path(task)
+    if path.is_file():
+        names = [str(k) for k in range(cardinality)]
+        return WeakInput(read_texts(path), names, None, f"{path} ({cardinality} classes)")
+    from muppets.paths import data_dir as default_data_dir
+    root = Path(data_dir) if data_dir is not None else default_data_dir()
+    if task == "spam":
+        from muppets.tasks.spam import load_spam_tutorial_split
+        splits = load_spam_tutorial_split(root)
+        names = ["0", "1"]
+    else:
+        from muppets.tasks import load_task
+        data = load_task(task, data_dir=root)
+        if data.spec.kind not in ("classify", "pair"):
+            raise ConfigError(f"task {task!r} is a {data.spec.kind} task; weak labels need "
+                              "classify or pair")
+        splits, names = data.splits, list(data.spec.labels)
+    if split not in splits:
+        raise ConfigError(f"task {task!r} has no split {split!r} (has {sorted(splits)})")
+    examples = list(splits[split])
+    return WeakInput(examples, names, _gold(examples, names), f"{task}/{split}")
+
+
+def write_labels(path: str | Path, weak: WeakInput, probs: np.ndarray, labels: np.ndarray,
+                 L: np.ndarray, overwrite: bool = False) -> int:
+    """Write one JSON line per example (module docstring): ``probs`` (n, K) and ``labels``
+    (n,) class indices from the label model, ``L`` the label matrix; atomically. Returns the
+    count."""
+    path = Path(path)
+    if path.exists() and not overwrite:
+        raise ConfigError(f"{path} exists; choose another path or pass --overwrite")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    votes = (L != -1).sum(axis=1)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            for ex, row, label, n_votes in zip(weak.examples, probs, labels, votes):
+                fh.write(json.dumps({
+                    "id": ex.id, "text": ex.text, "probs": [round(float(p), 6) for p in row],
+                    "label": weak.label_names[int(label)], "votes": int(n_votes)},
+                    ensure_ascii=False) + "\n")
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return len(weak.examples)

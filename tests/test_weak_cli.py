@@ -1,0 +1,49 @@
+"""``muppets weak analyze`` and ``muppets weak label`` on a small text file (no shared data)."""
+
+from __future__ import annotations
+
+import json
+
+from muppets.cli import main
+
+LFS = '''
+from muppets.weak import keyword_lf, length_lf
+LFS = [keyword_lf("kw_my", ["my"], 1), keyword_lf("kw_song", ["song"], 0),
+       length_lf("short", 0, below=3)]
+'''
+
+
+def test_analyze_and_label_a_text_file(tmp_path, capsys) -> None:
+    lfs, texts = tmp_path / "lfs.py", tmp_path / "texts.txt"
+    lfs.write_text(LFS, encoding="utf-8")
+    texts.write_text("check my channel now\nnice song\n\nlove this song my friend\nok\n",
+                     encoding="utf-8")
+    png = tmp_path / "lfs.png"
+    assert main(["weak", "analyze", str(lfs), "--task", str(texts), "--plot", str(png)]) == 0
+    out = capsys.readouterr().out
+    assert "4 examples, 3 LFs" in out and "kw_song" in out and png.stat().st_size > 1000
+    labels = tmp_path / "labels.jsonl"
+    for model in ("majority", "dawid-skene", "snorkel"):
+        argv = ["weak", "label", str(lfs), "--task", str(texts), "--model", model,
+                "--out", str(labels), "--overwrite", "--cache-dir", str(tmp_path / "cache")]
+        assert main(argv) == 0
+        rows = [json.loads(line) for line in labels.read_text(encoding="utf-8").splitlines()]
+        assert [r["id"] for r in rows] == ["texts.txt:1", "texts.txt:2", "texts.txt:4",
+                                           "texts.txt:5"]
+        assert all(set(r) == {"id", "text", "probs", "label", "votes"} for r in rows)
+        assert rows[0]["label"] == "1" and rows[1]["label"] == "0"
+        assert abs(sum(rows[2]["probs"]) - 1) < 1e-5
+
+
+def test_errors_are_reported_not_raised(tmp_path, capsys) -> None:
+    lfs, texts = tmp_path / "lfs.py", tmp_path / "texts.txt"
+    lfs.write_text("from muppets.weak import LabelingFunction\n"
+                   "LFS = [LabelingFunction('seven', lambda x: 7)]\n", encoding="utf-8")
+    texts.write_bytes(b"fine\n")
+    assert main(["weak", "analyze", str(lfs), "--task", str(texts), "--plot", ""]) == 2
+    assert "'seven' on example 0" in capsys.readouterr().err
+    texts.write_bytes(b"fine\nbad \xfe\n")
+    assert main(["weak", "analyze", str(lfs), "--task", str(texts), "--plot", ""]) == 2
+    assert f"{texts}:2" in capsys.readouterr().err
+    assert main(["weak", "label", str(lfs), "--task", str(texts), "--out",
+                 str(tmp_path / "x.jsonl"), "--model", "majority"]) == 2

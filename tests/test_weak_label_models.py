@@ -1,0 +1,154 @@
+"""Label models: hand-written matrices for majority vote (ties, abstains, prior), recovery of
+known LF parameters from synthetic conditionally independent LFs, the identifiability guard,
+determinism, bad input, and Snorkel 0.10's LabelModel on the same synthetic matrix (oracle).
+
+Tolerances (5,000 rows, 5-6 LFs): every P(outcome | class) within 0.05 for Dawid-Skene (the
+MLE) and for the moment-matching LabelModel on symmetric LFs, 0.08 on one-sided (unipolar)
+LFs, where second moments carry less information; class balance within 0.06 (0.12 unipolar).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from muppets.errors import ConfigError
+from muppets.weak import DawidSkene, LabelModel, MajorityVote, make_label_model
+from muppets.weak.base import align_classes
+from muppets.weak.label_model import _worse_than_random
+
+
+def symmetric_lfs(n=5000, seed=0, p1=0.35, K=2, cov=(0.5, 0.4, 0.6, 0.3, 0.5),
+                  acc=(0.85, 0.75, 0.7, 0.9, 0.65)):
+    """LF j fires with probability cov[j] whatever the class, and is right with acc[j]."""
+    rng = np.random.default_rng(seed)
+    prior = np.array([1 - p1, p1]) if K == 2 else np.full(K, 1 / K)
+    y = rng.choice(K, n, p=prior)
+    L = np.full((n, len(cov)), -1)
+    theta = np.zeros((len(cov), K, K + 1))
+    for j, (c, a) in enumerate(zip(cov, acc)):
+        wrong = (y + rng.integers(1, K, n)) % K
+        L[:, j] = np.where(rng.random(n) < c, np.where(rng.random(n) < a, y, wrong), -1)
+        theta[j, :, 0] = 1 - c
+        theta[j, :, 1:] = c * (1 - a) / (K - 1)
+        theta[j, np.arange(K), 1 + np.arange(K)] = c * a
+    return L, y, theta, prior
+
+
+def one_sided_lfs(n=5000, seed=0):
+    """Spam-like LFs: each votes one class only, firing more often when that class is true."""
+    rng = np.random.default_rng(seed)
+    y = (rng.random(n) < 0.5).astype(int)
+    specs = [(1, .5, .05), (1, .3, .02), (1, .4, .1), (0, .4, .1), (0, .3, .08), (1, .2, .03)]
+    L = np.full((n, len(specs)), -1)
+    theta = np.zeros((len(specs), 2, 3))
+    for j, (label, hit, false_alarm) in enumerate(specs):
+        L[:, j] = np.where(rng.random(n) < np.where(y == label, hit, false_alarm), label, -1)
+        theta[j, label, 1 + label], theta[j, 1 - label, 1 + label] = hit, false_alarm
+        theta[j, :, 0] = 1 - theta[j, :, 1:].sum(axis=1)
+    return L, y, theta, np.array([0.5, 0.5])
+
+
+# --- majority vote -------------------------------------------------------------------------
+
+def test_majority_vote_probabilities_ties_and_empty_rows() -> None:
+    L = np.array([[0, 0, 1], [0, 1, -1], [-1, -1, -1], [2, 2, 1], [1, -1, -1]])
+    unfitted = MajorityVote(3)
+    assert unfitted.predict_proba(L).tolist() == [
+        [1, 0, 0], [.5, .5, 0], [1 / 3, 1 / 3, 1 / 3], [0, 0, 1], [0, 1, 0]]
+    assert unfitted.predict(L).tolist() == [0, 0, 0, 2, 1]  # uniform prior: lowest index
+    assert unfitted.predict(L, tie_break="abstain").tolist() == [0, -1, -1, 2, 1]
+    fitted = MajorityVote(3).fit(L)  # decisive rows: 0, 2, 1 -> prior (2, 2, 2) / 6
+    assert fitted.class_balance_.tolist() == pytest.approx([1 / 3] * 3)
+    fitted.fit(np.array([[1, 1], [1, -1], [0, -1], [2, 2]]))  # decisive 1, 1, 0, 2
+    assert fitted.class_balance_.tolist() == pytest.approx([2 / 7, 3 / 7, 2 / 7])
+    assert fitted.predict(L).tolist() == [0, 1, 1, 2, 1]  # ties and the empty row -> class 1
+    assert fitted.predict_proba(L)[2].tolist() == pytest.approx([2 / 7, 3 / 7, 2 / 7])
+    assert fitted.score(L, np.array([0, 1, 1, 2, -1])) == 1.0  # unknown gold skipped
+
+
+# --- parameter recovery ----------------------------------------------------------------------
+
+@pytest.mark.parametrize("make, tol_theta, tol_pi", [
+    (lambda: DawidSkene(2), 0.05, 0.06), (lambda: LabelModel(2), 0.05, 0.06)])
+def test_recovers_symmetric_lfs(make, tol_theta, tol_pi) -> None:
+    L, y, theta, prior = symmetric_lfs()
+    model = make().fit(L)
+    assert np.abs(model.theta_ - theta).max() < tol_theta
+    assert np.abs(model.class_balance_ - prior).max() < tol_pi
+    assert model.score(L, y) > MajorityVote(2).fit(L).score(L, y)
+
+
+@pytest.mark.parametrize("make, tol_theta, tol_pi", [
+    (lambda: DawidSkene(2), 0.05, 0.06), (lambda: LabelModel(2), 0.08, 0.12)])
+def test_recovers_one_sided_lfs(make, tol_theta, tol_pi) -> None:
+    L, y, theta, prior = one_sided_lfs()
+    model = make().fit(L)
+    assert np.abs(model.theta_ - theta).max() < tol_theta
+    assert np.abs(model.class_balance_ - prior).max() < tol_pi
+
+
+def test_three_classes() -> None:
+    L, y, theta, _ = symmetric_lfs(K=3, acc=(0.7, 0.6, 0.6, 0.8, 0.55))
+    for model in (DawidSkene(3), LabelModel(3)):
+        model.fit(L)
+        assert np.abs(model.theta_ - theta).max() < 0.05
+        assert model.score(L, y) > MajorityVote(3).score(L, y)
+
+
+def test_abstains_as_evidence_helps_one_sided_independent_lfs() -> None:
+    L, y, _, _ = one_sided_lfs()
+    assert (LabelModel(2, abstain_evidence=True).fit(L).score(L, y)
+            > LabelModel(2).fit(L).score(L, y) + 0.05)
+
+
+# --- guards, determinism, errors --------------------------------------------------------------
+
+def test_align_classes_undoes_an_inverted_solution() -> None:
+    _, _, theta, prior = symmetric_lfs(n=10)
+    flipped = theta[:, ::-1, :].copy()
+    fixed, balance, perm = align_classes(flipped, prior[::-1].copy())
+    assert perm == (1, 0) and np.allclose(fixed, theta) and np.allclose(balance, prior)
+    assert align_classes(theta, prior)[2] == (0, 1)
+
+
+def test_no_lf_fitted_worse_than_random() -> None:
+    import torch
+
+    L, _, _, _ = one_sided_lfs(seed=3)
+    model = LabelModel(2).fit(L)
+    assert float(_worse_than_random(torch.from_numpy(model.theta_))) < 1e-6
+
+
+def test_deterministic_fit() -> None:
+    L, _, _, _ = symmetric_lfs(n=2000, seed=5)
+    for name in ("majority", "dawid-skene", "snorkel"):
+        a = make_label_model(name, 2).fit(L).predict_proba(L)
+        b = make_label_model(name, 2).fit(L).predict_proba(L)
+        assert np.array_equal(a, b), name
+
+
+def test_errors() -> None:
+    with pytest.raises(ConfigError, match=r"entry \[1, 0\] = 2"):
+        LabelModel(2).fit(np.array([[0, 1], [2, -1]]))
+    with pytest.raises(ConfigError, match="call fit"):
+        DawidSkene(2).predict_proba(np.array([[0, 1]]))
+    with pytest.raises(ConfigError, match="fitted on 2 LFs"):
+        DawidSkene(2).fit(np.array([[0, 1], [1, 1]])).predict(np.array([[0, 1, 1]]))
+    with pytest.raises(ConfigError, match="class_balance"):
+        LabelModel(2, class_balance=np.array([0.2, 0.2]))
+    with pytest.raises(ConfigError, match="unknown label model"):
+        make_label_model("snorkle", 2)
+    with pytest.raises(ConfigError, match="tie_break"):
+        MajorityVote(2).predict(np.array([[0]]), tie_break="random")
+
+
+# --- Snorkel as the oracle ---------------------------------------------------------------------
+
+def test_at_least_as_good_as_snorkel_label_model_on_synthetic_lfs() -> None:
+    snorkel_model = pytest.importorskip("snorkel.labeling.model")
+    L, y, _, _ = symmetric_lfs(p1=0.5, seed=1)
+    theirs = snorkel_model.LabelModel(cardinality=2, verbose=False)
+    theirs.fit(L, n_epochs=500, seed=123, progress_bar=False)
+    their_acc = float((theirs.predict(L, tie_break_policy="random") == y).mean())
+    assert LabelModel(2).fit(L).score(L, y) >= their_acc - 0.005
