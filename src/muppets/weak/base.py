@@ -43,6 +43,15 @@ class LabelModelBase:
     def _check(self, L: object) -> np.ndarray:
         return check_label_matrix(L, self.cardinality)
 
+    def _fitted_outcomes(self, L: object, theta: np.ndarray | None) -> np.ndarray:
+        """``L``'s outcome indicators ``(n, m, K+1)`` for a fitted latent-class model."""
+        if theta is None or self.class_balance_ is None:
+            raise ConfigError(f"{type(self).__name__}: call fit before predict_proba")
+        L = self._check(L)
+        if L.shape[1] != theta.shape[0]:
+            raise ConfigError(f"fitted on {theta.shape[0]} LFs, got {L.shape[1]} columns")
+        return outcome_one_hot(L, self.cardinality)
+
     def fit(self, L: np.ndarray) -> LabelModelBase:  # pragma: no cover - abstract
         raise NotImplementedError
 

@@ -78,10 +78,5 @@ class DawidSkene(LabelModelBase):
 
     def predict_proba(self, L: np.ndarray) -> np.ndarray:
         """``(n, K)`` P(Y | the LFs' outcomes, abstains included)."""
-        if self.theta_ is None or self.class_balance_ is None:
-            raise ConfigError("DawidSkene: call fit before predict_proba")
-        L = self._check(L)
-        if L.shape[1] != self.theta_.shape[0]:
-            raise ConfigError(f"fitted on {self.theta_.shape[0]} LFs, got {L.shape[1]} columns")
-        return posterior(np.log(self.class_balance_), np.log(self.theta_),
-                         outcome_one_hot(L, self.cardinality))
+        outcomes = self._fitted_outcomes(L, self.theta_)
+        return posterior(np.log(self.class_balance_), np.log(self.theta_), outcomes)

@@ -160,10 +160,6 @@ class LabelModel(LabelModelBase):
 
     def predict_proba(self, L: np.ndarray) -> np.ndarray:
         """``(n, K)`` posterior P(Y | outcomes) with probabilities floored at ``clip``."""
-        if self.theta_ is None or self.class_balance_ is None:
-            raise ConfigError("LabelModel: call fit before predict_proba")
-        L = self._check(L)
-        if L.shape[1] != self.theta_.shape[0]:
-            raise ConfigError(f"fitted on {self.theta_.shape[0]} LFs, got {L.shape[1]} columns")
+        outcomes = self._fitted_outcomes(L, self.theta_)
         return posterior(np.log(self.class_balance_), np.log(np.maximum(self.theta_, self.clip)),
-                         outcome_one_hot(L, self.cardinality), self.abstain_evidence)
+                         outcomes, self.abstain_evidence)
