@@ -73,3 +73,5 @@ def test_bad_matrices() -> None:
         lf_summary(L, np.array([0, 1, 0]))
     with pytest.raises(ConfigError, match="names"):
         lf_summary(L, names=["a"])
+    with pytest.raises(ConfigError, match="no rows"):
+        lf_summary(np.zeros((0, 2), dtype=int))

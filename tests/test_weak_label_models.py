@@ -137,6 +137,9 @@ def test_errors() -> None:
         DawidSkene(2).fit(np.array([[0, 1], [1, 1]])).predict(np.array([[0, 1, 1]]))
     with pytest.raises(ConfigError, match="class_balance"):
         LabelModel(2, class_balance=np.array([0.2, 0.2]))
+    for name in ("majority", "dawid-skene", "snorkel"):
+        with pytest.raises(ConfigError, match="empty label matrix"):
+            make_label_model(name, 2).fit(np.zeros((0, 3), dtype=int))
     with pytest.raises(ConfigError, match="unknown label model"):
         make_label_model("snorkle", 2)
     with pytest.raises(ConfigError, match="tie_break"):

@@ -107,6 +107,8 @@ def lf_summary(L: np.ndarray, Y: np.ndarray | None = None,
     """
     L = check_label_matrix(L)
     n, m = L.shape
+    if n == 0:
+        raise ConfigError("lf_summary: the label matrix has no rows")
     names = [str(j) for j in range(m)] if names is None else list(names)
     if len(names) != m:
         raise ConfigError(f"lf_summary: {len(names)} names for {m} LF columns")

@@ -43,6 +43,14 @@ class LabelModelBase:
     def _check(self, L: object) -> np.ndarray:
         return check_label_matrix(L, self.cardinality)
 
+    def _check_fit(self, L: object) -> np.ndarray:
+        """``L`` to fit on: checked, and with at least one row and one LF."""
+        L = self._check(L)
+        if L.shape[0] == 0 or L.shape[1] == 0:
+            raise ConfigError(f"{type(self).__name__}: cannot fit on an empty label matrix "
+                              f"{L.shape}")
+        return L
+
     def _fitted_outcomes(self, L: object, theta: np.ndarray | None) -> np.ndarray:
         """``L``'s outcome indicators ``(n, m, K+1)`` for a fitted latent-class model."""
         if theta is None or self.class_balance_ is None:

@@ -60,7 +60,7 @@ class DawidSkene(LabelModelBase):
 
     def fit(self, L: np.ndarray) -> DawidSkene:
         """EM on ``L`` (n, m); see the module docstring."""
-        L = self._check(L)
+        L = self._check_fit(L)
         outcomes = outcome_one_hot(L, self.cardinality)
         theta, pi = confusion_from_posteriors(
             outcomes, majority_posteriors(L, self.cardinality), self.smoothing)

@@ -111,7 +111,7 @@ class LabelModel(LabelModelBase):
 
     def fit(self, L: np.ndarray) -> LabelModel:
         """Match the moments of ``L`` (n, m) from the majority-vote start."""
-        L = self._check(L)
+        L = self._check_fit(L)
         outcomes = outcome_one_hot(L, self.cardinality)
         theta0, pi0 = confusion_from_posteriors(
             outcomes, majority_posteriors(L, self.cardinality), smoothing=1.0)

@@ -32,7 +32,7 @@ class MajorityVote(LabelModelBase):
 
     def fit(self, L: np.ndarray) -> MajorityVote:
         """Learn the class prior from the decisive majority votes of ``L``."""
-        L = self._check(L)
+        L = self._check_fit(L)
         counts = vote_counts(L, self.cardinality)
         top = counts == counts.max(axis=1, keepdims=True)
         decisive = (top.sum(axis=1) == 1) & (counts.sum(axis=1) > 0)
