@@ -109,6 +109,13 @@ def summary_parity(L_dev: np.ndarray, Y_dev: np.ndarray, names: list[str]) -> di
     return {"identical": True, "columns_checked": checks, "table": ours.rows()}
 
 
+def covered_accuracy(pred: np.ndarray, L: np.ndarray, gold: np.ndarray) -> float:
+    """Accuracy on the rows at least one LF labels (the end model of the tutorial trains on
+    those only; on the others every model just states its prior)."""
+    covered = (L != -1).any(axis=1)
+    return accuracy(pred[covered], gold[covered])
+
+
 def _timed(fit, repeats: int) -> tuple[object, list[float]]:
     times, model = [], None
     for _ in range(repeats):
@@ -135,6 +142,8 @@ def snorkel_runs(L: dict, Y: dict) -> dict:
                                           Y[split]) for split in ("valid", "test")},
             "test_accuracy_abstain_as_wrong": accuracy(
                 model.predict(L["test"], tie_break_policy="abstain"), Y["test"]),
+            "covered_test_accuracy": covered_accuracy(
+                model.predict(L["test"], tie_break_policy="random"), L["test"], Y["test"]),
             "weights": model.get_weights().round(4).tolist(),
             "test_predictions": model.predict(L["test"], tie_break_policy="random").tolist()})
     voter = MajorityLabelVoter(cardinality=2)
@@ -143,7 +152,9 @@ def snorkel_runs(L: dict, Y: dict) -> dict:
             voter.predict(L[split], tie_break_policy="random"), Y[split])
         for split in ("valid", "test")} | {
         "test_accuracy_abstain_as_wrong": accuracy(
-            voter.predict(L["test"], tie_break_policy="abstain"), Y["test"])}}
+            voter.predict(L["test"], tie_break_policy="abstain"), Y["test"]),
+        "covered_test_accuracy": covered_accuracy(
+            voter.predict(L["test"], tie_break_policy="random"), L["test"], Y["test"])}}
 
 
 def our_model(name: str, model, L: dict, Y: dict, repeats: int = 5) -> dict:
@@ -152,9 +163,11 @@ def our_model(name: str, model, L: dict, Y: dict, repeats: int = 5) -> dict:
     out = {"model": name, "fit_s_median": statistics.median(times), "fit_s": times,
            **{f"{split}_accuracy": fitted.score(L[split], Y[split])
               for split in ("valid", "test")},
+           "covered_test_accuracy": covered_accuracy(fitted.predict(L["test"]), L["test"], Y["test"]),
            "class_balance": np.round(fitted.class_balance_, 4).tolist()}
-    logger.info("%-40s valid %.4f  test %.4f  fit %.4f s", name, out["valid_accuracy"],
-                out["test_accuracy"], out["fit_s_median"])
+    logger.info("%-44s valid %.4f  test %.4f  covered test %.4f  fit %.4f s", name,
+                out["valid_accuracy"], out["test_accuracy"], out["covered_test_accuracy"],
+                out["fit_s_median"])
     return out
 
 
@@ -214,6 +227,10 @@ def main() -> None:
             "MajorityVote and our models give them the learned prior's class, Snorkel a hash "
             "of the row index (tie_break_policy='random').",
             "Fit times: median of 5 fits after a warm-up fit; 2 busy cores, OMP_NUM_THREADS=1.",
+            "covered_test_accuracy = accuracy on the test rows at least one LF labels (the "
+            "tutorial's end model trains on covered rows only); there majority vote beats both "
+            "label models on this LF set: the keyword LFs are one-sided and not conditionally "
+            "independent, which both label models assume.",
         ],
         "machine": platform.processor() or platform.machine(), "python": platform.python_version(),
         "split": {k: len(v) for k, v in splits.items()}, "split_check": split_check,
@@ -240,6 +257,13 @@ def main() -> None:
         "snorkel_majority_test_random_tiebreak":
             result["snorkel"]["majority"]["test_accuracy_random_tiebreak"],
         "muppets_dawid_skene_test": ours[1]["test_accuracy"],
+        "covered_test_rows": int((L["test"] != -1).any(axis=1).sum()),
+        "covered_test_accuracy": {
+            "muppets_label_model": ours[2]["covered_test_accuracy"],
+            "snorkel_label_model_mean": statistics.mean(r["covered_test_accuracy"] for r in runs),
+            "muppets_majority": ours[0]["covered_test_accuracy"],
+            "snorkel_majority": result["snorkel"]["majority"]["covered_test_accuracy"],
+            "muppets_dawid_skene": ours[1]["covered_test_accuracy"]},
     }
     result["paired_on_test"] = paired(
         {"muppets_label_model": LabelModel(2).fit(L["train"]).predict(L["test"]),
