@@ -120,6 +120,29 @@ def test_no_lf_fitted_worse_than_random() -> None:
     assert float(_worse_than_random(torch.from_numpy(model.theta_))) < 1e-6
 
 
+def one_trick_spam(n=3000, seed=0):
+    """Dependent LFs: each spam comment uses one of three tricks, each spam LF detects one
+    (so the spam LFs exclude each other given spam); two independent ham LFs."""
+    rng = np.random.default_rng(seed)
+    y, trick = rng.integers(0, 2, n), rng.integers(0, 3, n)
+    L = np.full((n, 5), -1)
+    for j in range(3):
+        hit = (y == 1) & (trick == j) & (rng.random(n) < 0.8)
+        L[:, j] = np.where(hit | ((y == 0) & (rng.random(n) < 0.05)), 1, -1)
+    L[:, 3] = np.where(rng.random(n) < np.where(y == 0, 0.4, 0.1), 0, -1)
+    L[:, 4] = np.where(rng.random(n) < np.where(y == 0, 0.3, 0.05), 0, -1)
+    return L, y
+
+
+def test_dependence_diagnostic(caplog) -> None:
+    L, _, _, _ = symmetric_lfs(seed=2)
+    model = LabelModel(2).fit(L)
+    assert model.fit_residual_ < 0.08 and "independence" not in caplog.text
+    model = LabelModel(2).fit(one_trick_spam()[0])
+    assert model.fit_residual_ > 0.3 and "independence model poorly" in caplog.text
+    assert set(model.worst_pair_) <= {0, 1, 2}
+
+
 def test_deterministic_fit() -> None:
     L, _, _, _ = symmetric_lfs(n=2000, seed=5)
     for name in ("majority", "dawid-skene", "snorkel"):
