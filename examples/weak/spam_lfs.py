@@ -1,10 +1,13 @@
 """Labeling functions for YouTube comment spam: the deterministic LFs of Snorkel's spam
 tutorial (``snorkel-tutorials/spam/01_spam_tutorial.py``), written with muppets' API.
 
-Run them::
+Run them (``--task spam`` is the tutorial's own split and raw text; ``--task youtube-spam`` the
+registry's split and cleaned text; any text file works too)::
 
-    muppets weak analyze examples/weak/spam_lfs.py --task youtube-spam --split dev --plot lfs.png
-    muppets weak label examples/weak/spam_lfs.py --task youtube-spam --model snorkel --out labels.jsonl
+    muppets weak analyze examples/weak/spam_lfs.py --task spam --split dev --plot lfs.png
+    muppets weak label examples/weak/spam_lfs.py --task spam --model snorkel --out labels.jsonl
+
+``benchmarks/weak_spam.py`` compares the label models on them with Snorkel's.
 
 The tutorial's three model-based LFs (spaCy's PERSON entities, TextBlob polarity and
 subjectivity) are left out: model-based LFs come from muppets models (a fine-tuned Predictor

@@ -8,6 +8,8 @@
     muppets embed --model runs/elmo-small --input sentences.txt --layers all --out elmo.safetensors
     muppets features conll2003 --model minilm --layers mix --seeds 1,2,3
     muppets polysemy bank --model runs/elmo-small --corpus data:english-corpus/books
+    muppets weak analyze examples/weak/spam_lfs.py --task spam --split dev --plot lfs.png
+    muppets weak label examples/weak/spam_lfs.py --task spam --model snorkel --out labels.jsonl
 """
 
 from __future__ import annotations
