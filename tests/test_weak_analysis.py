@@ -75,3 +75,13 @@ def test_bad_matrices() -> None:
         lf_summary(L, names=["a"])
     with pytest.raises(ConfigError, match="no rows"):
         lf_summary(np.zeros((0, 2), dtype=int))
+
+
+@pytest.mark.parametrize("module", ["lf", "apply", "analysis", "majority", "dawid_skene",
+                                    "label_model"])
+def test_docstring_examples_run(module) -> None:
+    import doctest
+    import importlib
+
+    result = doctest.testmod(importlib.import_module(f"muppets.weak.{module}"))
+    assert result.failed == 0 and result.attempted > 0
