@@ -75,6 +75,7 @@ class TextExample:
     label: str | float | None
     source: str  # "file:line" of the row
     meta: dict[str, str] = field(default_factory=dict)  # extra columns a reader keeps (e.g. video)
+    probs: tuple[float, ...] | None = None  # classify/pair: a probability per label in the spec's order (weak labels)
 
 
 @dataclass

@@ -17,6 +17,7 @@ skipped and counted (``errors="skip"``).
 
 from __future__ import annotations
 
+import json
 import math
 from collections import Counter
 from collections.abc import Mapping
@@ -44,16 +45,17 @@ class Columns:
     label: Column | None = None  # None: unlabelled file
     id: Column | None = None  # None: ids are "<file stem>-<row number>"
     meta: tuple[Column, ...] = ()  # extra columns kept in ``TextExample.meta`` under their name
+    probs: Column | None = None  # a probability per label (weak labels); a file or row without it has none
 
     @classmethod
     def of(cls, columns: Mapping[str, Column | None] | Columns) -> Columns:
         """Build from a dict such as ``{"text": "sentence", "label": "label"}``."""
         if isinstance(columns, Columns):
             return columns
-        unknown = set(columns) - {"text", "text_b", "label", "id", "meta"}
+        unknown = set(columns) - {"text", "text_b", "label", "id", "meta", "probs"}
         if unknown or "text" not in columns:
             raise ConfigError(f"columns needs 'text' and may have 'text_b', 'label', 'id', "
-                              f"'meta'; got {sorted(columns)}")
+                              f"'meta', 'probs'; got {sorted(columns)}")
         meta = columns.get("meta") or ()
         meta = (meta,) if isinstance(meta, (str, int)) else tuple(meta)
         return cls(**{**columns, "meta": meta})  # type: ignore[arg-type]
@@ -132,6 +134,8 @@ def _resolve(records: Any, columns: Columns, header: bool, path: Path,
             where[role] = col
         elif col in names:
             where[role] = names.index(col)
+        elif role == "probs":
+            continue  # optional: e.g. gold dev/test files beside a weakly labelled train file
         else:
             raise DataError(f"no column {col!r} for {role} in the header {names}",
                             path=path, line=first.line, value=col)
@@ -180,14 +184,67 @@ def _example(record: Record, layout: _Layout, rule: LabelRule, path: Path,
     _check_width(record, layout, path)
     text = _text(record, layout, "text", path)
     text_b = _text(record, layout, "text_b", path) if "text_b" in layout.where else None
+    probs = None
+    if "probs" in layout.where and _present(record, layout, "probs"):
+        probs = _parse_probs(_cell(record, layout, "probs", path), path, record.line)
     label = None
-    if "label" in layout.where:
-        label = rule.parse(_cell(record, layout, "label", path), path, record.line)
+    if "label" in layout.where and (probs is None or _present(record, layout, "label")):
+        label = rule.parse(_cell(record, layout, "label", path), path, record.line)  # with probs it may be left out
     ident = (str(_cell(record, layout, "id", path)).strip() if "id" in layout.where
              else f"{path.stem}-{row}")
     meta = {role[5:]: str(_cell(record, layout, role, path)) for role in layout.where
             if role.startswith("meta:")}
-    return TextExample(ident, text, text_b, label, f"{path}:{record.line}", meta)
+    return TextExample(ident, text, text_b, label, f"{path}:{record.line}", meta, probs)  # type: ignore[arg-type]
+
+
+def _present(record: Record, layout: _Layout, role: str) -> bool:
+    """Whether a jsonl row has the role's key (a csv/tsv row always has its columns)."""
+    return not isinstance(record.cells, dict) or layout.where[role] in record.cells
+
+
+def _parse_probs(raw: Any, path: Path, line: int) -> dict[str, float] | list[float]:
+    """A probability per label: a list (in the label set's order) or ``{label: p}``, as JSON
+    or a JSON string (csv/tsv cells). Non-negative, finite, summing to 1 (within 1e-3; then
+    renormalised). The list form is resolved against the label set by :func:`_order_probs`."""
+    if isinstance(raw, str):
+        try:
+            raw = json.loads(raw)
+        except json.JSONDecodeError:
+            raise DataError("probs is not JSON", path=path, line=line, value=short(raw)) from None
+    values = list(raw.values()) if isinstance(raw, dict) else raw
+    if not isinstance(values, list) or not values or not all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0 for v in values):
+        raise DataError("probs must be a list or {label: probability} of non-negative numbers", path=path,
+                        line=line, value=short(raw))
+    total = float(sum(values))
+    if abs(total - 1.0) > 1e-3:
+        raise DataError(f"probs sum to {total:.4f}, not 1", path=path, line=line, value=short(raw))
+    if isinstance(raw, dict):
+        return {str(k).strip(): float(v) / total for k, v in raw.items()}
+    return [float(v) / total for v in values]
+
+
+def _order_probs(splits: Mapping[str, list[TextExample]], labels: list[str]) -> None:
+    """Turn every example's parsed probs into a tuple in ``labels`` order; an example with
+    probs and no label takes the most likely one (so selection can stratify on it)."""
+    for examples in splits.values():
+        for ex in examples:
+            raw: Any = ex.probs
+            if raw is None:
+                continue
+            if isinstance(raw, dict):
+                unknown = sorted(set(raw) - set(labels))
+                if unknown:
+                    raise DataError(f"probs name labels outside the label set {labels}", path=ex.source,
+                                    value=unknown)
+                ex.probs = tuple(raw.get(name, 0.0) for name in labels)
+            else:
+                if len(raw) != len(labels):
+                    raise DataError(f"{len(raw)} probs for {len(labels)} labels {labels}", path=ex.source,
+                                    value=short(raw))
+                ex.probs = tuple(raw)
+            if ex.label is None:
+                ex.label = labels[max(range(len(labels)), key=lambda i: ex.probs[i])]  # type: ignore[index]
 
 
 def read_text_file(path: str | Path, fmt: str, columns: Columns, rule: LabelRule,
@@ -242,24 +299,42 @@ def read_table(path: str | Path | Mapping[str, str | Path], kind: str,
     ``path`` is one file (split ``"train"``) or a mapping ``{split: file}``. With
     ``labels=None`` the label set is every label seen, numbers in numeric order.
     ``fmt="tsv"`` treats quotes as plain characters (GLUE style); use ``"tsv-quoted"`` for
-    tab-separated files with CSV quoting.
+    tab-separated files with CSV quoting; ``"auto"`` takes each file's format from its
+    extension (``.jsonl``, ``.tsv``, else csv), e.g. a weakly labelled ``train.jsonl`` beside
+    gold ``dev.csv``. A ``probs`` column gives training examples a probability per label
+    (soft labels, e.g. from ``muppets weak label``); files or rows without it have none.
     """
     files = dict(path) if isinstance(path, Mapping) else {"train": path}
     cols = Columns.of(columns)
     _check_kind(kind, cols)
     problems = Problems(errors)
     rule = LabelRule(kind, list(labels) if labels is not None else None)
-    splits = {split: read_text_file(file, fmt, cols, rule, problems, header=header,
+    splits = {split: read_text_file(file, _format_of(file, fmt), cols, rule, problems, header=header,
                                     encoding=encoding)
               for split, file in files.items()}
+    has_probs = any(ex.probs is not None for exs in splits.values() for ex in exs)
     if kind != "regress" and labels is None:
+        if any(isinstance(ex.probs, list) for exs in splits.values() for ex in exs):
+            raise ConfigError("probs given as lists need the label set in their order: pass labels "
+                              "(task.labels), or write probs as {label: probability}")
         seen = {ex.label for exs in splits.values() for ex in exs if ex.label is not None}
+        seen |= {k for exs in splits.values() for ex in exs if isinstance(ex.probs, dict) for k in ex.probs}
         labels = natural_sorted(seen)  # type: ignore[arg-type]
+    if has_probs:
+        if kind == "regress":
+            raise ConfigError("probs (weak labels) are for classify and pair tasks, not regress")
+        _order_probs(splits, list(labels or []))
     task = name or Path(next(iter(files.values()))).stem
     fields = tuple(str(c) for c in (cols.text, cols.text_b) if c is not None)
     spec = TaskSpec(task, kind, list(labels or []), metric or _DEFAULT_METRIC[kind], fields)
     problems.summarize(task)
     return TaskData(spec, splits, skipped=problems.skipped)  # type: ignore[arg-type]
+
+
+def _format_of(path: str | Path, fmt: str) -> str:
+    if fmt != "auto":
+        return fmt
+    return {".jsonl": "jsonl", ".tsv": "tsv"}.get(Path(path).suffix.lower(), "csv")
 
 
 def _check_kind(kind: str, columns: Columns) -> None:

@@ -29,7 +29,7 @@ import numpy as np
 import torch
 
 from muppets.errors import ConfigError
-from muppets.transfer.features import IGNORE, Feature
+from muppets.transfer.features import IGNORE, Feature, Probs
 
 BUCKET_BATCHES = 50  # batches per length-sorted bucket (sentence tasks)
 
@@ -94,6 +94,8 @@ def _labels(features: Sequence[Feature], T: int) -> torch.Tensor:
         for k, f in enumerate(features):
             out[k, : len(f.label)] = torch.tensor(f.label)
         return out
+    if isinstance(first, Probs):  # a probability per class (soft labels) -> (B, C) float
+        return torch.tensor([f.label for f in features], dtype=torch.float)
     if isinstance(first, float):
         return torch.tensor([f.label for f in features], dtype=torch.float)
     return torch.tensor([f.label for f in features], dtype=torch.long)  # (B,) or (B, 2) spans

@@ -50,14 +50,18 @@ log = logging.getLogger(__name__)
 IGNORE = -100  # label of positions the loss skips (non-first pieces, specials, padding)
 
 
+class Probs(tuple):
+    """A soft label: a probability per class, in the task's label order (``(C,)``)."""
+
+
 @dataclass
 class Feature:
     """One model input (a window of an example for ``tag`` / ``span``).
 
     ``input_ids`` / ``token_type_ids`` are ``(T,)`` lists, or ``(C, T_c)`` lists of rows for
     ``choice``. ``label`` is a class index (classify/pair/choice), a float (regress), a
-    ``(T,)`` list of tag ids with -100 (tag) or a ``(start, end)`` pair (span); None when the
-    example is unlabelled.
+    ``(T,)`` list of tag ids with -100 (tag), a ``(start, end)`` pair (span) or, with weak
+    labels, :class:`Probs` (classify/pair); None when the example is unlabelled.
     """
 
     input_ids: list

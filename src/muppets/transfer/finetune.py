@@ -57,7 +57,7 @@ from muppets.train import TrainConfig, Trainer, seed_everything, step_losses
 from muppets.train.checkpoint import replace_dir
 from muppets.train.distributed import barrier, init_distributed
 from muppets.transfer.batching import EpochData, loss_units
-from muppets.transfer.features import Feature, FeatureOptions, make_features
+from muppets.transfer.features import Feature, FeatureOptions, Probs, make_features
 from muppets.transfer.models import (default_orderings, load_task_model, load_tokenizer, new_task_model,
                                      save_task_model)
 from muppets.transfer.predict import SpanOptions, decode, feature_logits, save_settings
@@ -76,7 +76,7 @@ class TaskSection:
     files: dict = field(default_factory=dict)  # your own data {split: path}, e.g. {train: a.csv, dev: b.csv}; {} = the registered task
     kind: str = ""  # your files: classify | pair | regress (csv/tsv/jsonl), tag (CoNLL), span (SQuAD json); "" = from the extension
     format: str = ""  # table files: csv | tsv | tsv-quoted | jsonl ("" = from the extension)
-    columns: dict = field(default_factory=dict)  # table files: {text: col, text_b: col, label: col, id: col}; {} = text/text_b/label
+    columns: dict = field(default_factory=dict)  # table files: {text: col, text_b: col, label: col, id: col, probs: col}; {} = text/text_b/label/probs
     labels: list[str] = field(default_factory=list)  # table files: the label set in head order ([] = the labels seen)
     metric: str = ""  # metric to report and select the best model on ("" = the task's own)
     errors: str = "strict"  # strict | skip: what a bad record in the files does
@@ -112,6 +112,8 @@ class FinetuneConfig:
     selection: str = "auto"  # what chooses the best model / stops early, never the reported split: auto | train-slice | dev | last (muppets.transfer.selection)
     selection_fraction: float = 0.1  # train-slice: share of the training examples held out to select on (stratified by label)
     selection_seed: int = 1234  # train-slice: which examples are held out (the same for every run seed)
+    weak_labels: str = "soft"  # training examples with probs (weak labels): soft = cross-entropy against the probabilities (the expected loss) | hard = their most likely label
+    min_confidence: float = 0.0  # drop training examples whose top probability is below this (filtering weak labels; 0 = keep all)
     watch_dev: bool = False  # also score dev at every evaluation, logged as dev/<metric> only (never used to select)
     eval_every: int = 0  # also evaluate every N steps (0 = only at epoch ends)
     max_train_examples: int = 0  # use only the first N training examples (0 = all)
@@ -129,7 +131,8 @@ class FinetuneConfig:
                   ("max_answer_len", self.max_answer_len >= 1), ("n_best", self.n_best >= 1),
                   ("init", self.init in ("pretrained", "random")), ("orderings", self.orderings in (0, 1, 2)),
                   ("lm_coef", self.lm_coef >= 0.0), ("pool", self.pool in ("", *POOLS)),
-                  ("selection", self.selection in SELECTIONS),
+                  ("selection", self.selection in SELECTIONS), ("weak_labels", self.weak_labels in ("soft", "hard")),
+                  ("min_confidence", 0.0 <= self.min_confidence <= 1.0),
                   ("selection_fraction", 0.0 < self.selection_fraction < 1.0)]
         for name, ok in checks:
             if not ok:
@@ -182,8 +185,8 @@ def _read_files(sec: TaskSection, files: dict[str, Path]) -> TaskData:
     kind = sec.kind or {".json": "span", ".conll": "tag", ".txt": "tag"}.get(suffix, "classify")
     name = sec.name or None
     if kind in _TABLE_KINDS:
-        fmt = sec.format or {".tsv": "tsv", ".jsonl": "jsonl"}.get(suffix, "csv")
-        columns = sec.columns or {"text": "text", "label": "label",
+        fmt = sec.format or "auto"  # each file's own extension
+        columns = sec.columns or {"text": "text", "label": "label", "probs": "probs",
                                   **({"text_b": "text_b"} if kind != "classify" else {})}
         return read_table(files, kind, columns, fmt, labels=sec.labels or None, errors=sec.errors,
                           name=name)
@@ -393,10 +396,46 @@ def _setup(cfg: FinetuneConfig, data: TaskData, local_rank: int) -> _Setup:
     _check_length(cfg, model)
     model.to(_device(cfg.device, local_rank))
     train, mode, chosen, dev = selection_split(cfg, data)
-    features = make_features(spec.kind, train, tok, cfg.feature_options, spec.labels)
+    train = confident(train, cfg.min_confidence)
+    features = weak_targets(make_features(spec.kind, train, tok, cfg.feature_options, spec.labels), train,
+                            spec, cfg.weak_labels)
     steps = EpochData(features, spec.kind, cfg.batch_size, cfg.accumulation, cfg.epochs, cfg.seed,
                       tok.pad_id, lm_orderings=model.lm_orderings, bucket_batches=cfg.bucket_batches)
     return _Setup(spec, tok, model, model_dir, train, steps, mode, chosen, dev)
+
+
+def confident(train: list, min_confidence: float) -> list:
+    """The training examples to keep: those without probs, and those whose top probability
+    reaches ``min_confidence`` (with 0, all)."""
+    if min_confidence <= 0:
+        return train
+    kept = [ex for ex in train if getattr(ex, "probs", None) is None or max(ex.probs) >= min_confidence]
+    log.info("min_confidence=%g keeps %d of %d training examples", min_confidence, len(kept), len(train))
+    if not kept:
+        raise ConfigError(f"min_confidence={min_confidence} drops every training example")
+    return kept
+
+
+def weak_targets(features: list[Feature], train: Sequence[Any], spec: TaskSpec, mode: str) -> list[Feature]:
+    """With weak labels (examples with probs) the training targets: ``soft`` gives every
+    feature a ``(C,)`` probability tuple (a gold label becomes one-hot), which the head's loss
+    reads as a distribution; ``hard`` the most likely label's index."""
+    if not any(getattr(ex, "probs", None) is not None for ex in train):
+        return features
+    if spec.kind not in ("classify", "pair"):
+        raise ConfigError(f"probs (weak labels) are for classify and pair tasks, not {spec.kind}")
+    C = spec.num_labels
+    out = []
+    for f in features:
+        probs = train[f.example].probs
+        if mode == "hard":
+            label = f.label if probs is None else max(range(C), key=probs.__getitem__)
+        elif probs is None:
+            label = Probs(1.0 if c == f.label else 0.0 for c in range(C)) if f.label is not None else None
+        else:
+            label = Probs(probs)
+        out.append(dataclasses.replace(f, label=label))
+    return out
 
 
 def labelled(kind: str, examples: Sequence[Any]) -> list:
