@@ -136,3 +136,21 @@ def test_soft_labels_change_training_and_filtering_drops_examples(model_dir, tmp
     assert len(steps) == 3  # 24 of 32 examples kept: 3 batches of 8
     with pytest.raises(ConfigError, match="weak_labels"):
         cfg_for(model_dir, tmp_path / "x", weak_labels="maybe")
+
+
+def test_weak_label_output_reads_back_as_soft_labels(tmp_path):
+    """``muppets weak label`` writes what finetune's default columns read: no label list needed."""
+    from muppets.cli import main
+    lfs, texts = tmp_path / "lfs.py", tmp_path / "texts.txt"
+    lfs.write_text("from muppets.weak import keyword_lf\n"
+                   "LFS = [keyword_lf('kw_check', ['check'], 1), keyword_lf('kw_song', ['song'], 0)]\n",
+                   encoding="utf-8")
+    texts.write_text("check my channel\nnice song\ncheck this song\nhello\n", encoding="utf-8")
+    out = tmp_path / "labels.jsonl"
+    assert main(["weak", "label", str(lfs), "--task", str(texts), "--model", "majority", "--out", str(out),
+                 "--cache-dir", str(tmp_path / "cache")]) == 0
+    data = read_table(out, "classify", {"text": "text", "label": "label", "probs": "probs"}, fmt="auto")
+    assert data.spec.labels == ["0", "1"]
+    first, second = data["train"][:2]
+    assert first.probs[1] > first.probs[0] and first.label == "1"
+    assert second.probs[0] > second.probs[1] and second.label == "0"

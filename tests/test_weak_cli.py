@@ -32,7 +32,7 @@ def test_analyze_and_label_a_text_file(tmp_path, capsys) -> None:
                                            "texts.txt:5"]
         assert all(set(r) == {"id", "text", "probs", "label", "votes"} for r in rows)
         assert rows[0]["label"] == "1" and rows[1]["label"] == "0"
-        assert abs(sum(rows[2]["probs"]) - 1) < 1e-5
+        assert abs(sum(rows[2]["probs"].values()) - 1) < 1e-5
 
 
 def test_errors_are_reported_not_raised(tmp_path, capsys) -> None:

@@ -9,7 +9,8 @@ Inputs (``--task``):
 * a path to a UTF-8 text file — one example per non-blank line, no gold.
 
 Output of :func:`write_labels`: one JSON object per example, ``{"id", "text", "probs",
-"label", "votes"}`` — ``probs`` in the order of the label names, ``label`` the model's prediction
+"label", "votes"}`` — ``probs`` as ``{label name: probability}`` (what ``muppets finetune``
+reads as soft labels from such a file, with no label list to pass), ``label`` the model's prediction
 (most probable, ties broken as the model states), ``votes`` how many LFs did not abstain (0: the label model's prior alone).
 """
 
@@ -93,7 +94,8 @@ def write_labels(path: str | Path, weak: WeakInput, probs: np.ndarray, labels: n
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             for ex, row, label, n_votes in zip(weak.examples, probs, labels, votes):
                 fh.write(json.dumps({
-                    "id": ex.id, "text": ex.text, "probs": [round(float(p), 6) for p in row],
+                    "id": ex.id, "text": ex.text,
+                    "probs": {name: round(float(p), 6) for name, p in zip(weak.label_names, row)},
                     "label": weak.label_names[int(label)], "votes": int(n_votes)},
                     ensure_ascii=False) + "\n")
         os.replace(tmp, path)
