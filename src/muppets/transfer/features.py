@@ -227,11 +227,19 @@ def merge_tag_predictions(features: Sequence[Feature], predicted: Sequence[Seque
     ``predicted[k][t]`` is the tag id at token ``t`` of feature ``k``. A word with no piece
     (nothing left after normalisation) gets ``fallback`` (the ``O`` tag).
     """
-    merged = [[fallback] * n for n in num_words]
-    for feature, pred in zip(features, predicted):
+    return merge_word_values(features, [[int(v) for v in pred] for pred in predicted], num_words, fallback)
+
+
+def merge_word_values(features: Sequence[Feature], values: Sequence[Sequence[Any]],
+                      num_words: Sequence[int], fill: Any) -> list[list[Any]]:
+    """Per example, one value per word: the value at the word's first piece, read from the
+    windows in order (a later window overwrites); a word with no piece gets ``fill``.
+    ``values[k][t]`` is feature ``k``'s value at token ``t`` (a tag id, a probability row)."""
+    merged = [[fill] * n for n in num_words]
+    for feature, row in zip(features, values):
         for t, w in enumerate(feature.word_ids or []):
             if w is not None:
-                merged[feature.example][w] = int(pred[t])
+                merged[feature.example][w] = row[t]
     return merged
 
 

@@ -58,7 +58,8 @@ from muppets.tasks.spec import ChoiceExample, SpanExample, TagExample, TextExamp
 from muppets.tokenizers.wordpiece import WordPieceTokenizer
 from muppets.transfer.models import load_task_model, load_tokenizer
 from muppets.transfer.batching import collate, eval_batches
-from muppets.transfer.features import Feature, FeatureOptions, make_features, merge_tag_predictions
+from muppets.transfer.features import (Feature, FeatureOptions, make_features, merge_tag_predictions,
+                                       merge_word_values)
 
 log = logging.getLogger(__name__)
 
@@ -102,6 +103,13 @@ def feature_logits(model: TaskModel, features: Sequence[Feature], batch_size: in
 
 
 # ----------------------------------------------------------------------------- logits -> predictions
+
+
+def softmax(logits: np.ndarray) -> np.ndarray:
+    """Softmax over the last axis, in float64 (stable: the row maximum is subtracted first)."""
+    z = np.asarray(logits, dtype=np.float64)
+    z = np.exp(z - z.max(axis=-1, keepdims=True))
+    return z / z.sum(axis=-1, keepdims=True)
 
 
 def decode(kind: str, examples: Sequence[Any], features: Sequence[Feature],
@@ -259,6 +267,26 @@ class Predictor:
         if self.kind == "span":
             return [{"answer": text, "score": score} for text, score in preds]
         return preds
+
+    def predict_proba(self, inputs: Sequence[Any]) -> Any:
+        """Class probabilities (softmax of the logits) for raw inputs, as :meth:`predict` takes
+        them: classify/pair → ``(n, C)`` array, columns in :attr:`labels` order; tag → one
+        ``(words, C)`` array per input (each word read at its first piece, as :meth:`predict`
+        does). Other kinds have no class probabilities (:class:`ConfigError`)."""
+        if self.kind not in ("classify", "pair", "tag"):
+            raise ConfigError(f"predict_proba: a {self.kind} model has no class probabilities")
+        examples = self.examples(inputs)
+        C = len(self.labels)
+        if not examples:
+            return np.zeros((0, C)) if self.kind != "tag" else []
+        feats = make_features(self.kind, examples, self.tokenizer, self.features, self.labels)
+        probs = [softmax(lg) for lg in feature_logits(self.model, feats, self.batch_size,
+                                                     self.tokenizer.pad_id)]
+        if self.kind != "tag":
+            return np.stack(probs)
+        fill = np.eye(C)[self.labels.index("O") if "O" in self.labels else 0]
+        merged = merge_word_values(feats, probs, [len(ex.tokens) for ex in examples], fill)
+        return [np.array(rows).reshape(len(rows), C) for rows in merged]
 
     def examples(self, inputs: Sequence[Any]) -> list[Any]:
         """Raw inputs as unlabelled task examples (see :meth:`predict`)."""

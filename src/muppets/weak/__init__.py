@@ -3,6 +3,8 @@
 * :mod:`~muppets.weak.lf` — labeling functions (decorator, classes, keyword / regex / lexicon /
   length builders, LF files)
 * :mod:`~muppets.weak.apply` — the applier (parallel, progress bar, cache) and text files
+* :mod:`~muppets.weak.model_lfs` — model-based LFs from muppets models (a fine-tuned
+  classifier or tagger with a threshold, a zero-shot GPT prompt), applied in batches
 * :mod:`~muppets.weak.analysis` — Snorkel-equal LF summary, table and plot
 * :mod:`~muppets.weak.majority`, :mod:`~muppets.weak.dawid_skene`,
   :mod:`~muppets.weak.label_model` — the label models (shared API in :mod:`~muppets.weak.base`)
@@ -23,6 +25,7 @@ _HOME = {
     "regex_lf": "lf", "lexicon_lf": "lf", "length_lf": "lf", "load_lfs": "lf",
     "apply_lfs": "apply", "read_texts": "apply",
     "LFSummary": "analysis", "lf_summary": "analysis", "plot_lf_summary": "analysis",
+    "predictor_lf": "model_lfs", "tagger_lf": "model_lfs", "zero_shot_lf": "model_lfs",
     "MajorityVote": "majority", "DawidSkene": "dawid_skene", "LabelModel": "label_model",
 }
 

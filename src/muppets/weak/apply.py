@@ -11,6 +11,11 @@
   code, resources), the cardinality and the examples' ids and texts; written atomically
   (temporary file + rename), read back with ``allow_pickle=False``. Change one LF's code and
   the key changes; a second identical call reads the file and runs no LF.
+* **Batched LFs** (model-based: :mod:`muppets.weak.model_lfs`): an LF with a
+  ``label_batch(examples)`` method is run once over all the examples, in this process (a model
+  is not forked into workers), instead of once per example; with ``cache_dir`` its column is
+  also cached on its own (``col-<key>.npy``, key = its ``cache_key()`` and the data), so
+  editing a keyword LF beside it does not rerun the model.
 """
 
 from __future__ import annotations
@@ -32,7 +37,7 @@ from muppets.tasks.source import Problems, iter_lines
 from muppets.tasks.spec import TextExample
 from muppets.weak.lf import ABSTAIN, check_vote
 
-__all__ = ["apply_lfs", "read_texts", "matrix_key"]
+__all__ = ["apply_lfs", "read_texts", "matrix_key", "is_batched"]
 
 logger = logging.getLogger(__name__)
 
@@ -106,8 +111,52 @@ def _parallel(lfs: Sequence[Any], examples: Sequence[TextExample], cardinality: 
     return np.concatenate(parts, axis=0)
 
 
+def is_batched(lf: Any) -> bool:
+    """Whether ``lf`` labels many examples in one call (``label_batch``)."""
+    return callable(getattr(lf, "label_batch", None))
+
+
+def _batch_column(lf: Any, examples: Sequence[TextExample], cardinality: int,
+                  cache_dir: Path | None) -> np.ndarray:
+    """``(n,)`` votes of a batched LF: from its column cache, or one ``label_batch`` call."""
+    path = None
+    if cache_dir is not None:
+        path = cache_dir / f"col-{matrix_key([lf], examples, cardinality)}.npy"
+        if path.exists() and (cached := _load_cached(path, (len(examples), 1))) is not None:
+            logger.info("labeling function %s read from cache %s", lf.name, path)
+            return cached[:, 0]
+    try:
+        votes = list(lf.label_batch(examples))
+    except LabelingFunctionError:
+        raise
+    except Exception as err:
+        raise LabelingFunctionError(f"raised {type(err).__name__}: {err}", lf=lf.name) from err
+    if len(votes) != len(examples):
+        raise LabelingFunctionError(f"label_batch returned {len(votes)} votes for "
+                                    f"{len(examples)} examples", lf=lf.name)
+    column = np.array([check_vote(lf.name, v, cardinality, i, ex)
+                       for i, (v, ex) in enumerate(zip(votes, examples))], dtype=np.int64)
+    if path is not None:
+        _save_atomic(path, column[:, None])
+    return column
+
+
 def _compute(lfs: Sequence[Any], examples: Sequence[TextExample], cardinality: int,
-             n_jobs: int, progress: bool | None) -> np.ndarray:
+             n_jobs: int, progress: bool | None, cache_dir: Path | None = None) -> np.ndarray:
+    """``L``: batched LFs column by column, the others example by example."""
+    batched = [j for j, lf in enumerate(lfs) if is_batched(lf)]
+    plain = [j for j in range(len(lfs)) if j not in batched]
+    out = np.full((len(examples), len(lfs)), ABSTAIN, dtype=np.int64)
+    for j in batched:
+        out[:, j] = _batch_column(lfs[j], examples, cardinality, cache_dir)
+    if plain:
+        out[:, plain] = _compute_plain([lfs[j] for j in plain], examples, cardinality, n_jobs,
+                                       progress)
+    return out
+
+
+def _compute_plain(lfs: Sequence[Any], examples: Sequence[TextExample], cardinality: int,
+                   n_jobs: int, progress: bool | None) -> np.ndarray:
     show = sys.stderr.isatty() if progress is None else progress
     bar = None
     if show:
@@ -175,7 +224,8 @@ def apply_lfs(lfs: Sequence[Any], examples: Sequence[TextExample], cardinality: 
         if path.exists() and (cached := _load_cached(path, shape)) is not None:
             logger.info("label matrix %s read from cache %s", shape, path)
             return cached
-    matrix = _compute(lfs, examples, cardinality, n_jobs, progress)
+    matrix = _compute(lfs, examples, cardinality, n_jobs, progress,
+                      Path(cache_dir) if cache_dir is not None else None)
     if path is not None:
         _save_atomic(path, matrix)
     return matrix

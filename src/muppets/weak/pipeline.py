@@ -22,13 +22,16 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+import dataclasses
+from collections.abc import Sequence
+
 import numpy as np
 
 from muppets.errors import ConfigError
-from muppets.tasks.spec import TextExample
+from muppets.tasks.spec import TaskData, TaskSpec, TextExample
 from muppets.weak.apply import read_texts
 
-__all__ = ["WeakInput", "load_weak_input", "write_labels"]
+__all__ = ["WeakInput", "load_weak_input", "write_labels", "weak_task_data"]
 
 
 @dataclass
@@ -103,3 +106,26 @@ def write_labels(path: str | Path, weak: WeakInput, probs: np.ndarray, labels: n
         Path(tmp).unlink(missing_ok=True)
         raise
     return len(weak.examples)
+
+
+def weak_task_data(name: str, label_names: Sequence[str], train: Sequence[TextExample],
+                   probs: np.ndarray, evaluate: dict[str, Sequence[TextExample]] | None = None,
+                   keep: np.ndarray | None = None, metric: str = "accuracy") -> TaskData:
+    """A classify task to fine-tune on weak labels (``finetune.run(cfg, data=...)``).
+
+    ``train`` gets the label model's ``probs`` (n, K) as :attr:`TextExample.probs` and its most
+    probable class as ``label`` — gold labels in ``train`` are replaced, so none reaches
+    training; ``keep`` (n,) bool drops rows (e.g. those no LF labels, as Snorkel's tutorial
+    does); ``evaluate`` adds gold splits as they are (``{"dev": …, "test": …}``)."""
+    probs = np.asarray(probs, dtype=np.float64)
+    if probs.shape != (len(train), len(label_names)):
+        raise ConfigError(f"probs of shape {probs.shape} for {len(train)} examples and "
+                          f"{len(label_names)} labels")
+    keep = np.ones(len(train), dtype=bool) if keep is None else np.asarray(keep, dtype=bool)
+    rows = [dataclasses.replace(ex, label=label_names[int(np.argmax(p))],
+                                probs=tuple(float(v) for v in p))
+            for ex, p, k in zip(train, probs, keep) if k]
+    if not rows:
+        raise ConfigError("weak_task_data: no training example kept")
+    spec = TaskSpec(name, "classify", list(label_names), metric, ("text",))
+    return TaskData(spec, {"train": rows, **{k: list(v) for k, v in (evaluate or {}).items()}})
