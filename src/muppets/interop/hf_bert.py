@@ -36,6 +36,9 @@ _CONFIG_MAP = {  # ours -> HF config.json
     "pad_token_id": "pad_token_id",
     "hidden_act": "hidden_act",
 }
+# A pre-LN BERT (``norm_first``) has no transformers class: its config.json names this model
+# type so that transformers refuses it loudly instead of running it as a post-LN BERT.
+PRE_LN_MODEL_TYPE = "muppets-bert-preln"
 _IGNORED_HF_KEYS = ("position_ids", "token_type_ids", "cls.predictions.decoder.")
 
 
@@ -44,13 +47,16 @@ def config_to_hf(cfg: BertConfig) -> dict:
     out = {hf: getattr(cfg, ours) for ours, hf in _CONFIG_MAP.items()}
     out.update(model_type="bert", architectures=["BertForPreTraining"],
                position_embedding_type="absolute", tie_word_embeddings=True)
+    if cfg.norm_first:
+        out.update(model_type=PRE_LN_MODEL_TYPE, norm_first=True)
     return out
 
 
 def config_from_hf(data: dict, source: str = "config.json") -> BertConfig:
     """An HF BERT ``config.json`` dict as our :class:`BertConfig`."""
-    if data.get("model_type", "bert") != "bert":
-        raise CheckpointError(f"{source}: model_type {data.get('model_type')!r} is not 'bert'")
+    model_type = data.get("model_type", "bert")
+    if model_type not in ("bert", PRE_LN_MODEL_TYPE):
+        raise CheckpointError(f"{source}: model_type {model_type!r} is not 'bert'")
     if data.get("position_embedding_type", "absolute") != "absolute":
         raise CheckpointError(f"{source}: position_embedding_type "
                               f"{data['position_embedding_type']!r} is not supported (only 'absolute')")
@@ -58,7 +64,7 @@ def config_from_hf(data: dict, source: str = "config.json") -> BertConfig:
     if missing:
         raise CheckpointError(f"{source}: missing keys {missing}")
     kwargs = {ours: data[hf] for ours, hf in _CONFIG_MAP.items() if hf in data}
-    return BertConfig(**kwargs)
+    return BertConfig(**kwargs, norm_first=model_type == PRE_LN_MODEL_TYPE)
 
 
 def _layer_map(i: int) -> dict[str, str]:
@@ -92,6 +98,8 @@ def backbone_param_map(cfg: BertConfig) -> dict[str, str]:
     modules = {"backbone.embeddings.norm": "bert.embeddings.LayerNorm"}
     for i in range(cfg.num_layers):
         modules.update(_layer_map(i))
+    if cfg.norm_first:
+        modules["backbone.final_norm"] = "bert.encoder.final_layer_norm"
     return {**out, **_expand(modules)}
 
 

@@ -43,6 +43,7 @@ class BertConfig:
     initializer_range: float = 0.02  # std of the normal weight initialisation
     pad_token_id: int = 0  # id of [PAD]; its embedding row starts at zero
     hidden_act: str = "gelu"  # feed-forward activation (exact erf GELU as in BERT)
+    norm_first: bool = False  # True: pre-LN blocks and a final LayerNorm (stable at high lr; transformers' BERT cannot load it)
 
     def __post_init__(self) -> None:
         if self.hidden_size % self.num_heads:
@@ -68,7 +69,7 @@ class BertConfig:
             hidden_dropout=self.hidden_dropout,
             attention_dropout=self.attention_dropout,
             layer_norm_eps=self.layer_norm_eps,
-            norm_first=False,
+            norm_first=self.norm_first,
             act=self.hidden_act,
         )
 
@@ -95,7 +96,8 @@ def padding_mask(attention_mask: torch.Tensor | None) -> torch.Tensor | None:
 
 
 class BertBackbone(nn.Module):
-    """Embeddings + L post-LN transformer blocks; returns every layer (``Encoded``)."""
+    """Embeddings + L transformer blocks (post-LN as BERT, or pre-LN with a final LayerNorm
+    that the last layer of ``Encoded`` passes through); returns every layer (``Encoded``)."""
 
     def __init__(self, cfg: BertConfig) -> None:
         super().__init__()
@@ -106,6 +108,7 @@ class BertBackbone(nn.Module):
             padding_idx=cfg.pad_token_id,
         )
         self.layers = nn.ModuleList(TransformerBlock(cfg.block()) for _ in range(cfg.num_layers))
+        self.final_norm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps) if cfg.norm_first else None
 
     def forward(
         self,
@@ -125,6 +128,8 @@ class BertBackbone(nn.Module):
         for block in self.layers:
             x = block(x, mask4)
             layers.append(x)
+        if self.final_norm is not None:  # pre-LN: the residual stream is normalised once at the top
+            layers[-1] = self.final_norm(x)
         if attention_mask is None:
             attention_mask = torch.ones_like(input_ids, dtype=torch.bool)
         return Encoded(layers=layers, mask=attention_mask.bool())
