@@ -1,0 +1,116 @@
+"""What the weak-supervision end-model benchmarks share (``weak_end_model.py``, ``weak_sst2.py``):
+fine-tuning jobs run K at a time in forked processes (one torch thread each), and the
+mean ± std / paired-difference summaries of their results.
+
+A job is ``(row, seed, data_key, overrides)``: the :class:`~muppets.tasks.spec.TaskData` is
+looked up by ``data_key`` in a dict the workers inherit by ``fork`` (nothing is pickled but the
+small result dicts), and ``overrides`` are :class:`FinetuneConfig` fields.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import multiprocessing
+import time
+from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from muppets.transfer.finetune import FinetuneConfig, mean_std, run
+
+logger = logging.getLogger("weak_runs")
+
+_DATA: dict[str, Any] = {}  # data_key -> TaskData, set before the workers fork
+
+
+@dataclasses.dataclass(frozen=True)
+class Job:
+    row: str  # the table row, e.g. "soft"
+    seed: int
+    data_key: str  # which TaskData of _DATA
+    run_dir: str
+    overrides: tuple[tuple[str, Any], ...] = ()  # FinetuneConfig fields for this row
+
+
+def end_model_config(base: dict[str, Any], job: Job) -> FinetuneConfig:
+    """The run's config: ``base`` fields, the row's overrides, its seed and run directory."""
+    return FinetuneConfig(**{**base, **dict(job.overrides), "seed": job.seed,
+                             "run_dir": job.run_dir})
+
+
+def _one(args: tuple[dict[str, Any], Job]) -> dict[str, Any]:
+    base, job = args
+    start = time.process_time()
+    summary = run(end_model_config(base, job), resume=True, data=_DATA[job.data_key])
+    return {"row": job.row, "seed": job.seed, "data": job.data_key, "run_dir": job.run_dir,
+            "cpu_s": round(time.process_time() - start, 1),
+            "valid": summary.get("dev", {}), "test": summary.get("test", {}),
+            "best_step": summary["best_step"], "steps": summary["steps"],
+            "train_examples": summary["train_examples"]}
+
+
+def run_jobs(jobs: Sequence[Job], data: dict[str, Any], base: dict[str, Any],
+             parallel: int = 1) -> list[dict[str, Any]]:
+    """Every job's result (in job order); ``parallel`` > 1 runs that many at a time in forked
+    processes (set ``threads=1`` in ``base``: one core each)."""
+    _DATA.clear()
+    _DATA.update(data)
+    if parallel <= 1 or len(jobs) <= 1:
+        out = []
+        for job in jobs:
+            out.append(_one((base, job)))
+            logger.info("%s seed %d: %s", job.row, job.seed, out[-1]["test"])
+        return out
+    ctx = multiprocessing.get_context("fork")
+    with ProcessPoolExecutor(max_workers=parallel, mp_context=ctx) as pool:
+        out = list(pool.map(_one, [(base, j) for j in jobs]))
+    for r in out:
+        logger.info("%s seed %d: %s", r["row"], r["seed"], r["test"])
+    return out
+
+
+def table(results: Sequence[dict[str, Any]], metric: str = "accuracy",
+          split: str = "test") -> dict[str, dict[str, Any]]:
+    """Per row: ``mean_std`` of ``split``'s ``metric`` over its seeds (in points, 0-100)."""
+    rows: dict[str, list[float]] = {}
+    for r in results:
+        rows.setdefault(r["row"], []).append(100.0 * r[split][metric])
+    return {row: mean_std(values) for row, values in rows.items()}
+
+
+def paired(results: Sequence[dict[str, Any]], reference: str, metric: str = "accuracy",
+           split: str = "test") -> dict[str, dict[str, Any]]:
+    """``reference`` minus every other row, seed by seed (same seed = same head init and batch
+    order): mean ± std of the differences, in points, and how many seeds each side wins."""
+    by = {(r["row"], r["seed"]): 100.0 * r[split][metric] for r in results}
+    rows = sorted({r["row"] for r in results} - {reference})
+    out = {}
+    for row in rows:
+        seeds = sorted(s for (name, s) in by if name == row and (reference, s) in by)
+        if not seeds:
+            continue
+        diffs = np.array([by[(reference, s)] - by[(row, s)] for s in seeds])
+        out[f"{reference} - {row}"] = {**mean_std(diffs), "seeds": seeds,
+                                       "wins": int((diffs > 0).sum()),
+                                       "losses": int((diffs < 0).sum())}
+    return out
+
+
+def lf_report(lfs: Sequence[Any], L: np.ndarray, gold: np.ndarray) -> list[dict[str, Any]]:
+    """Per LF on a labelled split: coverage and accuracy where it votes (%, 1 decimal)."""
+    out = []
+    for j, lf in enumerate(lfs):
+        votes = L[:, j] != -1
+        acc = float((L[votes, j] == gold[votes]).mean()) if votes.any() else float("nan")
+        out.append({"lf": lf.name, "coverage": round(100 * float(votes.mean()), 1),
+                    "votes": int(votes.sum()), "accuracy": round(100 * acc, 1)})
+    return out
+
+
+def write_json(path: str | Path, obj: Any) -> None:
+    from muppets.config import write_json_atomic
+    write_json_atomic(Path(path), obj)
