@@ -153,6 +153,8 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3, 4, 5])
     parser.add_argument("--rows", nargs="+", default=list(ROWS), choices=list(ROWS))
     parser.add_argument("--no-lovo", action="store_true", help="skip leave-one-video-out")
+    parser.add_argument("--resume", action="store_true",
+                        help="continue the runs an interrupted call left (same LFs and data only)")
     parser.add_argument("--parallel", type=int, default=1, help="fine-tuning runs at a time (1 thread each)")
     parser.add_argument("--keep-uncovered", action="store_true")
     parser.add_argument("--zero-shot", action="store_true", help="add the zero-shot GPT LF")
@@ -213,10 +215,10 @@ def main() -> None:
             lovo_info.append(meta)
             jobs += [Job(f"lovo{v}-{kind}", args.seeds[0], f"lovo{v}-{'weak' if kind == 'soft' else kind}",
                          str(run_root / f"lovo{v}-{kind}"), ()) for kind in ("soft", "supervised")]
-    runs = run_jobs(jobs, data, base_config(args), args.parallel)
+    runs = run_jobs(jobs, data, base_config(args), args.parallel, args.resume)
     main_runs = [r for r in runs if not r["row"].startswith("lovo")]
     result.update({
-        "table_test": table(main_runs), "table_valid": table(main_runs, split="valid"),
+        "table_test": table(main_runs), "table_valid": table(main_runs, split="dev"),
         "paired_test": paired(main_runs, "soft"),
         "lovo": {"protocol": lovo_info, "test": {r["row"]: 100 * r["test"]["accuracy"] for r in runs
                                                  if r["row"].startswith("lovo")}},

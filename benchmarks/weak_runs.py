@@ -42,34 +42,36 @@ def end_model_config(base: dict[str, Any], job: Job) -> FinetuneConfig:
                              "run_dir": job.run_dir})
 
 
-def _one(args: tuple[dict[str, Any], Job]) -> dict[str, Any]:
-    base, job = args
+def _one(args: tuple[dict[str, Any], Job, bool]) -> dict[str, Any]:
+    base, job, resume = args
     start = time.process_time()
-    summary = run(end_model_config(base, job), resume=True, data=_DATA[job.data_key])
+    summary = run(end_model_config(base, job), resume=resume, data=_DATA[job.data_key])
     return {"row": job.row, "seed": job.seed, "data": job.data_key, "run_dir": job.run_dir,
             "cpu_s": round(time.process_time() - start, 1),
-            "valid": summary.get("dev", {}), "test": summary.get("test", {}),
+            "dev": summary.get("dev", {}), "test": summary.get("test", {}),  # as finetune names them
             "best_step": summary["best_step"], "steps": summary["steps"],
             "train_examples": summary["train_examples"]}
 
 
 def run_jobs(jobs: Sequence[Job], data: dict[str, Any], base: dict[str, Any],
-             parallel: int = 1) -> list[dict[str, Any]]:
+             parallel: int = 1, resume: bool = False) -> list[dict[str, Any]]:
     """Every job's result (in job order); ``parallel`` > 1 runs that many at a time in forked
-    processes (set ``threads=1`` in ``base``: one core each)."""
+    processes (set ``threads=1`` in ``base``: one core each). ``resume`` continues runs an
+    interrupted call left (only right if the data and LFs are unchanged); by default every
+    run starts afresh."""
     _DATA.clear()
     _DATA.update(data)
     if parallel <= 1 or len(jobs) <= 1:
         out = []
         for job in jobs:
-            out.append(_one((base, job)))
-            logger.info("%s seed %d: %s", job.row, job.seed, out[-1]["test"])
+            out.append(_one((base, job, resume)))
+            logger.info("%s seed %d: dev %s test %s", job.row, job.seed, out[-1]["dev"], out[-1]["test"])
         return out
     ctx = multiprocessing.get_context("fork")
     with ProcessPoolExecutor(max_workers=parallel, mp_context=ctx) as pool:
-        out = list(pool.map(_one, [(base, j) for j in jobs]))
+        out = list(pool.map(_one, [(base, j, resume) for j in jobs]))
     for r in out:
-        logger.info("%s seed %d: %s", r["row"], r["seed"], r["test"])
+        logger.info("%s seed %d: dev %s test %s", r["row"], r["seed"], r["dev"], r["test"])
     return out
 
 

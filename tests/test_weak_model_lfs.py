@@ -20,7 +20,7 @@ from muppets.transfer import Predictor
 from muppets.transfer.finetune import run
 from muppets.transfer.models import new_task_model, save_task_model
 from muppets.weak import ABSTAIN, LabelModel, apply_lfs, keyword_lf
-from muppets.weak.model_lfs import predictor_lf, tagger_lf, zero_shot_lf
+from muppets.weak.model_lfs import predictor_lf, prototype_lf, tagger_lf, zero_shot_lf
 from muppets.weak.pipeline import weak_task_data
 
 HERE = Path(__file__).resolve().parent
@@ -130,6 +130,27 @@ def test_zero_shot_lf_votes_by_margin_and_calibrates(gpt_dir):
     assert lf.cache_key() != raw.cache_key()
     with pytest.raises(ConfigError, match="slot"):
         zero_shot_lf("zs", gpt_dir, "no slot", verbalizers)
+
+
+def test_prototype_lf_votes_the_closest_class_by_margin(model_dir):
+    protos = {0: ["awful boring plot", "dull terrible film"], 1: ["a lovely superb story"]}
+    raw = prototype_lf("proto", model_dir, protos)
+    sims = raw.similarities(TEXTS)
+    assert sims.shape == (len(TEXTS), 2) and np.all(np.abs(sims) <= 1 + 1e-6)
+    one = prototype_lf("p", model_dir, {0: ["awful boring plot"], 1: ["a lovely superb story"]})
+    other = prototype_lf("p", model_dir, {0: ["dull terrible film"], 1: ["a lovely superb story"]})
+    single = one.similarities(TEXTS)
+    assert single[1, 0] == pytest.approx(1.0, abs=1e-5)  # the text is its prototype
+    assert sims[:, 0] == pytest.approx((single[:, 0] + other.similarities(TEXTS)[:, 0]) / 2, abs=1e-6)
+    gaps = np.abs(sims[:, 1] - sims[:, 0])
+    margin = float(np.median(gaps))
+    lf = prototype_lf("proto", model_dir, protos, margin=margin)
+    votes = lf.label_batch(examples())
+    assert votes == [int(s.argmax()) if g >= margin else ABSTAIN for s, g in zip(sims, gaps)]
+    assert 0 < votes.count(ABSTAIN) < len(votes)
+    assert votes == [lf(x) for x in examples()]
+    with pytest.raises(ConfigError, match="2 or more"):
+        prototype_lf("proto", model_dir, {0: ["bad"]})
 
 
 def test_applier_runs_a_model_lf_once_and_caches_its_column(clf_dir, tmp_path, monkeypatch):

@@ -4,7 +4,8 @@
   length builders, LF files)
 * :mod:`~muppets.weak.apply` — the applier (parallel, progress bar, cache) and text files
 * :mod:`~muppets.weak.model_lfs` — model-based LFs from muppets models (a fine-tuned
-  classifier or tagger with a threshold, a zero-shot GPT prompt), applied in batches
+  classifier or tagger with a threshold, prototype sentences, a zero-shot GPT prompt),
+  applied in batches
 * :mod:`~muppets.weak.analysis` — Snorkel-equal LF summary, table and plot
 * :mod:`~muppets.weak.majority`, :mod:`~muppets.weak.dawid_skene`,
   :mod:`~muppets.weak.label_model` — the label models (shared API in :mod:`~muppets.weak.base`)
@@ -26,6 +27,7 @@ _HOME = {
     "apply_lfs": "apply", "read_texts": "apply",
     "LFSummary": "analysis", "lf_summary": "analysis", "plot_lf_summary": "analysis",
     "predictor_lf": "model_lfs", "tagger_lf": "model_lfs", "zero_shot_lf": "model_lfs",
+    "prototype_lf": "model_lfs",
     "MajorityVote": "majority", "DawidSkene": "dawid_skene", "LabelModel": "label_model",
 }
 

@@ -13,6 +13,11 @@ The model is loaded on first use, so building the LFs (an LF file, a cache hit) 
 * :func:`tagger_lf` — a fine-tuned tagger: votes ``label`` when a text of fewer than
   ``max_words`` words has a word whose probability of being (part of) an ``entity`` is
   ``>= threshold`` (a CoNLL-2003 model's PER: the tutorial's spaCy ``has_person`` LF).
+* :func:`prototype_lf` — a sentence encoder (``minilm``: all-MiniLM-L6-v2, or any model
+  :func:`~muppets.transfer.embed.embed` reads): the text's mean-pooled top-layer vector is
+  compared (cosine) with each class's prototype sentences (``"a great film"`` …); votes the
+  class with the highest mean similarity when it beats the next by ``margin``. Label-free:
+  the prototypes are written, not learned.
 * :func:`zero_shot_lf` — a GPT language model prompted with a template: each class's score is
   the log-probability of its verbalizers as the continuation (log-sum-exp over a class's
   verbalizers, :func:`~muppets.transfer.zeroshot.continuation_logprobs`); it votes the best
@@ -40,8 +45,8 @@ from muppets.errors import ConfigError
 from muppets.tasks.spec import TextExample
 from muppets.weak.lf import ABSTAIN
 
-__all__ = ["BatchLabelingFunction", "predictor_lf", "tagger_lf", "zero_shot_lf", "model_digest",
-           "PredictorLF", "TaggerLF", "ZeroShotLF"]
+__all__ = ["BatchLabelingFunction", "predictor_lf", "tagger_lf", "prototype_lf", "zero_shot_lf",
+           "model_digest", "PredictorLF", "TaggerLF", "PrototypeLF", "ZeroShotLF"]
 
 logger = logging.getLogger(__name__)
 
@@ -71,8 +76,9 @@ class BatchLabelingFunction:
     def __init__(self, name: str, model_dir: str | Path) -> None:
         if not name or not isinstance(name, str):
             raise ConfigError(f"a labeling function needs a non-empty name, got {name!r}")
+        from muppets.paths import resolve_model_path
         self.name = name
-        self.model_dir = Path(model_dir)
+        self.model_dir = resolve_model_path(model_dir)
         if not self.model_dir.is_dir():
             raise ConfigError(f"labeling function {name!r}: model directory {self.model_dir} "
                               "not found")
@@ -212,6 +218,72 @@ def tagger_lf(name: str, model_dir: str | Path, entity: str, label: int, thresho
     return TaggerLF(name, model_dir, entity, label, threshold, max_words, batch_size)
 
 
+# ----------------------------------------------------------------------------- prototypes
+
+
+class PrototypeLF(BatchLabelingFunction):
+    """See :func:`prototype_lf`."""
+
+    def __init__(self, name: str, model_dir: str | Path, prototypes: Mapping[int, Sequence[str]],
+                 margin: float, max_words: int = 100, batch_size: int = 32) -> None:
+        super().__init__(name, model_dir)
+        if len(prototypes) < 2 or not all(prototypes.values()):
+            raise ConfigError(f"labeling function {name!r}: prototype sentences for 2 or more "
+                              "classes")
+        self.prototypes = {int(c): tuple(v) for c, v in prototypes.items()}
+        self.margin, self.max_words, self.batch_size = float(margin), max_words, batch_size
+
+    @cached_property
+    def embedder(self) -> Any:
+        from muppets.transfer.embedders import load_embedder
+        return load_embedder(self.model_dir, pooling="mean")
+
+    def settings(self) -> str:
+        return repr((sorted(self.prototypes.items()), self.margin, self.max_words, _TOKEN.pattern))
+
+    def vectors(self, texts: Sequence[str]) -> np.ndarray:
+        """``(n, D)`` unit vectors: the mean of the top layer's word vectors."""
+        from muppets.transfer.embed import embed
+        words = [(_TOKEN.findall(t) or ["."])[: self.max_words] for t in texts]
+        rows = embed(self.embedder, words, layers=[-1], batch_size=self.batch_size)
+        mean = np.stack([r[0].mean(axis=0) for r in rows])  # (n, D)
+        return mean / np.maximum(np.linalg.norm(mean, axis=1, keepdims=True), 1e-12)
+
+    def similarities(self, texts: Sequence[str]) -> np.ndarray:
+        """``(n, K)`` mean cosine similarity to each class's prototypes (classes sorted)."""
+        classes = sorted(self.prototypes)
+        protos = self.vectors([p for c in classes for p in self.prototypes[c]])
+        sims = self.vectors(texts) @ protos.T  # (n, total prototypes)
+        out, k = np.empty((len(texts), len(classes))), 0
+        for j, c in enumerate(classes):
+            n = len(self.prototypes[c])
+            out[:, j] = sims[:, k:k + n].mean(axis=1)
+            k += n
+        return out
+
+    def label_batch(self, examples: Sequence[TextExample]) -> list[int]:
+        if not examples:
+            return []
+        return _vote_by_margin(self.similarities([ex.text for ex in examples]),
+                               sorted(self.prototypes), self.margin)
+
+
+def prototype_lf(name: str, model_dir: str | Path, prototypes: Mapping[int, Sequence[str]],
+                 margin: float = 0.0, max_words: int = 100, batch_size: int = 32) -> PrototypeLF:
+    """A sentence encoder as an LF (see the module docstring): votes the class whose
+    prototype sentences are closest on average (cosine), if it beats the next by ``margin``."""
+    return PrototypeLF(name, model_dir, prototypes, margin, max_words, batch_size)
+
+
+def _vote_by_margin(scores: np.ndarray, classes: Sequence[int], margin: float) -> list[int]:
+    """Per row of ``scores`` (n, K): the best class if it beats the next by ``margin`` (and by
+    more than 0: a tie abstains), else ABSTAIN."""
+    top = np.sort(scores, axis=1)
+    best = scores.argmax(axis=1)
+    return [classes[b] if gap >= margin and gap > 0 else ABSTAIN
+            for b, gap in zip(best, top[:, -1] - top[:, -2])]
+
+
 # ----------------------------------------------------------------------------- zero-shot GPT
 
 
@@ -264,12 +336,8 @@ class ZeroShotLF(BatchLabelingFunction):
     def label_batch(self, examples: Sequence[TextExample]) -> list[int]:
         if not examples:
             return []
-        scores = self.scores([ex.text for ex in examples])
-        classes = sorted(self.verbalizers)
-        top = np.sort(scores, axis=1)
-        best = scores.argmax(axis=1)
-        return [classes[b] if gap >= self.margin and gap > 0 else ABSTAIN
-                for b, gap in zip(best, top[:, -1] - top[:, -2])]
+        return _vote_by_margin(self.scores([ex.text for ex in examples]),
+                               sorted(self.verbalizers), self.margin)
 
 
 def zero_shot_lf(name: str, model_dir: str | Path, template: str,
