@@ -63,7 +63,8 @@ from muppets.weak.matrix import accuracy
 from muppets.weak.pipeline import weak_task_data
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from weak_runs import Job, lf_report, paired, run_jobs, table, write_json  # noqa: E402
+from weak_runs import (Job, common_arguments, lf_report, paired, run_jobs, setup_logging,  # noqa: E402
+                       table, write_json)
 
 ROOT = Path(__file__).resolve().parents[1]
 LABELS = ["0", "1"]  # 0 = ham, 1 = spam
@@ -149,25 +150,16 @@ def base_config(args: argparse.Namespace) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--quick", action="store_true", help="smoke run: slices of each split, 1 seed, 1 epoch")
-    parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3, 4, 5])
+    common_arguments(parser, [1, 2, 3, 4, 5], ROOT)
     parser.add_argument("--rows", nargs="+", default=list(ROWS), choices=list(ROWS))
     parser.add_argument("--no-lovo", action="store_true", help="skip leave-one-video-out")
-    parser.add_argument("--resume", action="store_true",
-                        help="continue the runs an interrupted call left (same LFs and data only)")
-    parser.add_argument("--parallel", type=int, default=1, help="fine-tuning runs at a time (1 thread each)")
     parser.add_argument("--keep-uncovered", action="store_true")
     parser.add_argument("--zero-shot", action="store_true", help="add the zero-shot GPT LF")
-    parser.add_argument("--model", default="minilm")
     parser.add_argument("--sst2-model", default=str(ROOT / "runs/ft-sst2-minilm-sel/seed-1/best"))
     parser.add_argument("--ner-model", default=str(ROOT / "runs/ft-conll2003-minilm-unsorted/seed-1/best"))
     parser.add_argument("--gpt-model", default=str(ROOT / "runs/gpt-mini/final"))
-    parser.add_argument("--cache-dir", default=str(ROOT / "runs/weak-cache"))
-    parser.add_argument("--run-root", default="")
-    parser.add_argument("--out", default="")
     args = parser.parse_args()
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
-    logging.getLogger("muppets").setLevel(logging.WARNING)
+    setup_logging()
     if args.quick:
         args.seeds = args.seeds[:1]
     run_root = Path(args.run_root or ROOT / ("runs/weak-end-model-quick" if args.quick else "runs/weak-end-model"))

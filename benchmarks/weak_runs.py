@@ -9,6 +9,7 @@ small result dicts), and ``overrides`` are :class:`FinetuneConfig` fields.
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import logging
 import multiprocessing
@@ -34,6 +35,24 @@ class Job:
     data_key: str  # which TaskData of _DATA
     run_dir: str
     overrides: tuple[tuple[str, Any], ...] = ()  # FinetuneConfig fields for this row
+
+
+def common_arguments(parser: argparse.ArgumentParser, seeds: Sequence[int], root: Path) -> None:
+    """The options both benchmarks take (smoke run, seeds, parallel runs, paths)."""
+    parser.add_argument("--quick", action="store_true", help="smoke run: small slices, 1 seed, 1 epoch")
+    parser.add_argument("--seeds", type=int, nargs="+", default=list(seeds))
+    parser.add_argument("--parallel", type=int, default=1, help="fine-tuning runs at a time (1 thread each)")
+    parser.add_argument("--resume", action="store_true",
+                        help="continue the runs an interrupted call left (same LFs and data only)")
+    parser.add_argument("--model", default="minilm", help="the end model")
+    parser.add_argument("--cache-dir", default=str(root / "runs/weak-cache"), help="label-matrix cache")
+    parser.add_argument("--run-root", default="", help="where the fine-tuning runs go")
+    parser.add_argument("--out", default="", help="result JSON")
+
+
+def setup_logging() -> None:
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    logging.getLogger("muppets").setLevel(logging.WARNING)
 
 
 def end_model_config(base: dict[str, Any], job: Job) -> FinetuneConfig:

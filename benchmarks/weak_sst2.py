@@ -48,7 +48,8 @@ from muppets.weak.matrix import accuracy
 from muppets.weak.pipeline import weak_task_data
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from weak_runs import Job, lf_report, paired, run_jobs, table, write_json  # noqa: E402
+from weak_runs import (Job, common_arguments, lf_report, paired, run_jobs, setup_logging,  # noqa: E402
+                       table, write_json)
 
 ROOT = Path(__file__).resolve().parents[1]
 NEG, POS = 0, 1
@@ -92,23 +93,14 @@ def supervised_figure() -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--quick", action="store_true", help="smoke run: 128 train / 64 dev, 1 seed, 1 epoch")
-    parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
+    common_arguments(parser, [1, 2, 3], ROOT)
     parser.add_argument("--rows", nargs="+", default=["soft", "majority"], choices=list(ROWS))
-    parser.add_argument("--resume", action="store_true",
-                        help="continue the runs an interrupted call left (same LFs and data only)")
-    parser.add_argument("--parallel", type=int, default=1)
     parser.add_argument("--no-zero-shot", action="store_true")
     parser.add_argument("--gpt-model", default=str(ROOT / "runs/gpt-mini/final"))
     parser.add_argument("--no-prototypes", action="store_true")
     parser.add_argument("--encoder", default="minilm", help="sentence encoder of the prototype LF")
-    parser.add_argument("--model", default="minilm")
-    parser.add_argument("--cache-dir", default=str(ROOT / "runs/weak-cache"))
-    parser.add_argument("--run-root", default="")
-    parser.add_argument("--out", default="")
     args = parser.parse_args()
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
-    logging.getLogger("muppets").setLevel(logging.WARNING)
+    setup_logging()
     run_root = Path(args.run_root or ROOT / ("runs/weak-sst2-quick" if args.quick else "runs/weak-sst2"))
     out = Path(args.out or (run_root / "result.json" if args.quick else ROOT / "benchmarks/results/weak_sst2.json"))
     started = time.time()
