@@ -10,9 +10,9 @@ registry's split and cleaned text; any text file works too)::
 ``benchmarks/weak_spam.py`` compares the label models on them with Snorkel's.
 
 The tutorial's three model-based LFs (spaCy's PERSON entities, TextBlob polarity and
-subjectivity) are left out: model-based LFs come from muppets models (a fine-tuned Predictor
-with a confidence threshold, a zero-shot GPT prompt) and are appended to ``LFS`` below once
-built, e.g. ``LFS.append(predictor_lf(...))``.
+subjectivity) are left out here: ``spam_model_lfs.py`` adds muppets models in their place (a
+fine-tuned SST-2 classifier and CoNLL-2003 tagger with thresholds, optionally a zero-shot GPT
+prompt).
 """
 
 from muppets.weak import keyword_lf, length_lf, regex_lf
@@ -30,5 +30,3 @@ short_comment = length_lf("short_comment", HAM, below=5)  # "cool video!"
 
 LFS = [keyword_my, keyword_subscribe, keyword_link, keyword_please, keyword_song,
        regex_check_out, short_comment]
-# Model-based LFs (issue 17, scope 1): append them here, e.g.
-# LFS.append(predictor_lf("sentiment_positive", "runs/sst2-minilm", label=HAM, threshold=0.9))

@@ -23,9 +23,9 @@ A file of LFs (``muppets weak analyze LFS.py``) is an ordinary module: its ``LFS
 defines one, else every :class:`LabelingFunction` at module level in definition order.
 
 Model-based LFs (a fine-tuned ``Predictor`` with a confidence threshold, a zero-shot GPT
-prompt) are ordinary LFs too: anything with ``name``, ``__call__(x)`` and ``cache_key()`` —
-the hook is :class:`LabelingFunction` with the model passed in ``resources`` and a
-``cache_key`` naming the model's weights.
+prompt: :mod:`muppets.weak.model_lfs`) are LFs too — anything with ``name``, ``__call__(x)``
+and ``cache_key()`` is — and add ``label_batch(examples)``, which the applier calls once per
+column instead of once per example.
 """
 
 from __future__ import annotations
