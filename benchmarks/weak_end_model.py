@@ -63,7 +63,7 @@ from muppets.weak.matrix import accuracy
 from muppets.weak.pipeline import weak_task_data
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from weak_runs import (Job, common_arguments, lf_report, paired, run_jobs, setup_logging,  # noqa: E402
+from weak_runs import (Job, common_arguments, lf_report, paired, run_jobs, setup,  # noqa: E402
                        table, write_json)
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -159,7 +159,7 @@ def main() -> None:
     parser.add_argument("--ner-model", default=str(ROOT / "runs/ft-conll2003-minilm-unsorted/seed-1/best"))
     parser.add_argument("--gpt-model", default=str(ROOT / "runs/gpt-mini/final"))
     args = parser.parse_args()
-    setup_logging()
+    setup()
     if args.quick:
         args.seeds = args.seeds[:1]
     run_root = Path(args.run_root or ROOT / ("runs/weak-end-model-quick" if args.quick else "runs/weak-end-model"))

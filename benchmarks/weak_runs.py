@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import logging
 import multiprocessing
+import shutil
 import time
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
@@ -50,7 +52,11 @@ def common_arguments(parser: argparse.ArgumentParser, seeds: Sequence[int], root
     parser.add_argument("--out", default="", help="result JSON")
 
 
-def setup_logging() -> None:
+def setup() -> None:
+    """Logging, and one torch thread in this process too: the model LFs run here before the
+    fine-tuning workers fork, and a fork after a multi-threaded OpenMP region can hang."""
+    import torch
+    torch.set_num_threads(1)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     logging.getLogger("muppets").setLevel(logging.WARNING)
 
@@ -64,7 +70,14 @@ def end_model_config(base: dict[str, Any], job: Job) -> FinetuneConfig:
 def _one(args: tuple[dict[str, Any], Job, bool]) -> dict[str, Any]:
     base, job, resume = args
     start = time.process_time()
-    summary = run(end_model_config(base, job), resume=resume, data=_DATA[job.data_key])
+    done = Path(job.run_dir) / "metrics.json"
+    if resume and done.is_file():  # finished by an earlier call
+        summary = json.loads(done.read_text(encoding="utf-8"))
+    else:
+        summary = run(end_model_config(base, job), resume=resume, data=_DATA[job.data_key])
+        # best/, metrics.json and predictions.jsonl stay; the last checkpoint (weights and
+        # optimizer state, ~260 MB for MiniLM) is only needed to resume an interrupted run
+        shutil.rmtree(Path(job.run_dir) / "checkpoints", ignore_errors=True)
     return {"row": job.row, "seed": job.seed, "data": job.data_key, "run_dir": job.run_dir,
             "cpu_s": round(time.process_time() - start, 1),
             "dev": summary.get("dev", {}), "test": summary.get("test", {}),  # as finetune names them
@@ -75,9 +88,9 @@ def _one(args: tuple[dict[str, Any], Job, bool]) -> dict[str, Any]:
 def run_jobs(jobs: Sequence[Job], data: dict[str, Any], base: dict[str, Any],
              parallel: int = 1, resume: bool = False) -> list[dict[str, Any]]:
     """Every job's result (in job order); ``parallel`` > 1 runs that many at a time in forked
-    processes (set ``threads=1`` in ``base``: one core each). ``resume`` continues runs an
-    interrupted call left (only right if the data and LFs are unchanged); by default every
-    run starts afresh."""
+    processes (set ``threads=1`` in ``base``: one core each). ``resume`` reads the runs an
+    earlier call finished and continues those it left (only right if the data and LFs are
+    unchanged); by default every run starts afresh."""
     _DATA.clear()
     _DATA.update(data)
     if parallel <= 1 or len(jobs) <= 1:

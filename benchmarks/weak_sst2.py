@@ -48,7 +48,7 @@ from muppets.weak.matrix import accuracy
 from muppets.weak.pipeline import weak_task_data
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from weak_runs import (Job, common_arguments, lf_report, paired, run_jobs, setup_logging,  # noqa: E402
+from weak_runs import (Job, common_arguments, lf_report, paired, run_jobs, setup,  # noqa: E402
                        table, write_json)
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -100,7 +100,7 @@ def main() -> None:
     parser.add_argument("--no-prototypes", action="store_true")
     parser.add_argument("--encoder", default="minilm", help="sentence encoder of the prototype LF")
     args = parser.parse_args()
-    setup_logging()
+    setup()
     run_root = Path(args.run_root or ROOT / ("runs/weak-sst2-quick" if args.quick else "runs/weak-sst2"))
     out = Path(args.out or (run_root / "result.json" if args.quick else ROOT / "benchmarks/results/weak_sst2.json"))
     started = time.time()
