@@ -98,6 +98,23 @@ def test_predictor_lf_votes_only_above_threshold(clf_dir):
         predictor_lf("bad", clf_dir, {"positive": 1}).label_batch(examples())
     with pytest.raises(ConfigError, match="threshold"):
         predictor_lf("bad", clf_dir, {"pos": 1}, threshold=1.5)
+    with pytest.raises(ConfigError, match="not found"):
+        predictor_lf("bad", clf_dir / "missing", {"pos": 1})
+
+
+def test_an_lf_file_with_a_model_lf_runs_from_the_cli(clf_dir, tmp_path, capsys):
+    from muppets.cli import main
+    lfs, texts = tmp_path / "lfs.py", tmp_path / "texts.txt"
+    lfs.write_text("from muppets.weak import keyword_lf, predictor_lf\n"
+                   f"LFS = [keyword_lf('kw_film', ['film'], 0), "
+                   f"predictor_lf('positive', {str(clf_dir)!r}, {{'pos': 1}}, threshold=0.5)]\n",
+                   encoding="utf-8")
+    texts.write_text("\n".join(TEXTS) + "\n", encoding="utf-8")
+    out = tmp_path / "labels.jsonl"
+    assert main(["weak", "label", str(lfs), "--task", str(texts), "--model", "majority",
+                 "--out", str(out), "--cache-dir", str(tmp_path / "cache")]) == 0
+    assert len(out.read_text().splitlines()) == len(TEXTS)
+    assert list((tmp_path / "cache").glob("col-*.npy"))  # the model's column cached apart
 
 
 def test_tagger_lf_votes_on_short_texts_with_the_entity(tag_dir):
