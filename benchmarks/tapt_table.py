@@ -1,0 +1,85 @@
+"""Paired table of continued pretraining (TAPT / DAPT) then fine-tuning vs fine-tuning directly.
+
+Reads finished runs (the commands are in BENCHMARKS.md, issue 16): the continued-pretraining run
+(its summary.json and log.jsonl: held-out MLM accuracy, wall time), and the per-seed
+``metrics.json`` of the two fine-tuning directories. Prints the table and writes a JSON.
+
+    python benchmarks/tapt_table.py --pretrain runs/tapt-minilm-conll2003 \
+        --direct runs/ft-conll2003-minilm-unsorted --adapted runs/ft-conll2003-minilm-tapt \
+        --split test --metric f1 --out benchmarks/results/tapt_minilm_conll2003.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import time
+from pathlib import Path
+
+
+def seed_scores(directory: Path, split: str, metric: str) -> dict[int, float]:
+    out = {}
+    for path in sorted(directory.glob("seed-*/metrics.json")):
+        m = json.loads(path.read_text())
+        if split in m and metric in m[split]:
+            out[int(path.parent.name.split("-")[1])] = 100 * float(m[split][metric])
+    return out
+
+
+def t_interval(diffs: list[float]) -> tuple[float, float]:
+    """95% t interval of the mean paired difference (two-sided; n ≤ 10 table)."""
+    n = len(diffs)
+    if n < 2:
+        return (math.nan, math.nan)
+    t = {2: 12.706, 3: 4.303, 4: 3.182, 5: 2.776, 6: 2.571, 7: 2.447, 8: 2.365, 9: 2.306, 10: 2.262}[n]
+    half = t * statistics.stdev(diffs) / math.sqrt(n)
+    return (statistics.mean(diffs) - half, statistics.mean(diffs) + half)
+
+
+def pretrain_facts(run: Path) -> dict:
+    summary = json.loads((run / "summary.json").read_text())
+    rows = [json.loads(line) for line in open(run / "log.jsonl") if line.strip()]
+    steps = [r for r in rows if "elapsed_s" in r]
+    evals = [{k: r[k] for k in r if k == "step" or k.startswith("eval/mlm")} for r in rows if "eval/mlm_accuracy" in r]
+    return {"steps": summary["step"], "train_minutes": round(steps[-1]["elapsed_s"] / 60, 1) if steps else None,
+            "final_eval": summary["eval"], "unigram_baseline": summary.get("unigram_baseline"),
+            "eval_curve": evals, "tokens": summary.get("tokens"), "documents": summary.get("documents")}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--pretrain", required=True, help="the continued-pretraining run directory")
+    ap.add_argument("--direct", required=True, help="fine-tuning runs of the original checkpoint (seed-N/)")
+    ap.add_argument("--adapted", required=True, help="fine-tuning runs of the adapted checkpoint (seed-N/)")
+    ap.add_argument("--split", default="dev")
+    ap.add_argument("--metric", default="accuracy")
+    ap.add_argument("--out", required=True)
+    args = ap.parse_args()
+    direct = seed_scores(Path(args.direct), args.split, args.metric)
+    adapted = seed_scores(Path(args.adapted), args.split, args.metric)
+    seeds = sorted(set(direct) & set(adapted))
+    diffs = [adapted[s] - direct[s] for s in seeds]
+
+    def ms(values: list[float]) -> list[float]:
+        return [statistics.mean(values), statistics.stdev(values) if len(values) > 1 else math.nan]
+
+    result = {
+        "date": time.strftime("%Y-%m-%d"), "split": args.split, "metric": args.metric,
+        "pretrain": {"run": args.pretrain, **pretrain_facts(Path(args.pretrain))},
+        "direct": {"runs": args.direct, "per_seed": direct}, "adapted": {"runs": args.adapted, "per_seed": adapted},
+        "paired_seeds": seeds,
+        "direct_mean_std": ms([direct[s] for s in seeds]) if seeds else None,
+        "adapted_mean_std": ms([adapted[s] for s in seeds]) if seeds else None,
+        "difference_mean_std": ms(diffs) if seeds else None, "difference_t95": t_interval(diffs),
+    }
+    Path(args.out).write_text(json.dumps(result, indent=1))
+    print(f"{args.split} {args.metric}: seeds {seeds}")
+    print("direct ", [round(direct[s], 2) for s in seeds], result["direct_mean_std"])
+    print("adapted", [round(adapted[s], 2) for s in seeds], result["adapted_mean_std"])
+    print("diff   ", [round(d, 2) for d in diffs], result["difference_mean_std"], "t95", result["difference_t95"])
+
+
+if __name__ == "__main__":
+    main()
