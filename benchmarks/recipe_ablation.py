@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import subprocess
 import sys
 import time
@@ -194,7 +195,7 @@ def main() -> None:
         results = json.loads(out.read_text()) if out.exists() else {}  # re-read: another worker may have written
         results.setdefault("machine", open("/proc/cpuinfo").read().split("model name")[1].split("\n")[0].strip(": "))
         results.setdefault("variants", {})[name] = {**r, "date": time.strftime("%Y-%m-%d")}
-        tmp = out.with_suffix(".tmp")
+        tmp = out.with_suffix(f".tmp-{os.getpid()}")  # workers in parallel never share one
         tmp.write_text(json.dumps(results, indent=1))
         tmp.replace(out)
 

@@ -1,5 +1,5 @@
 """Pre-LN BERT (``BertConfig.norm_first``): wiring, save/load round trip, and a config.json that
-transformers refuses rather than running as a post-LN BERT. The pre-LN block itself is the one
+transformers' Auto classes refuse rather than running it as a post-LN BERT. The pre-LN block itself is the one
 GPT-2 uses, checked against transformers' GPT-2 in the GPT parity tests."""
 
 from __future__ import annotations

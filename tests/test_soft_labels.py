@@ -154,3 +154,33 @@ def test_weak_label_output_reads_back_as_soft_labels(tmp_path):
     first, second = data["train"][:2]
     assert first.probs[1] > first.probs[0] and first.label == "1"
     assert second.probs[0] > second.probs[1] and second.label == "0"
+
+
+def test_probs_outside_train_never_become_labels(tmp_path, caplog):
+    """A dev file written by the label model must not choose or score the model."""
+    train = write_jsonl(tmp_path / "train.jsonl", [{"text": "good", "probs": {"0": 0.2, "1": 0.8}}])
+    dev = write_jsonl(tmp_path / "dev.jsonl", [{"text": "fine", "probs": {"0": 0.1, "1": 0.9}},
+                                               {"text": "dull", "label": "0", "probs": {"0": 0.6, "1": 0.4}}])
+    with caplog.at_level("WARNING"):
+        data = read_table({"train": train, "dev": dev}, "classify", {"text": "text", "label": "label", "probs": "probs"},
+                          fmt="auto")
+    assert data["train"][0].label == "1" and data["train"][0].probs is not None
+    unlabelled, gold = data["dev"]
+    assert unlabelled.label is None and unlabelled.probs is None  # no gold: unlabelled
+    assert gold.label == "0" and gold.probs is None  # gold kept, probs dropped
+    assert "probs ignored on 2 dev examples" in caplog.text
+
+
+def test_a_blank_probs_cell_means_none(tmp_path):
+    path = tmp_path / "train.csv"
+    with open(path, "w", newline="") as f:
+        csv.writer(f).writerows([["text", "label", "probs"], ["good", "1", '{"0": 0.3, "1": 0.7}'], ["bad", "0", ""]])
+    first, second = read_table(path, "classify", {"text": "text", "label": "label", "probs": "probs"})["train"]
+    assert first.probs == pytest.approx((0.3, 0.7)) and second.probs is None and second.label == "0"
+
+
+def test_features_refuse_soft_labels_rather_than_silently_hardening_them(model_dir, tmp_path):
+    from muppets.transfer.feature_based import FeatureConfig, run as features_run
+    data = _weak_task()
+    with pytest.raises(ConfigError, match="hard labels only"):
+        features_run(FeatureConfig(model=str(model_dir), run_dir=str(tmp_path / "f"), device="cpu"), data=data)

@@ -135,3 +135,33 @@ def test_lf_file_errors(tmp_path) -> None:
                    "keyword_lf('a', ['y'], 1)]\n", encoding="utf-8")
     with pytest.raises(ConfigError, match="duplicate"):
         load_lfs(dup)
+
+
+HELPER_FILE = '''
+from muppets.weak import labeling_function
+WORDS = {words}
+def hits(text):
+    return any(w in text.lower() for w in WORDS)
+@labeling_function()
+def uses_helper(x):
+    return 1 if hits(x.text) else -1
+LFS = [uses_helper]
+'''
+
+
+def test_editing_a_helper_or_word_list_invalidates_the_cache(tmp_path) -> None:
+    """The LF's own source is unchanged; the module-level list it reads through a helper is not."""
+    lf_path, cache = tmp_path / "lfs.py", tmp_path / "cache"
+    lf_path.write_text(HELPER_FILE.format(words='["song"]'), encoding="utf-8")
+    first = apply_lfs(load_lfs(lf_path), examples(), 2, cache_dir=cache, progress=False)
+    lf_path.write_text(HELPER_FILE.format(words='["channel"]'), encoding="utf-8")
+    second = apply_lfs(load_lfs(lf_path), examples(), 2, cache_dir=cache, progress=False)
+    assert first[0, 0] == ABSTAIN and second[0, 0] == 1  # "Check out my channel!"
+
+
+def test_example_meta_keys_the_cache_apart(tmp_path) -> None:
+    from muppets.weak.apply import matrix_key
+    lfs = [keyword_lf("kw_my", ["my"], 1)]
+    a, b = examples(), examples()
+    b[0].meta = {"video": "05"}
+    assert matrix_key(lfs, a, 2) != matrix_key(lfs, b, 2)

@@ -37,7 +37,9 @@ _CONFIG_MAP = {  # ours -> HF config.json
     "hidden_act": "hidden_act",
 }
 # A pre-LN BERT (``norm_first``) has no transformers class: its config.json names this model
-# type so that transformers refuses it loudly instead of running it as a post-LN BERT.
+# type and architecture, so transformers' Auto classes refuse it. ``BertModel.from_pretrained``
+# still loads it (warning about the type and the unused ``final_layer_norm``) and would run it
+# as post-LN: load it with muppets.
 PRE_LN_MODEL_TYPE = "muppets-bert-preln"
 _IGNORED_HF_KEYS = ("position_ids", "token_type_ids", "cls.predictions.decoder.")
 
@@ -48,7 +50,7 @@ def config_to_hf(cfg: BertConfig) -> dict:
     out.update(model_type="bert", architectures=["BertForPreTraining"],
                position_embedding_type="absolute", tie_word_embeddings=True)
     if cfg.norm_first:
-        out.update(model_type=PRE_LN_MODEL_TYPE, norm_first=True)
+        out.update(model_type=PRE_LN_MODEL_TYPE, architectures=["MuppetsPreLNBertForPreTraining"], norm_first=True)
     return out
 
 

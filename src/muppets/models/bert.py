@@ -43,7 +43,7 @@ class BertConfig:
     initializer_range: float = 0.02  # std of the normal weight initialisation
     pad_token_id: int = 0  # id of [PAD]; its embedding row starts at zero
     hidden_act: str = "gelu"  # feed-forward activation (exact erf GELU as in BERT)
-    norm_first: bool = False  # True: pre-LN blocks and a final LayerNorm (stable at high lr; transformers' BERT cannot load it)
+    norm_first: bool = False  # True: pre-LN blocks and a final LayerNorm (stable at high lr; no transformers class runs it)
 
     def __post_init__(self) -> None:
         if self.hidden_size % self.num_heads:

@@ -18,6 +18,7 @@ skipped and counted (``errors="skip"``).
 from __future__ import annotations
 
 import json
+import logging
 import math
 from collections import Counter
 from collections.abc import Mapping
@@ -28,6 +29,8 @@ from typing import Any
 from muppets.errors import ConfigError, DataError
 from muppets.tasks.source import Problems, Record, iter_records, short
 from muppets.tasks.spec import TaskData, TaskSpec, TextExample
+
+log = logging.getLogger(__name__)
 
 __all__ = ["Columns", "LabelRule", "read_text_file", "read_table", "natural_sorted"]
 
@@ -198,8 +201,11 @@ def _example(record: Record, layout: _Layout, rule: LabelRule, path: Path,
 
 
 def _present(record: Record, layout: _Layout, role: str) -> bool:
-    """Whether a jsonl row has the role's key (a csv/tsv row always has its columns)."""
-    return not isinstance(record.cells, dict) or layout.where[role] in record.cells
+    """Whether the row has a value for the role: a jsonl key that is there and not null, a
+    csv/tsv cell that is not blank."""
+    cells = record.cells
+    value = cells.get(layout.where[role]) if isinstance(cells, dict) else cells[layout.where[role]]
+    return value is not None and not (isinstance(value, str) and not value.strip())
 
 
 def _parse_probs(raw: Any, path: Path, line: int) -> dict[str, float] | list[float]:
@@ -225,9 +231,20 @@ def _parse_probs(raw: Any, path: Path, line: int) -> dict[str, float] | list[flo
 
 
 def _order_probs(splits: Mapping[str, list[TextExample]], labels: list[str]) -> None:
-    """Turn every example's parsed probs into a tuple in ``labels`` order; an example with
-    probs and no label takes the most likely one (so selection can stratify on it)."""
-    for examples in splits.values():
+    """Turn every training example's parsed probs into a tuple in ``labels`` order; one with
+    probs and no label takes the most likely one (so selection can stratify on it). Outside
+    ``train`` probs are dropped: a model must not be chosen or scored on a label model's
+    output, so such a row counts as unlabelled unless it has a gold label (logged)."""
+    for split, examples in splits.items():
+        if split != "train":
+            dropped = [ex for ex in examples if ex.probs is not None]
+            for ex in dropped:
+                ex.probs = None
+            if dropped:
+                log.warning("%s: probs ignored on %d %s examples (weak labels train; %s is scored on gold "
+                            "labels only, %d of these have none)", dropped[0].source, len(dropped), split,
+                            split, sum(ex.label is None for ex in dropped))
+            continue
         for ex in examples:
             raw: Any = ex.probs
             if raw is None:

@@ -257,6 +257,11 @@ def prepare(cfg: FeatureConfig, data: TaskData) -> _Prepared:
     main = FeatureSource(cfg.model, cfg.layers, **settings)
     static = FeatureSource(cfg.static, "0", **settings) if cfg.static else None
     splits, meta, static_meta = {}, {}, None
+    weak = [ex for ex in data.splits.get("train", []) if getattr(ex, "probs", None) is not None]
+    if weak:
+        raise ConfigError(f"{weak[0].source}: training examples with probs (soft labels, {len(weak)} of them): "
+                          "`muppets features` trains on hard labels only; use `muppets finetune` "
+                          "(weak_labels=soft|hard), or drop the probs column")
     for name in ("train", "dev", "test"):
         limit = cfg.max_train_examples if name == "train" else cfg.max_eval_examples
         examples = _limit(data.splits.get(name, []), limit)

@@ -58,11 +58,12 @@ def read_texts(path: str | Path) -> list[TextExample]:
 
 def matrix_key(lfs: Sequence[Any], examples: Sequence[TextExample], cardinality: int) -> str:
     """The cache key of ``L``: the LFs' cache keys, the cardinality and the data."""
-    digest = hashlib.sha256(f"muppets-weak-v1|{cardinality}|{len(lfs)}|{len(examples)}".encode())
+    digest = hashlib.sha256(f"muppets-weak-v2|{cardinality}|{len(lfs)}|{len(examples)}".encode())
     for lf in lfs:
         digest.update(lf.cache_key().encode())
     for ex in examples:
-        for part in (ex.id, ex.text, ex.text_b or ""):
+        meta = sorted(getattr(ex, "meta", {}).items())  # LFs may read it (author, video …)
+        for part in (ex.id, ex.text, ex.text_b or "", repr(meta)):
             digest.update(part.encode("utf-8", "surrogatepass"))
             digest.update(b"\x00")
     return digest.hexdigest()[:32]

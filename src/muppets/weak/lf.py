@@ -75,10 +75,12 @@ class LabelingFunction:
         return f"LabelingFunction({self.name!r})"
 
     def cache_key(self) -> str:
-        """A digest of the name, the function's source code and the resources: it changes
-        when any of them does (used by the applier's cache)."""
+        """A digest of the name, the function's source code, the source of the module that
+        defines it (so editing a helper or a word list it reads invalidates the cache too) and
+        the resources: it changes when any of them does (used by the applier's cache)."""
         digest = hashlib.sha256(self.name.encode("utf-8"))
         digest.update(_source_of(self.func).encode("utf-8"))
+        digest.update(_module_source(self.func).encode("utf-8"))
         digest.update(repr(sorted((k, _resource_repr(v)) for k, v in self.resources.items()))
                       .encode("utf-8"))
         return digest.hexdigest()
@@ -94,6 +96,16 @@ def _source_of(func: Callable[..., Any]) -> str:
         if code is None:
             return repr(func)
         return code.co_code.hex() + repr(code.co_consts) + repr(code.co_names)
+
+
+def _module_source(func: Callable[..., Any]) -> str:
+    """The whole source file of the function's module ("" when there is none, e.g. a builtin):
+    LFs call helpers and read module-level lists that their own source does not show."""
+    module = inspect.getmodule(func)
+    try:
+        return inspect.getsource(module) if module is not None else ""
+    except (OSError, TypeError):
+        return ""
 
 
 def _resource_repr(value: Any) -> str:
