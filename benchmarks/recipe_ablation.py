@@ -90,6 +90,8 @@ VARIANTS.update({
     "fast-preln-lr2e-3": one("the same as fast-lr2e-3 with pre-LN blocks", *FAST[:2], "train.lr=2e-3",
                              "model.overrides={hidden_dropout: 0.0, attention_dropout: 0.0, norm_first: true}",
                              warmup=0.06),
+    "fast-lr1e-3-nsp": one("fast-lr1e-3 with MLM+NSP sentence pairs instead of packed MLM only", FAST[0], FAST[2],
+                           "train.lr=1e-3", warmup=0.06),
     "fast-lr1e-3-mask30": one("fast-lr1e-3 with 30% masking", *FAST, "train.lr=1e-3", "data.masking.masked_lm_prob=0.3",
                               "data.masking.max_predictions=40", warmup=0.06),
 })
