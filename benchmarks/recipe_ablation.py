@@ -92,6 +92,12 @@ VARIANTS.update({
                              warmup=0.06),
     "fast-lr1e-3-nsp": one("fast-lr1e-3 with MLM+NSP sentence pairs instead of packed MLM only", FAST[0], FAST[2],
                            "train.lr=1e-3", warmup=0.06),
+    "fast-lr1e-3-mask40": one("fast-lr1e-3 with 40% masking", *FAST, "train.lr=1e-3", "data.masking.masked_lm_prob=0.4",
+                              "data.masking.max_predictions=52", warmup=0.06),
+    "fast-lr1e-3-seq64": Variant("fast-lr1e-3 with 64 tokens (batch 64) for 75% of the budget, then 128 (batch 32)", [
+        Phase([*FAST, "train.lr=1e-3", "data.max_seq_len=64", "train.batch_size=64",
+               "data.masking.max_predictions=10"], 0.75, warmup=0.06),
+        Phase([*FAST, "train.lr=1e-3"], 0.25, warmup=0.05)]),
     "fast-lr1e-3-mask30": one("fast-lr1e-3 with 30% masking", *FAST, "train.lr=1e-3", "data.masking.masked_lm_prob=0.3",
                               "data.masking.max_predictions=40", warmup=0.06),
 })
