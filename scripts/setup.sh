@@ -11,3 +11,12 @@ fi
 .venv/bin/python -m pip install --quiet --disable-pip-version-check "torch==2.13.0"
 .venv/bin/python -m pip install --quiet --disable-pip-version-check -e ".[dev,tensorboard]"
 .venv/bin/python -c "import torch, muppets; assert torch.__version__.startswith('2.13.0'), torch.__version__"
+# CI only: Chromium from the system's packages, for the attention page's headless-browser test
+# (tests/test_attention_page.py, which may not skip under CI=true). Installed once; kept after.
+case "${CI:-}" in
+  1|true|TRUE|True|yes)
+    if ! command -v chromium >/dev/null 2>&1 && ! command -v chromium-browser >/dev/null 2>&1; then
+      SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
+      $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium
+    fi ;;
+esac

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -19,7 +21,13 @@ class SelfAttention(nn.Module):
         num_heads: number of heads; ``H`` must be divisible by it.
         dropout: dropout on the attention probabilities (training only).
         causal: mask future positions (GPT) instead of / in addition to padding.
+
+    ``record`` is None except while :func:`muppets.analysis.attention.capture_attention` runs:
+    then the probabilities are computed explicitly and handed to it (``(B, heads, T, S)``, before
+    dropout); otherwise the forward never leaves SDPA's fused path.
     """
+
+    record: Callable[[torch.Tensor], None] | None = None
 
     def __init__(self, hidden_size: int, num_heads: int, dropout: float = 0.0, causal: bool = False) -> None:
         super().__init__()
@@ -42,7 +50,9 @@ class SelfAttention(nn.Module):
         B, T, H = x.shape
         qkv = linear(self.qkv, x).view(B, T, 3, self.num_heads, self.head_dim)  # (B, T, 3, heads, hd)
         q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # each (B, heads, T, hd)
-        if cache is not None:
+        if self.record is not None:
+            y = self._attend_and_record(q, k, v, attn_mask, cache)
+        elif cache is not None:
             k, v = cache.append(k, v)  # (B, heads, S, hd)
             y = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask)
         elif self.training and self.dropout > 0.0:
@@ -54,6 +64,35 @@ class SelfAttention(nn.Module):
             )  # (B, heads, T, hd)
         y = y.transpose(1, 2).reshape(B, T, H)  # (B, T, H)
         return linear(self.out, y)
+
+    def _attend_and_record(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                           attn_mask: torch.Tensor | None, cache: LayerCache | None) -> torch.Tensor:
+        """The same attention as :meth:`forward`'s SDPA calls, with the probabilities
+        ``(B, heads, T, S)`` passed to :attr:`record` first. q, k, v: ``(B, heads, T, hd)``."""
+        if cache is not None:
+            k, v = cache.append(k, v)  # (B, heads, S, hd); the mask already covers causality
+            mask = attn_mask
+        else:
+            T = q.shape[2]
+            mask = _merge_causal(attn_mask, T, self.causal)
+            if mask is None and self.causal:
+                mask = torch.ones(T, T, dtype=torch.bool, device=q.device).tril()
+        probs = attention_probs(q, k, mask)  # (B, heads, T, S)
+        self.record(probs.detach())
+        return fast_dropout(probs, self.dropout, self.training) @ v  # (B, heads, T, hd)
+
+
+def attention_probs(q: torch.Tensor, k: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    """softmax(q k^T / sqrt(d)) with masked keys (``mask`` False) at zero probability.
+
+    q: ``(B, heads, T, hd)``, k: ``(B, heads, S, hd)``, mask: bool broadcastable to
+    ``(B, heads, T, S)`` or None -> ``(B, heads, T, S)``. A row with no visible key is all
+    zeros, not NaN.
+    """
+    scores = (q @ k.transpose(-2, -1)) * q.shape[-1] ** -0.5  # (B, heads, T, S)
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    return torch.softmax(scores, dim=-1).nan_to_num(0.0)
 
 
 def _merge_causal(attn_mask: torch.Tensor | None, T: int, causal: bool) -> torch.Tensor | None:
