@@ -254,3 +254,20 @@ def test_command_refuses_models_without_attention(tmp_path):
     args = parse(["attention", str(vectors), "the bank", "--out", str(tmp_path / "p.html")])
     with pytest.raises(ConfigError, match="static model, which has no attention"):
         args.func(args)
+
+
+def test_gpt_view_pair_pronoun_and_page(tmp_path):
+    from muppets.analysis.attention import load_attention_model
+
+    from _tiny_backbones import tiny_gpt
+
+    model = load_attention_model(tiny_gpt(tmp_path / "gpt"))
+    view = model.view("john went to the bank.", "mary was in paris")
+    assert model.kind == view.kind == "gpt" and view.probs.shape[:2] == (2, 4)
+    assert view.segments.count(1) > 0 and view.segments == sorted(view.segments)
+    assert np.triu(view.probs, 1).max() == 0  # causal: nothing from the future
+    assert view.find_word("mary")[0] == view.segments.index(1)  # the pair's first word, space stripped
+    result = pronoun_attention(view, "mary", ["john", "bank"])
+    assert result.weights.shape == (2, 2, 4) and (result.weights > 0).all()
+    data = page_data(page_html(view))
+    assert data["kind"] == "gpt" and "".join(data["tokens"]).startswith("johnwent")

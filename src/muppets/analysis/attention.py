@@ -217,8 +217,26 @@ class AttentionModel:
             tokens = [tok.id_to_token(i) or "?" for i in ids]
             return tokens, [not t.startswith("##") for t in tokens], special
         texts = [tok.decode([i]) for i in ids]
-        starts = [k == 0 or t[:1].isspace() or not t.strip() for k, t in enumerate(texts)]
-        return [t.strip() or t for t in texts], starts, special
+        return [t.strip() or t for t in texts], _gpt_word_starts(texts), special
+
+
+def _char_class(c: str) -> str:
+    return "letter" if c.isalpha() else "digit" if c.isdigit() else "space" if c.isspace() else "other"
+
+
+def _gpt_word_starts(texts: Sequence[str]) -> list[bool]:
+    """Whether each GPT-2 piece begins a word, as its pre-tokenizer cuts text: at a space, or
+    where letters, digits and other characters meet (``"bank."`` is two words).
+
+    >>> _gpt_word_starts(["The", " nur", "se", ".", " 20", "26"])
+    [True, True, False, True, True, False]
+    """
+    starts = []
+    for k, text in enumerate(texts):
+        previous = texts[k - 1] if k else ""
+        starts.append(not previous or not text or text[0].isspace()
+                      or _char_class(text[0]) != _char_class(previous[-1]))
+    return starts
 
 
 def load_attention_model(name: str | Path) -> AttentionModel:

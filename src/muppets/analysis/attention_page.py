@@ -23,6 +23,7 @@ from __future__ import annotations
 import base64
 import html
 import json
+import logging
 from collections.abc import Sequence
 from importlib import resources
 from pathlib import Path
@@ -32,7 +33,10 @@ import numpy as np
 from muppets.analysis.attention import AttentionView
 from muppets.errors import ConfigError
 
+log = logging.getLogger(__name__)
+
 TEMPLATE = "attention_page.html"
+LARGE_PAGE = 20_000_000  # bytes; a browser still opens it, slowly: say so
 # One colour per head (the page's lines and swatches, and the PNGs of attention_plots).
 HEAD_COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
                "#7f7f7f", "#bcbd22", "#17becf", "#393b79", "#637939", "#8c6d31", "#843c39",
@@ -85,4 +89,7 @@ def write_page(view: AttentionView, path: str | Path, layer: int = 0, heads: Seq
     text = page_html(view, layer, heads, title)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text, encoding="utf-8")
+    if len(text) > LARGE_PAGE:
+        log.warning("%s is %.0f MB (%d tokens, %d layers x %d heads); a shorter input makes a lighter page",
+                    path, len(text) / 1e6, len(view.tokens), view.num_layers, view.num_heads)
     return path
