@@ -1,0 +1,304 @@
+"""The Starlette application: routes, the API-key and metrics gate, errors as JSON, lifecycle.
+
+:func:`build_app` wires one :class:`~muppets.serve.engines.Engine` (the model, loaded once) to
+one :class:`~muppets.serve.batcher.Batcher` (started with the app, drained at shutdown);
+:func:`serve` runs it under uvicorn; :func:`running_server` runs it in a background thread
+(tests, notebooks, the benchmark).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import hmac
+import json
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from muppets.errors import MuppetsError
+from muppets.serve import schema
+from muppets.serve.batcher import Batcher, QueueFull
+from muppets.serve.config import ServeConfig
+from muppets.serve.engines import COMPLETE, EMBED, FILL, PREDICT, Engine, load_engine
+from muppets.serve.errors import ApiError
+from muppets.serve.metrics import CONTENT_TYPE, Metrics
+
+log = logging.getLogger(__name__)
+
+KNOWN_ROUTES = (EMBED, COMPLETE, PREDICT, FILL, "/health", "/metrics", "/v1/models")
+
+
+def error_response(err: ApiError) -> JSONResponse:
+    return JSONResponse(err.body(), status_code=err.status, headers=err.headers)
+
+
+class Server:
+    """The state the routes share: settings, engine, batcher, metrics."""
+
+    def __init__(self, cfg: ServeConfig, engine: Engine) -> None:
+        self.cfg, self.engine = cfg, engine
+        self.name = cfg.model_name or ("minilm" if cfg.model_dir == "minilm" else Path(cfg.model_dir).name)
+        self.batcher: Batcher | None = None
+        self.metrics = Metrics(lambda: self.batcher.queue_depth if self.batcher else 0)
+        self.started = time.time()
+
+    def start(self) -> None:
+        c = self.cfg
+        self.batcher = Batcher(self.engine.run, c.max_batch_tokens, c.max_batch_size, c.max_wait_ms, c.queue_size,
+                               on_batch=lambda s: self.metrics.batch_done(s.size, s.padded_tokens, s.seconds))
+
+    def stop(self) -> None:
+        if self.batcher is not None:
+            self.batcher.close(self.cfg.shutdown_timeout)
+
+    def require(self, route: str) -> Any:
+        if route not in self.engine.routes:
+            raise ApiError(404, self.engine.why_not(route), code="route_not_served")
+        return self.engine
+
+    async def submit(self, items: list) -> list:
+        try:
+            return await self.batcher.submit(items)
+        except QueueFull as full:
+            raise _overloaded(full) from None
+
+
+def _overloaded(full: QueueFull) -> ApiError:
+    return ApiError(503, str(full), code="overloaded", headers={"Retry-After": str(full.retry_after)})
+
+
+async def read_json(request: Request, limit: int) -> Any:
+    """The body as JSON: 413 beyond ``limit`` bytes, 400 when it is not JSON."""
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        raise ApiError(413, f"the request body has {declared} bytes; this server takes at most {limit}")
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise ApiError(413, f"the request body exceeds {limit} bytes")
+        chunks.append(chunk)
+    raw = b"".join(chunks)
+    if not raw.strip():
+        raise ApiError(400, "the request body is empty; send a JSON object")
+    try:
+        return json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as err:
+        raise ApiError(400, f"the request body is not valid JSON: {err}") from None
+
+
+def endpoint(server: Server, fn: Callable) -> Callable:
+    """A route handler whose errors become JSON answers (the server keeps serving)."""
+
+    async def handle(request: Request) -> Response:
+        try:
+            return await fn(server, request)
+        except ApiError as err:
+            return error_response(err)
+        except MuppetsError as err:  # a library check on the input (a DataError …)
+            return error_response(ApiError(422, str(err)))
+        except Exception as err:  # noqa: BLE001 - answer, log, keep serving
+            log.exception("%s %s failed", request.method, request.url.path)
+            return error_response(ApiError(500, f"internal error: {type(err).__name__}: {err}"))
+
+    return handle
+
+
+# ----------------------------------------------------------------------------- routes
+
+
+async def health(server: Server, request: Request) -> Response:
+    return JSONResponse({"status": "ok", "model": server.name, **server.engine.describe(),
+                         "queue_depth": server.batcher.queue_depth if server.batcher else 0,
+                         "uptime_s": round(time.time() - server.started, 3)})
+
+
+async def metrics(server: Server, request: Request) -> Response:
+    return Response(server.metrics.render(), media_type=CONTENT_TYPE)
+
+
+async def models(server: Server, request: Request) -> Response:
+    return JSONResponse({"object": "list", "data": [{"id": server.name, "object": "model",
+                                                      "created": int(server.started), "owned_by": "muppets"}]})
+
+
+async def embeddings(server: Server, request: Request) -> Response:
+    engine = server.require(EMBED)
+    req = schema.embeddings(await read_json(request, server.cfg.max_body_bytes), server.cfg, server.name, engine.dim)
+    items = engine.embedding_items(req.texts, req.truncate)
+    vectors = await server.submit(items)
+    tokens = sum(w.cost for w in items)
+    server.metrics.count_tokens(EMBED, inputs=tokens)
+    data = [{"object": "embedding", "index": i,
+             "embedding": base64.b64encode(np.asarray(v, "<f4").tobytes()).decode() if req.base64 else v.tolist()}
+            for i, v in enumerate(vectors)]
+    return JSONResponse({"object": "list", "data": data, "model": server.name,
+                         "usage": {"prompt_tokens": tokens, "total_tokens": tokens}})
+
+
+async def fill_mask(server: Server, request: Request) -> Response:
+    from muppets.serve.fill_mask import fill_items
+
+    engine = server.require(FILL)
+    req = schema.fill_mask(await read_json(request, server.cfg.max_body_bytes), server.cfg, server.name)
+    items = fill_items(engine, req.texts, req.top_k, req.truncate)
+    results = await server.submit(items)
+    server.metrics.count_tokens(FILL, inputs=sum(w.cost for w in items))
+    return JSONResponse({"model": server.name, "results": results})
+
+
+async def predict(server: Server, request: Request) -> Response:
+    engine = server.require(PREDICT)
+    req = schema.predict(await read_json(request, server.cfg.max_body_bytes), server.cfg, server.name)
+    items = engine.predict_items(req.inputs, req.probabilities)
+    answers = await server.submit(items)
+    server.metrics.count_tokens(PREDICT, inputs=sum(w.cost for w in items))
+    body = {"model": server.name, "task": engine.kind, "predictions": [a["prediction"] for a in answers]}
+    if req.probabilities and any("probabilities" in a for a in answers):
+        body["probabilities"] = [a.get("probabilities") for a in answers]
+    return JSONResponse(body)
+
+
+async def completions(server: Server, request: Request) -> Response:
+    from muppets.serve.completions import complete
+
+    engine = server.require(COMPLETE)
+    body = await read_json(request, server.cfg.max_body_bytes)
+    req = schema.completions(body, server.cfg, server.name, engine.tok.vocab_size)
+    include_usage = isinstance(body.get("stream_options"), dict) and bool(body["stream_options"].get("include_usage"))
+    return await complete(server, engine, req, include_usage)
+
+
+async def not_found(request: Request, exc: HTTPException) -> Response:
+    if exc.status_code == 404:
+        err = ApiError(404, f"no route {request.url.path}; routes: {', '.join(KNOWN_ROUTES)}")
+    elif exc.status_code == 405:
+        err = ApiError(405, f"{request.method} is not allowed on {request.url.path}",
+                       headers={"Allow": exc.headers.get("Allow", "") if exc.headers else ""})
+    else:
+        err = ApiError(exc.status_code, str(exc.detail))
+    return error_response(err)
+
+
+# ----------------------------------------------------------------------------- gate
+
+
+class Gate:
+    """ASGI middleware: the API key (every route but /health) and per-request metrics."""
+
+    def __init__(self, app: Any, server: Server) -> None:
+        self.app, self.server = app, server
+        key = server.cfg.api_key
+        self.expected = f"Bearer {key}".encode() if key else None
+
+    async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        path = scope["path"]
+        route = path if path in KNOWN_ROUTES else "other"
+        status = [500]
+
+        async def record(message: dict) -> None:
+            if message["type"] == "http.response.start":
+                status[0] = message["status"]
+            await send(message)
+
+        start = time.perf_counter()
+        self.server.metrics.request_started()
+        try:
+            if self.expected is not None and path != "/health" and not self._authorized(scope):
+                err = ApiError(401, "missing or wrong API key: send the header 'Authorization: Bearer <key>'",
+                               headers={"WWW-Authenticate": "Bearer"})
+                return await error_response(err)(scope, receive, record)
+            await self.app(scope, receive, record)
+        finally:
+            self.server.metrics.request_done(route, status[0], time.perf_counter() - start)
+
+    def _authorized(self, scope: dict) -> bool:
+        given = dict(scope.get("headers") or []).get(b"authorization", b"")
+        return hmac.compare_digest(given, self.expected)
+
+
+# ----------------------------------------------------------------------------- app and running
+
+
+def build_app(cfg: ServeConfig, engine: Engine | None = None) -> Starlette:
+    """The ASGI app for ``cfg`` (``engine``: an already loaded one, else :func:`load_engine`)."""
+    server = Server(cfg, engine or load_engine(cfg))
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette):
+        server.start()
+        log.info("serving %s (%s) on %s", server.name, ", ".join(server.engine.routes), cfg.model_dir)
+        try:
+            yield
+        finally:
+            await asyncio.get_running_loop().run_in_executor(None, server.stop)
+
+    routes = [Route("/health", endpoint(server, health), methods=["GET"]),
+              Route("/metrics", endpoint(server, metrics), methods=["GET"]),
+              Route("/v1/models", endpoint(server, models), methods=["GET"]),
+              Route(EMBED, endpoint(server, embeddings), methods=["POST"]),
+              Route(COMPLETE, endpoint(server, completions), methods=["POST"]),
+              Route(PREDICT, endpoint(server, predict), methods=["POST"]),
+              Route(FILL, endpoint(server, fill_mask), methods=["POST"])]
+    app = Starlette(routes=routes, lifespan=lifespan, exception_handlers={HTTPException: not_found})
+    app.state.server = server
+    return Gate(app, server)
+
+
+def _uvicorn_config(cfg: ServeConfig, engine: Engine | None):
+    import uvicorn
+
+    return uvicorn.Config(build_app(cfg, engine), host=cfg.host, port=cfg.port, log_level=cfg.log_level,
+                          timeout_graceful_shutdown=cfg.shutdown_timeout, lifespan="on", access_log=False)
+
+
+def set_threads(threads: int) -> None:
+    """torch's intra-op threads (0: leave torch's default)."""
+    import torch
+
+    if threads > 0:
+        torch.set_num_threads(threads)
+
+
+def serve(cfg: ServeConfig, engine: Engine | None = None) -> None:
+    """Load the model and serve until SIGINT / SIGTERM (then finish the requests in flight)."""
+    import uvicorn
+
+    set_threads(cfg.threads)
+    uvicorn.Server(_uvicorn_config(cfg, engine)).run()
+
+
+@contextlib.contextmanager
+def running_server(cfg: ServeConfig, engine: Engine | None = None, timeout: float = 60.0) -> Iterator[str]:
+    """Serve in a background thread; yields the base URL (``http://host:port``); stops on exit."""
+    import uvicorn
+
+    server = uvicorn.Server(_uvicorn_config(cfg, engine))  # off the main thread: uvicorn leaves signals alone
+    thread = threading.Thread(target=server.run, name="muppets-serve", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + timeout
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            raise RuntimeError(f"the server did not start on {cfg.host}:{cfg.port}")
+        time.sleep(0.01)
+    port = server.servers[0].sockets[0].getsockname()[1]
+    try:
+        yield f"http://{cfg.host}:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(cfg.shutdown_timeout + 5)

@@ -1,0 +1,265 @@
+"""What the server runs: one engine per model directory, loaded once.
+
+:func:`load_engine` reads the directory and picks the engine; each says which routes it answers:
+
+==================================  ==================  ==========================================
+the directory holds                 engine              routes
+==================================  ==================  ==========================================
+a fine-tuned task model (BERT or    :class:`TaskEngine` ``/predict``
+GPT, any kind: ``muppets_task`` or
+a ``BertFor…`` architecture)
+an HF BERT (``minilm``, a           :class:`Encoder`    ``/v1/embeddings``; ``/fill-mask`` when the
+pretraining run, a bare BERT)                           weights have the masked-LM head
+an HF GPT-2 / GPT-1 (``gpt-mini``   :class:`LMEngine`   ``/v1/completions`` (+ streaming),
+run, a GPT-2 directory)                                 ``/v1/embeddings``
+an ELMo / NNLM / word2vec run, a    :class:`WordEngine` ``/v1/embeddings`` (the mean of the top
+word-vector file                                        layer's word vectors)
+==================================  ==================  ==========================================
+
+An engine turns validated request fields into :class:`~muppets.serve.batcher.Work` items (on the
+event loop: tokenizing is fast, and the token counts drive the batcher) and runs a batch of them
+(:meth:`Engine.run`, in the batcher's worker thread, under ``torch.inference_mode``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Hashable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from muppets.errors import ConfigError
+from muppets.serve.batcher import Work
+from muppets.serve.config import ServeConfig
+from muppets.serve.errors import ApiError
+from muppets.serve.pooling import SentencePooling, pool, read_pooling
+
+log = logging.getLogger(__name__)
+
+EMBED, FILL, PREDICT, COMPLETE = "/v1/embeddings", "/fill-mask", "/predict", "/v1/completions"
+ROUTES = (EMBED, COMPLETE, PREDICT, FILL)
+
+
+class Engine:
+    """A loaded model: the routes it answers and how it runs a batch (see the module docstring)."""
+
+    kind = ""
+    routes: tuple[str, ...] = ()
+
+    def __init__(self, source: Path) -> None:
+        self.source = source
+
+    def describe(self) -> dict[str, Any]:
+        return {"kind": self.kind, "source": str(self.source), "routes": list(self.routes)}
+
+    def run(self, key: Hashable, items: list[Work]) -> list[Any]:
+        """Worker thread: one result per item (``key[0]`` names the route)."""
+        raise NotImplementedError
+
+    def why_not(self, route: str) -> str:
+        """The message of a route this engine does not answer."""
+        return (f"{route} is not served for this model: the {self.kind} model at {self.source} "
+                f"answers {', '.join(self.routes)}")
+
+
+def pad_right(rows: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Id rows -> ``ids (B, T)`` padded on the right with ``pad_id`` and ``mask (B, T)`` long."""
+    T = max(len(r) for r in rows)
+    ids = torch.full((len(rows), T), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(rows), T), dtype=torch.long)
+    for b, row in enumerate(rows):
+        ids[b, : len(row)] = torch.as_tensor(list(row), dtype=torch.long)
+        mask[b, : len(row)] = 1
+    return ids, mask
+
+
+def fit_length(ids: list[int], limit: int, truncate: bool, index: int, tail: Sequence[int] = ()) -> list[int]:
+    """``ids`` cut to ``limit`` (keeping ``tail``, e.g. ``[SEP]``) or a 413 naming the input."""
+    if len(ids) <= limit:
+        return ids
+    if not truncate:
+        raise ApiError(413, f"input {index} has {len(ids)} tokens; this model reads at most {limit} "
+                            "(send shorter text, or \"truncate\": true to cut it)", param="input",
+                       code="context_length_exceeded")
+    return [*ids[: limit - len(tail)], *tail]
+
+
+# ----------------------------------------------------------------------------- sentence encoders
+
+
+class SentenceEncoder(Engine):
+    """Token-level backbone + :func:`~muppets.serve.pooling.pool` = ``/v1/embeddings``."""
+
+    def __init__(self, source: Path, backbone: torch.nn.Module, pooling: SentencePooling, positions: int,
+                 pad_id: int) -> None:
+        super().__init__(source)
+        self.backbone, self.pooling, self.pad_id = backbone.eval(), pooling, pad_id
+        self.max_tokens = min(positions, pooling.max_seq_length or positions)
+        self.dim = int(backbone.cfg.hidden_size)
+
+    def token_ids(self, texts: Sequence[str], truncate: bool) -> list[list[int]]:
+        """Model input ids per text (specials included), checked against :attr:`max_tokens`."""
+        raise NotImplementedError
+
+    def embedding_items(self, texts: Sequence[str], truncate: bool) -> list[Work]:
+        return [Work((EMBED,), len(ids), ids) for ids in self.token_ids(texts, truncate)]
+
+    def forward(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """``(B, T)`` ids and mask -> top layer ``(B, T, H)``."""
+        raise NotImplementedError
+
+    def embed_rows(self, rows: Sequence[Sequence[int]]) -> list[np.ndarray]:
+        """Sentence vectors ``(H,)`` float32 of id rows (one padded forward pass)."""
+        ids, mask = pad_right(rows, self.pad_id)
+        with torch.inference_mode():
+            vectors = pool(self.forward(ids, mask).float(), mask, self.pooling)  # (B, H)
+        return list(vectors.numpy())
+
+    def run(self, key: Hashable, items: list[Work]) -> list[Any]:
+        return self.embed_rows([w.payload for w in items])
+
+
+class Encoder(SentenceEncoder):
+    """An HF BERT directory: embeddings, and fill-mask when its weights have the MLM head."""
+
+    kind = "bert"
+
+    def __init__(self, source: Path, cfg: ServeConfig) -> None:
+        from muppets.interop.hf_bert import load_hf_bert
+        from muppets.interop.safetensors_io import read_shapes
+        from muppets.tokenizers.wordpiece import WordPieceTokenizer
+
+        self.model = load_hf_bert(source).eval()
+        self.tok = WordPieceTokenizer.load(source)
+        self.has_mlm = "cls.predictions.transform.dense.weight" in read_shapes(source)
+        self.routes = (EMBED, FILL) if self.has_mlm else (EMBED,)
+        super().__init__(source, self.model.backbone, read_pooling(source, cfg.pooling, cfg.normalize),
+                         self.model.cfg.max_position_embeddings, self.tok.pad_id)
+
+    def why_not(self, route: str) -> str:
+        if route == FILL:
+            return (f"{route} needs a masked-LM head, and the weights at {self.source} have none "
+                    "(cls.predictions.*): serve a BERT pretraining run or checkpoint with its MLM head")
+        return super().why_not(route)
+
+    def token_ids(self, texts: Sequence[str], truncate: bool) -> list[list[int]]:
+        head, tail = [self.tok.cls_id], [self.tok.sep_id]
+        return [fit_length([*head, *ids, *tail], self.max_tokens, truncate, i, tail)
+                for i, ids in enumerate(self.tok.encode_batch(texts))]
+
+    def forward(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        return self.backbone(ids, torch.zeros_like(ids), mask).layers[-1]
+
+    def run(self, key: Hashable, items: list[Work]) -> list[Any]:
+        if key[0] == FILL:
+            from muppets.serve.fill_mask import fill_masks
+
+            return fill_masks(self, items)
+        return super().run(key, items)
+
+
+class LMEngine(SentenceEncoder):
+    """An HF GPT directory: completions (batched, streamed) and embeddings."""
+
+    kind = "gpt"
+    routes = (COMPLETE, EMBED)
+
+    def __init__(self, source: Path, cfg: ServeConfig) -> None:
+        from muppets.interop.hf_gpt import load_hf_gpt
+        from muppets.tokenizers import ByteLevelBPETokenizer
+
+        self.model = load_hf_gpt(source).eval()
+        self.tok = ByteLevelBPETokenizer.load(source)
+        self.positions = self.model.cfg.max_position_embeddings
+        super().__init__(source, self.model.backbone, read_pooling(source, cfg.pooling or "mean", cfg.normalize),
+                         self.positions, self.tok.pad_id)
+
+    def token_ids(self, texts: Sequence[str], truncate: bool) -> list[list[int]]:
+        return [fit_length(ids or [self.model.cfg.eos_token_id], self.max_tokens, truncate, i)
+                for i, ids in enumerate(self.tok.encode_batch(texts))]
+
+    def forward(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        return self.backbone(ids, mask).layers[-1]
+
+    def run(self, key: Hashable, items: list[Work]) -> list[Any]:
+        if key[0] == COMPLETE:
+            from muppets.serve.generation import complete_batch
+
+            return complete_batch(self, key, items)
+        return super().run(key, items)
+
+
+# ----------------------------------------------------------------------------- word-level models
+
+
+class WordEngine(Engine):
+    """ELMo, NNLM and word vectors: whitespace-split words, the mean of the top layer's vectors
+    (of every layer for static vectors, which have one)."""
+
+    routes = (EMBED,)
+
+    def __init__(self, source: str | Path, cfg: ServeConfig) -> None:
+        from muppets.transfer.embedders import load_embedder
+
+        self.embedder = load_embedder(source, "auto")
+        super().__init__(self.embedder.source)
+        self.kind, self.dim = self.embedder.kind, self.embedder.dim
+        self.normalize = bool(cfg.normalize)
+        self.max_tokens = self.embedder.max_positions
+
+    def embedding_items(self, texts: Sequence[str], truncate: bool) -> list[Work]:
+        items = []
+        for i, text in enumerate(texts):
+            words = text.split()
+            if not words:
+                raise ApiError(422, f"input {i} has no words (only whitespace)", param="input")
+            items.append(Work((EMBED,), len(words) + 2, words))
+        return items
+
+    def run(self, key: Hashable, items: list[Work]) -> list[Any]:
+        top = self.embedder.num_layers - 1
+        with torch.inference_mode():
+            per_word = self.embedder.embed_batch([w.payload for w in items], [top])  # (1, n, D) each
+        out = []
+        for vectors in per_word:
+            v = vectors[0].mean(0).astype(np.float32)  # (D,)
+            out.append(v / max(float(np.linalg.norm(v)), 1e-12) if self.normalize else v)
+        return out
+
+
+# ----------------------------------------------------------------------------- loading
+
+
+def _config(directory: Path) -> dict:
+    try:
+        data = json.loads((directory / "config.json").read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+_TASK_ARCHS = ("BertForSequenceClassification", "BertForTokenClassification", "BertForQuestionAnswering",
+               "BertForMultipleChoice")
+
+
+def load_engine(cfg: ServeConfig) -> Engine:
+    """The engine for ``cfg.model_dir`` (see the module docstring's table)."""
+    from muppets.transfer.embedders import locate_model
+
+    kind, path = locate_model(cfg.model_dir)
+    meta = _config(path) if path.is_dir() else {}
+    if "muppets_task" in meta or any(a in _TASK_ARCHS for a in meta.get("architectures", [])):
+        from muppets.serve.tasks import TaskEngine
+
+        return TaskEngine(path, cfg)
+    if kind == "bert":
+        return Encoder(path, cfg)
+    if kind == "gpt":
+        return LMEngine(path, cfg)
+    if kind in ("elmo", "nnlm", "static"):
+        return WordEngine(cfg.model_dir, cfg)
+    raise ConfigError(f"model {cfg.model_dir!r}: muppets serve has no engine for a {kind} model")

@@ -1,0 +1,149 @@
+"""The dynamic batcher on its own: budgets, bucketing, waiting, back-pressure, failures, draining."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+import pytest
+
+from muppets.serve.batcher import Batcher, QueueFull, Work
+
+
+class Recorder:
+    """A run function that records its batches (and can be slowed down or made to fail)."""
+
+    def __init__(self, delay: float = 0.0, fail_on: object = None) -> None:
+        self.batches: list[list] = []
+        self.delay, self.fail_on = delay, fail_on
+        self.lock = threading.Lock()
+
+    def __call__(self, key, items):
+        with self.lock:
+            self.batches.append([w.payload for w in items])
+        time.sleep(self.delay)
+        if any(w.payload == self.fail_on for w in items):
+            raise ValueError(f"bad payload {self.fail_on}")
+        return [(key, w.payload) for w in items]
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+def items(costs, key="k"):
+    return [Work(key, c, p) for p, c in costs]
+
+
+def test_results_come_back_in_order_and_batched():
+    rec = Recorder()
+    b = Batcher(rec, max_batch_tokens=1000, max_batch_size=8, max_wait_ms=50)
+
+    async def main():
+        return await asyncio.gather(*(b.submit(items([(f"{r}-{i}", 5) for i in range(3)])) for r in range(4)))
+
+    out = run(main())
+    b.close()
+    assert out == [[("k", f"{r}-{i}") for i in range(3)] for r in range(4)]
+    assert max(len(x) for x in rec.batches) > 1  # requests that arrive together share a batch
+
+
+def test_token_budget_and_row_limit_hold():
+    rec = Recorder()
+    b = Batcher(rec, max_batch_tokens=40, max_batch_size=3, max_wait_ms=30)
+
+    async def main():
+        return await b.submit(items([(i, 10) for i in range(10)] + [("long", 100)]))
+
+    run(main())
+    b.close()
+    assert ["long"] in rec.batches  # longer than the budget: runs alone
+    for batch in rec.batches:
+        assert len(batch) <= 3
+        assert batch == ["long"] or len(batch) * 10 <= 40
+
+
+def test_length_bucketing_groups_similar_lengths():
+    rec = Recorder()
+    b = Batcher(rec, max_batch_tokens=200, max_batch_size=4, max_wait_ms=30)
+    costs = [("s1", 5), ("L1", 50), ("s2", 6), ("L2", 48), ("s3", 5), ("L3", 49), ("s4", 4), ("L4", 50)]
+
+    run(b.submit(items(costs)))
+    b.close()
+    assert sorted(map(sorted, rec.batches)) == [["L1", "L2", "L3", "L4"], ["s1", "s2", "s3", "s4"]]
+
+
+def test_keys_never_mix():
+    rec = Recorder()
+    b = Batcher(rec, max_batch_tokens=1000, max_batch_size=8, max_wait_ms=30)
+
+    async def main():
+        return await asyncio.gather(b.submit(items([("a1", 3), ("a2", 3)], key="a")),
+                                    b.submit(items([("b1", 3), ("b2", 3)], key="b")))
+
+    assert run(main()) == [[("a", "a1"), ("a", "a2")], [("b", "b1"), ("b", "b2")]]
+    b.close()
+    assert all(len({p[0] for p in batch}) == 1 for batch in rec.batches)
+
+
+def test_batch_size_one_is_no_batching():
+    rec = Recorder()
+    b = Batcher(rec, max_batch_size=1, max_wait_ms=1000)
+    start = time.monotonic()
+    run(b.submit(items([(i, 4) for i in range(5)])))
+    b.close()
+    assert rec.batches == [[0], [1], [2], [3], [4]]
+    assert time.monotonic() - start < 1.0  # a full (one-row) batch does not wait
+
+
+def test_full_queue_refuses_whole_requests_with_retry_after():
+    rec = Recorder(delay=0.2)
+    b = Batcher(rec, max_batch_size=1, max_wait_ms=0, queue_size=3)
+
+    async def main():
+        first = asyncio.ensure_future(b.submit(items([("a", 1)])))
+        await asyncio.sleep(0.05)  # "a" is running; the queue is empty again
+        second = asyncio.ensure_future(b.submit(items([("b", 1), ("c", 1), ("d", 1)])))
+        await asyncio.sleep(0)
+        with pytest.raises(QueueFull) as full:
+            await b.submit(items([("e", 1)]))
+        assert full.value.retry_after >= 1
+        return await first, await second
+
+    assert run(main()) == ([("k", "a")], [("k", "b"), ("k", "c"), ("k", "d")])
+    b.close()
+    assert ["e"] not in rec.batches
+
+
+def test_a_failing_input_fails_only_its_request():
+    rec = Recorder(fail_on="bad")
+    b = Batcher(rec, max_batch_tokens=1000, max_batch_size=8, max_wait_ms=50)
+
+    async def main():
+        return await asyncio.gather(b.submit(items([("ok1", 2)])), b.submit(items([("bad", 2)])),
+                                    b.submit(items([("ok2", 2)])), return_exceptions=True)
+
+    ok1, bad, ok2 = run(main())
+    b.close()
+    assert ok1 == [("k", "ok1")] and ok2 == [("k", "ok2")]
+    assert isinstance(bad, ValueError)
+
+
+def test_close_drains_the_queue():
+    rec = Recorder(delay=0.02)
+    b = Batcher(rec, max_batch_size=1, max_wait_ms=10_000)
+    loop = asyncio.new_event_loop()
+    try:
+        from muppets.serve.batcher import Ticket
+
+        ticket = Ticket(4, loop)
+        b.enqueue(items([(i, 1) for i in range(4)]), ticket)
+        b.close(timeout=5)
+        assert not b._thread.is_alive()
+        loop.run_until_complete(asyncio.sleep(0))
+        assert ticket.future.result() == [("k", i) for i in range(4)]
+        with pytest.raises(QueueFull):
+            b.enqueue(items([("late", 1)]), Ticket(1, loop))
+    finally:
+        loop.close()

