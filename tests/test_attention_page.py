@@ -164,6 +164,15 @@ def test_browser_loads_offline_without_errors_and_draws_the_selected_head(tmp_pa
     assert count_color(pixels, RED) == 0
 
 
+def test_browser_model_view_click_opens_that_head(tmp_path):
+    text = page_html(peaked_view(), layer=0, heads=[3])
+    click = '<script>document.querySelectorAll("#grid canvas")[4 * 1 + 1].click();</script>'  # layer 1, head 1
+    page = tmp_path / "clicked.html"
+    page.write_text(text.replace("</body>", click + "</body>"), encoding="utf-8")
+    pixels = head_view(page.resolve().as_uri(), tmp_path)
+    assert count_color(pixels, ORANGE) > 300 and count_color(pixels, RED) == 0
+
+
 def test_browser_harness_sees_console_errors(tmp_path):
     """The check above would catch a broken page: a script error and a blocked request both
     reach the console."""
@@ -239,6 +248,8 @@ def test_command_writes_page_pngs_shares_and_pronoun_case(tmp_path, capsys):
     (["TEXT", "--pronoun", "she"], "go together"),
     (["--out", "p.html"], "give a TEXT"),
     (["TEXT", "--out", "p.html", "--heads", "a"], "--heads 'a'"),
+    (["  ", "--out", "p.html"], "may not be empty"),
+    (["the bank " * 40, "--out", "p.html"], "reads at most 64"),
 ])
 def test_command_errors_name_the_problem(tmp_path, argv, message):
     model = tiny_bert(tmp_path / "bert")

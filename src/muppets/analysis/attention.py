@@ -180,6 +180,8 @@ class AttentionModel:
 
     def encode(self, text: str, pair: str | None = None) -> tuple[list[int], list[int]]:
         """Ids and segments: BERT ``[CLS] A [SEP] (B [SEP])``; GPT the text (then `` B``)."""
+        if not text.strip() or (pair is not None and not pair.strip()):
+            raise ConfigError("attention: the text (and the pair, if given) may not be empty")
         tok = self.tokenizer
         if self.kind == "bert":
             a = [tok.cls_id, *tok.encode(text), tok.sep_id]
@@ -191,8 +193,6 @@ class AttentionModel:
         if len(a) + len(b) > self.max_tokens:
             raise ConfigError(f"the input has {len(a) + len(b)} tokens; the model {self.name} reads at "
                               f"most {self.max_tokens}")
-        if not a:
-            raise ConfigError("the text is empty")
         return a + b, [0] * len(a) + [1] * len(b)
 
     def view(self, text: str, pair: str | None = None) -> AttentionView:

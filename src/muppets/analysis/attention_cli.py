@@ -14,12 +14,9 @@ as Clark et al. 2019 did over 1000 Wikipedia segments. Layers and heads count fr
 from __future__ import annotations
 
 import argparse
-import logging
 from pathlib import Path
 
 from muppets.errors import ConfigError
-
-log = logging.getLogger(__name__)
 
 
 def add_parser(sub) -> argparse.ArgumentParser:
