@@ -5,6 +5,7 @@
     muppets pretrain configs/bert-mini.yaml train.steps=2000 train.lr=5e-4
     muppets finetune sst2 --model runs/bert-mini --seeds 1,2,3 lr=3e-5 epochs=2
     muppets evaluate sst2 --model runs/finetune/sst2/best --split dev
+    muppets multitask configs/multitask-glue.yaml finetune.seed=2 sampler=uniform
     muppets embed --model runs/elmo-small --input sentences.txt --layers all --out elmo.safetensors
     muppets features conll2003 --model minilm --layers mix --seeds 1,2,3
     muppets polysemy bank --model runs/elmo-small --corpus data:english-corpus/books
@@ -168,6 +169,25 @@ def _task_section(args: argparse.Namespace, section):
         return dataclasses.replace(section, files={"train": args.task, **files})
     raise ConfigError(f"task {args.task!r} is neither a registered task ({', '.join(list_tasks())}) "
                       "nor an existing file")
+
+
+def _multitask(args: argparse.Namespace) -> int:
+    from muppets import multitask
+    from muppets.train.distributed import dist_info
+
+    cfg = multitask.load_config(args.config, args.overrides)
+    summary = multitask.run(cfg, resume=not args.fresh)
+    if dist_info().is_main:
+        print(f"\n{summary['run_dir']}: {summary['steps']} steps, {summary['mode']}, weighting "
+              f"{summary['weighting']}, sharing {summary['sharing']}")
+        for name, entry in summary["per_task"].items():
+            for stage, scores in (("multi-task", entry), ("fine-tuned", entry.get("finetuned", {}))):
+                for split in ("dev", "test"):
+                    shown = ", ".join(f"{k} {v:.4f}" for k, v in scores.get(split, {}).items()
+                                      if not k.startswith("f1_"))
+                    if shown:
+                        print(f"  {name:<16} {stage:<10} {split:<5} {shown}")
+    return 0
 
 
 def _finetune(args: argparse.Namespace) -> int:
@@ -562,6 +582,13 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--fresh", action="store_true", help="ignore existing checkpoints in run_dir")
     f.set_defaults(func=_finetune)
 
+    mt = sub.add_parser("multitask", help="multi-task learning: tasks trained together on a shared "
+                        "encoder (alternating or joint; task samplers, adaptive weights; MT-DNN)")
+    mt.add_argument("config", help="YAML/JSON multi-task config (see configs/multitask-*.yaml)")
+    mt.add_argument("overrides", nargs="*", help="key=value overrides, e.g. finetune.seed=2 sampler=uniform")
+    mt.add_argument("--fresh", action="store_true", help="ignore existing checkpoints in run_dir")
+    mt.set_defaults(func=_multitask)
+
     g = sub.add_parser("generate", help="continue prompts with a GPT / GPT-2 model (KV cache)")
     g.add_argument("prompts", nargs="+", help="one or more prompts (one is streamed as it is generated)")
     g.add_argument("--model", required=True, help="HF GPT-2 directory (e.g. a pretraining run's final/)")
@@ -634,6 +661,10 @@ def build_parser() -> argparse.ArgumentParser:
     po.add_argument("--device", default="cpu")
     po.add_argument("--threads", type=int, default=0)
     po.set_defaults(func=_polysemy)
+
+    from muppets.analysis import attention_cli  # the attention page (issue 20)
+
+    attention_cli.add_parser(sub)
     return parser
 
 

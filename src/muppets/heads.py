@@ -209,11 +209,23 @@ class TaskModel(nn.Module):
     ) -> TaskOutput:
         """Inputs ``(B, T)``; for ``choice`` ``(B, C, T)`` (each choice a row). See
         :func:`task_loss` for the labels of each kind."""
-        shape = input_ids.shape
+        encoded, flat_ids = self.encode(input_ids, token_type_ids, attention_mask)
+        return self.from_encoded(encoded, flat_ids, input_ids.shape, labels)
+
+    def encode(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None,
+               attention_mask: torch.Tensor | None = None) -> tuple[Encoded, torch.Tensor]:
+        """The backbone's output for the inputs, rows of ``(B, R, T)`` inputs flattened to
+        ``(B*R, T)``; returns it with the flattened ids (what :meth:`from_encoded` takes)."""
         if input_ids.dim() == 3:  # choices, or orderings of a pair: (B, R, T) -> (B*R, T)
+            T = input_ids.shape[-1]
             input_ids, token_type_ids, attention_mask = (
-                None if x is None else x.reshape(-1, shape[-1]) for x in (input_ids, token_type_ids, attention_mask))
-        encoded = self.backbone(input_ids, token_type_ids, attention_mask)
+                None if x is None else x.reshape(-1, T) for x in (input_ids, token_type_ids, attention_mask))
+        return self.backbone(input_ids, token_type_ids, attention_mask), input_ids
+
+    def from_encoded(self, encoded: Encoded, input_ids: torch.Tensor, shape: torch.Size,
+                     labels: torch.Tensor | None = None) -> TaskOutput:
+        """The head's output (and losses) on an encoding from :meth:`encode`; ``shape`` is the
+        original input shape. Tasks on the same inputs can share one encoding (multi-task)."""
         logits = self.head(encoded)
         if self.kind == "choice":
             logits = logits.view(shape[0], shape[1])  # (B, C)

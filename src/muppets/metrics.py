@@ -473,6 +473,24 @@ def _compute_entity_f1(preds: Any, golds: Any, scheme: str = "BIO") -> dict[str,
     return flat
 
 
+def token_accuracy(preds: Sequence[Sequence[Any]], golds: Sequence[Sequence[Any]]) -> float:
+    """Accuracy over every token of every sentence (part-of-speech tagging): sentences must
+    have equal lengths pairwise.
+
+    >>> token_accuracy([["DT", "NN"], ["VB"]], [["DT", "VB"], ["VB"]])
+    0.6666666666666666
+    """
+    if len(preds) != len(golds):
+        raise DataError(f"{len(preds)} predicted sentences for {len(golds)} gold ones")
+    flat_p, flat_g = [], []
+    for i, (p, g) in enumerate(zip(preds, golds)):
+        if len(p) != len(g):
+            raise DataError(f"sentence {i}: {len(p)} predicted tags for {len(g)} gold tags")
+        flat_p += list(p)
+        flat_g += list(g)
+    return accuracy(flat_p, flat_g)
+
+
 def _compute_squad(preds: Any, golds: Any) -> dict[str, float]:
     if isinstance(golds, Mapping) and "data" in golds:
         return squad_scores(preds, golds)
@@ -485,6 +503,7 @@ _METRICS: dict[str, Callable[..., dict[str, float]]] = {
     "mcc": lambda preds, golds: {"mcc": matthews_corrcoef(preds, golds)},
     "pearson_spearman": _compute_correlation,
     "entity_f1": _compute_entity_f1,
+    "token_accuracy": lambda preds, golds: {"accuracy": token_accuracy(preds, golds)},
     "squad": _compute_squad,
 }
 METRIC_NAMES: tuple[str, ...] = tuple(_METRICS)
@@ -504,6 +523,7 @@ def compute(metric_name: str, preds: Any, golds: Any, **options: Any) -> dict[st
                                                                           corr (their mean)
     ``entity_f1`` (scheme=)   lists of tag lists                          precision, recall, f1,
                                                                           f1_<TYPE>
+    ``token_accuracy``        lists of tag lists (e.g. POS)               accuracy
     ``squad``                 {qid: text} / SQuAD json or {qid: [texts]}  exact_match, f1 (%)
     ========================  ==========================================  =====================
 

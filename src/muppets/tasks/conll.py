@@ -22,7 +22,7 @@ from muppets.tasks.source import Line, Problems, iter_lines, short
 from muppets.tasks.spec import TagExample, TaskData, TaskSpec
 
 __all__ = ["CONLL2003_TYPES", "iob1_to_bio", "bio_labels", "read_conll_file", "read_conll",
-           "load_conll2003"]
+           "load_conll2003", "load_conll2003_pos", "load_conll2003_chunk"]
 
 CONLL2003_TYPES = ("PER", "LOC", "ORG", "MISC")
 DOCSTART = "-DOCSTART-"
@@ -71,6 +71,7 @@ class _Reader:
     tag_col: int | None
     types: Sequence[str] | None
     width: int | None = None
+    plain: bool = False  # tags are plain labels (part of speech), not BIO spans: taken as they are
     sentences: list[TagExample] = field(default_factory=list)
     current: _Sentence = field(default_factory=_Sentence)
 
@@ -106,6 +107,8 @@ class _Reader:
             self.current.tags.append(self._check_tag(fields[self.tag_col], line.number))
 
     def _check_tag(self, tag: str, number: int) -> str:
+        if self.plain:
+            return tag
         match = _TAG.match(tag)
         if match is None:
             raise DataError("unknown tag (expected O, B-<type> or I-<type>)",
@@ -120,7 +123,7 @@ class _Reader:
         if sentence.problem is not None:
             self.problems.report(sentence.problem)
         elif sentence.tokens:
-            tags = iob1_to_bio(sentence.tags) if self.tag_col is not None else None
+            tags = None if self.tag_col is None else sentence.tags if self.plain else iob1_to_bio(sentence.tags)
             ident = f"{self.path.stem}-{len(self.sentences) + 1}"
             self.sentences.append(TagExample(ident, sentence.tokens, tags,
                                              f"{self.path}:{sentence.first_line}"))
@@ -128,9 +131,10 @@ class _Reader:
 
 def read_conll_file(path: str | Path, problems: Problems, *, token_col: int = 0,
                     tag_col: int | None = -1, types: Sequence[str] | None = None,
-                    width: int | None = None) -> list[TagExample]:
-    """Read one CoNLL file into sentences with BIO tags (``tag_col=None``: no tags)."""
-    reader = _Reader(Path(path), problems, token_col, tag_col, types, width)
+                    width: int | None = None, plain: bool = False) -> list[TagExample]:
+    """Read one CoNLL file into sentences with BIO tags (``tag_col=None``: no tags; ``plain``:
+    the column's tags as they are, e.g. part of speech)."""
+    reader = _Reader(Path(path), problems, token_col, tag_col, types, width, plain=plain)
     for line in iter_lines(path, problems):
         reader.feed(line)
     reader.flush()
@@ -163,6 +167,44 @@ def read_conll(path: str | Path | Mapping[str, str | Path], errors: str = "stric
     spec = TaskSpec(task, "tag", bio_labels(found), "entity_f1", ("tokens",))
     problems.summarize(task)
     return TaskData(spec, splits, skipped=problems.skipped)  # type: ignore[arg-type]
+
+
+_CONLL2003_FILES = {"train": "eng.train", "dev": "eng.testa", "test": "eng.testb"}
+
+
+def load_conll2003_pos(root: Path, problems: Problems) -> TaskData:
+    """CoNLL-2003 English part of speech (column 2, Penn Treebank tags): the same sentences and
+    splits as ``conll2003``; metric: accuracy over tokens. The label set is train's tags (a
+    tag seen only in dev or test is an error)."""
+    splits = {split: read_conll_file(root / "conll2003" / name, problems, tag_col=1, width=4, plain=True)
+              for split, name in _CONLL2003_FILES.items()}
+    labels = sorted({t for ex in splits["train"] for t in ex.tags})
+    _check_known(splits, labels, "conll2003-pos")
+    spec = TaskSpec("conll2003-pos", "tag", labels, "token_accuracy", ("tokens",))
+    return TaskData(spec, splits, notes="CoNLL-2003 English POS column; dev = eng.testa, "  # type: ignore[arg-type]
+                    "test = eng.testb.")
+
+
+def load_conll2003_chunk(root: Path, problems: Problems) -> TaskData:
+    """CoNLL-2003 English chunks (column 3, IOB1 converted to BIO): the same sentences and
+    splits as ``conll2003``; metric: chunk F1 (entity-level F1 over the chunk spans)."""
+    splits = {split: read_conll_file(root / "conll2003" / name, problems, tag_col=2, width=4)
+              for split, name in _CONLL2003_FILES.items()}
+    types = sorted({t[2:] for ex in splits["train"] for t in ex.tags if t != "O"})
+    _check_known(splits, bio_labels(types), "conll2003-chunk")
+    spec = TaskSpec("conll2003-chunk", "tag", bio_labels(types), "entity_f1", ("tokens",))
+    return TaskData(spec, splits, notes="CoNLL-2003 English chunk column, IOB1 -> BIO; "  # type: ignore[arg-type]
+                    "dev = eng.testa, test = eng.testb.")
+
+
+def _check_known(splits: Mapping[str, list[TagExample]], labels: Sequence[str], task: str) -> None:
+    known = set(labels)
+    for split, examples in splits.items():
+        for ex in examples:
+            unknown = [t for t in ex.tags or () if t not in known]
+            if unknown:
+                raise DataError(f"{task}: tag not in the training set's tags", path=ex.source,
+                                value=unknown[0])
 
 
 def load_conll2003(root: Path, problems: Problems) -> TaskData:

@@ -4,7 +4,7 @@
 >>> data.spec.labels, data.sizes()                               # doctest: +SKIP
 (['entailment', 'not_entailment'], {'train': 2490, 'dev': 277})
 
-Names: ``sst2 cola mrpc stsb rte qnli conll2003 squad hellaswag mr youtube-spam`` and
+Names: ``sst2 cola mrpc stsb rte qnli conll2003 conll2003-pos conll2003-chunk squad hellaswag mr youtube-spam`` and
 ``xnli-<lang>`` / ``pawsx-<lang>`` (staged: en de fr es zh). Datasets that ship as one file
 (QNLI, SQuAD, HellaSwag, MR, XNLI, PAWS-X, YouTube file 05) get documented deterministic
 splits; :attr:`TaskData.notes` says how.
@@ -19,7 +19,7 @@ from pathlib import Path
 from muppets.errors import ConfigError
 from muppets.paths import data_dir as shared_data_dir
 from muppets.tasks.choice import load_hellaswag
-from muppets.tasks.conll import load_conll2003
+from muppets.tasks.conll import load_conll2003, load_conll2003_chunk, load_conll2003_pos
 from muppets.tasks.glue import load_cola, load_mrpc, load_qnli, load_rte, load_sst2, load_stsb
 from muppets.tasks.sentiment import load_mr
 from muppets.tasks.source import Problems
@@ -34,7 +34,8 @@ Loader = Callable[[Path, Problems], TaskData]
 
 _LOADERS: dict[str, Loader] = {
     "sst2": load_sst2, "cola": load_cola, "mrpc": load_mrpc, "stsb": load_stsb,
-    "rte": load_rte, "qnli": load_qnli, "conll2003": load_conll2003, "squad": load_squad,
+    "rte": load_rte, "qnli": load_qnli, "conll2003": load_conll2003,
+    "conll2003-pos": load_conll2003_pos, "conll2003-chunk": load_conll2003_chunk, "squad": load_squad,
     "hellaswag": load_hellaswag, "mr": load_mr, "youtube-spam": load_youtube_spam,
 }
 _FAMILIES: dict[str, Callable[..., TaskData]] = {"xnli": load_xnli, "pawsx": load_pawsx}
