@@ -97,6 +97,21 @@ def test_batch_size_one_is_no_batching():
     assert time.monotonic() - start < 1.0  # a full (one-row) batch does not wait
 
 
+def test_a_lone_request_waits_only_for_requests_on_their_way():
+    coming = [0]
+    b = Batcher(Recorder(), max_batch_size=8, max_wait_ms=400, expecting=lambda: coming[0])
+
+    async def timed():
+        t0 = time.monotonic()
+        await b.submit(items([("x", 1)]))
+        return time.monotonic() - t0
+
+    assert run(timed()) < 0.2  # nobody else on the way: no wait
+    coming[0] = 1
+    assert run(timed()) >= 0.35  # another request is being read: wait for it (up to max_wait)
+    b.close()
+
+
 def test_full_queue_refuses_whole_requests_with_retry_after():
     rec = Recorder(delay=0.2)
     b = Batcher(rec, max_batch_size=1, max_wait_ms=0, queue_size=3)

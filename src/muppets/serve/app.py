@@ -16,7 +16,6 @@ import json
 import logging
 import threading
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -25,12 +24,12 @@ import numpy as np
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from muppets.errors import MuppetsError
 from muppets.serve import schema
-from muppets.serve.batcher import Batcher, QueueFull
+from muppets.serve.batcher import Batcher, QueueFull, Ticket
 from muppets.serve.config import ServeConfig
 from muppets.serve.engines import COMPLETE, EMBED, FILL, PREDICT, Engine, load_engine
 from muppets.serve.errors import ApiError
@@ -52,13 +51,15 @@ class Server:
         self.cfg, self.engine = cfg, engine
         self.name = cfg.model_name or ("minilm" if cfg.model_dir == "minilm" else Path(cfg.model_dir).name)
         self.batcher: Batcher | None = None
+        self.arriving = 0  # model requests received and not yet queued (the batcher waits only for these)
         self.metrics = Metrics(lambda: self.batcher.queue_depth if self.batcher else 0)
         self.started = time.time()
 
     def start(self) -> None:
         c = self.cfg
         self.batcher = Batcher(self.engine.run, c.max_batch_tokens, c.max_batch_size, c.max_wait_ms, c.queue_size,
-                               on_batch=lambda s: self.metrics.batch_done(s.size, s.padded_tokens, s.seconds))
+                               on_batch=lambda s: self.metrics.batch_done(s.size, s.padded_tokens, s.seconds),
+                               expecting=lambda: self.arriving)
 
     def stop(self) -> None:
         if self.batcher is not None:
@@ -69,11 +70,35 @@ class Server:
             raise ApiError(404, self.engine.why_not(route), code="route_not_served")
         return self.engine
 
-    async def submit(self, items: list) -> list:
+    def arrive(self) -> Callable[[], None]:
+        """Count a model request as on its way; the returned call (idempotent) says it is queued or gone."""
+        self.arriving += 1
+        done = [False]
+
+        def settled() -> None:
+            if not done[0]:
+                done[0] = True
+                self.arriving -= 1
+                if self.batcher is not None:
+                    self.batcher.nudge()
+
+        return settled
+
+    def enqueue(self, items: list, ticket: Ticket, request: Request) -> None:
         try:
-            return await self.batcher.submit(items)
+            self.batcher.enqueue(items, ticket)
         except QueueFull as full:
             raise _overloaded(full) from None
+        finally:
+            request.state.settled()
+
+    async def submit(self, items: list, request: Request) -> list:
+        ticket = Ticket(len(items), asyncio.get_running_loop())
+        self.enqueue(items, ticket, request)
+        try:
+            return await ticket.future
+        finally:
+            ticket.cancelled = True
 
 
 def _overloaded(full: QueueFull) -> ApiError:
@@ -104,6 +129,7 @@ def endpoint(server: Server, fn: Callable) -> Callable:
     """A route handler whose errors become JSON answers (the server keeps serving)."""
 
     async def handle(request: Request) -> Response:
+        request.state.settled = server.arrive() if request.method == "POST" else (lambda: None)
         try:
             return await fn(server, request)
         except ApiError as err:
@@ -113,6 +139,8 @@ def endpoint(server: Server, fn: Callable) -> Callable:
         except Exception as err:  # noqa: BLE001 - answer, log, keep serving
             log.exception("%s %s failed", request.method, request.url.path)
             return error_response(ApiError(500, f"internal error: {type(err).__name__}: {err}"))
+        finally:
+            request.state.settled()
 
     return handle
 
@@ -139,7 +167,7 @@ async def embeddings(server: Server, request: Request) -> Response:
     engine = server.require(EMBED)
     req = schema.embeddings(await read_json(request, server.cfg.max_body_bytes), server.cfg, server.name, engine.dim)
     items = engine.embedding_items(req.texts, req.truncate)
-    vectors = await server.submit(items)
+    vectors = await server.submit(items, request)
     tokens = sum(w.cost for w in items)
     server.metrics.count_tokens(EMBED, inputs=tokens)
     data = [{"object": "embedding", "index": i,
@@ -155,7 +183,7 @@ async def fill_mask(server: Server, request: Request) -> Response:
     engine = server.require(FILL)
     req = schema.fill_mask(await read_json(request, server.cfg.max_body_bytes), server.cfg, server.name)
     items = fill_items(engine, req.texts, req.top_k, req.truncate)
-    results = await server.submit(items)
+    results = await server.submit(items, request)
     server.metrics.count_tokens(FILL, inputs=sum(w.cost for w in items))
     return JSONResponse({"model": server.name, "results": results})
 
@@ -164,7 +192,7 @@ async def predict(server: Server, request: Request) -> Response:
     engine = server.require(PREDICT)
     req = schema.predict(await read_json(request, server.cfg.max_body_bytes), server.cfg, server.name)
     items = engine.predict_items(req.inputs, req.probabilities)
-    answers = await server.submit(items)
+    answers = await server.submit(items, request)
     server.metrics.count_tokens(PREDICT, inputs=sum(w.cost for w in items))
     body = {"model": server.name, "task": engine.kind, "predictions": [a["prediction"] for a in answers]}
     if req.probabilities and any("probabilities" in a for a in answers):
@@ -179,7 +207,7 @@ async def completions(server: Server, request: Request) -> Response:
     body = await read_json(request, server.cfg.max_body_bytes)
     req = schema.completions(body, server.cfg, server.name, engine.tok.vocab_size)
     include_usage = isinstance(body.get("stream_options"), dict) and bool(body["stream_options"].get("include_usage"))
-    return await complete(server, engine, req, include_usage)
+    return await complete(server, request, engine, req, include_usage)
 
 
 async def not_found(request: Request, exc: HTTPException) -> Response:
@@ -276,9 +304,16 @@ def set_threads(threads: int) -> None:
 
 
 def serve(cfg: ServeConfig, engine: Engine | None = None) -> None:
-    """Load the model and serve until SIGINT / SIGTERM (then finish the requests in flight)."""
+    """Load the model and serve until SIGINT / SIGTERM (then finish the requests in flight).
+
+    The worker thread's Python steps (a decoding loop, tokenizing) would hold the GIL for up to
+    the interpreter's switch interval (5 ms) while the event loop waits to answer or stream, so
+    this process switches every 1 ms instead."""
+    import sys
+
     import uvicorn
 
+    sys.setswitchinterval(0.001)
     set_threads(cfg.threads)
     uvicorn.Server(_uvicorn_config(cfg, engine)).run()
 

@@ -6,9 +6,11 @@ event loop keeps accepting, parsing and answering while the model computes.
 
 **When a batch starts.** As soon as the inputs waiting with the oldest one's ``key`` fill the
 token budget (``max_batch_tokens``, counted as the sum of their lengths) or the row limit
-(``max_batch_size``), or when the oldest has waited ``max_wait_ms``. While the model runs, new
-inputs gather, so under load batches fill without waiting; alone, an input waits at most
-``max_wait_ms``. ``max_batch_size=1`` is serving without batching.
+(``max_batch_size``), or when the oldest has waited ``max_wait_ms``, or when nothing else is on
+its way: given ``expecting`` (the server's count of requests received but not yet queued), the
+worker waits only while that count is above zero, so a lone request never waits for company
+that is not coming. While the model runs, new inputs gather, so under load batches fill
+without waiting. ``max_batch_size=1`` is serving without batching.
 
 **Which inputs share it (length bucketing).** The oldest waiting input always goes (no input
 starves); then, among inputs with the same ``key`` (an engine's notion of "can run together":
@@ -107,8 +109,10 @@ class Batcher:
 
     def __init__(self, run_batch: RunBatch, max_batch_tokens: int = 8192, max_batch_size: int = 64,
                  max_wait_ms: float = 5.0, queue_size: int = 1024,
-                 on_batch: Callable[[BatchStats], None] | None = None, name: str = "muppets-batcher") -> None:
+                 on_batch: Callable[[BatchStats], None] | None = None, name: str = "muppets-batcher",
+                 expecting: Callable[[], int] | None = None) -> None:
         self.run_batch = run_batch
+        self.expecting = expecting  # requests received but not yet queued (None: unknown, always wait)
         self.max_batch_tokens, self.max_batch_size = max_batch_tokens, max_batch_size
         self.max_wait = max_wait_ms / 1000.0
         self.queue_size = queue_size
@@ -149,6 +153,11 @@ class Batcher:
             self._cond.notify()
         return ticket
 
+    def nudge(self) -> None:
+        """Wake the worker to re-check whether to wait (``expecting`` changed)."""
+        with self._cond:
+            self._cond.notify()
+
     def retry_after(self) -> int:
         """Seconds until the queue has drained, at the measured pace (at least 1)."""
         return max(1, math.ceil(len(self._pending) * self._seconds_per_input))
@@ -182,7 +191,7 @@ class Batcher:
             if len(same) >= self.max_batch_size or sum(w.cost for w in same) >= self.max_batch_tokens:
                 return
             remaining = oldest.arrived + self.max_wait - time.monotonic()
-            if remaining <= 0:
+            if remaining <= 0 or (self.expecting is not None and self.expecting() <= 0):
                 return
             self._cond.wait(remaining)
 

@@ -36,6 +36,7 @@ class Sampling:
     top_p: float = 1.0
     repetition_penalty: float = 1.0
     seed: int | None = None
+    stop_at_eos: bool = True  # False: rows run to max_tokens (benchmarks; vLLM's ignore_eos)
 
 
 @dataclass
@@ -91,7 +92,8 @@ def _complete(engine: LMEngine, sampling: Sampling, items: list[Work]) -> list[d
     decode = engine.tok.decode
     cfg = GenerationConfig(max_new_tokens=max(p.max_tokens for p in rows), do_sample=sampling.do_sample,
                            temperature=sampling.temperature, top_k=sampling.top_k, top_p=sampling.top_p,
-                           repetition_penalty=sampling.repetition_penalty, seed=sampling.seed)
+                           repetition_penalty=sampling.repetition_penalty, seed=sampling.seed,
+                           stop_at_eos=sampling.stop_at_eos)
     shown = [0] * len(rows)
 
     def on_token(row: int, token: int) -> None:

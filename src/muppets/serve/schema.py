@@ -3,7 +3,8 @@
 Wrong JSON types, empty inputs and values out of range are 422; more inputs or longer inputs
 than the server takes are 413; unknown fields are 422 too (a misspelt ``max_token`` would
 otherwise be silently ignored). Fields follow OpenAI's API where one exists; the others are
-muppets' (``top_k``, ``repetition_penalty``, ``truncate``, ``return_probabilities``).
+muppets' (``top_k``, ``repetition_penalty``, ``ignore_eos``, ``truncate``,
+``return_probabilities``).
 """
 
 from __future__ import annotations
@@ -115,11 +116,12 @@ class CompletionRequest:
     stop: list[str] = field(default_factory=list)
     seed: int | None = None
     echo: bool = False
+    ignore_eos: bool = False  # generate max_tokens even past end-of-text (benchmarks)
 
 
 _COMPLETION_FIELDS = {"model", "prompt", "max_tokens", "temperature", "top_p", "top_k", "n", "stream", "stop",
                       "seed", "echo", "repetition_penalty", "logprobs", "presence_penalty", "frequency_penalty",
-                      "suffix", "best_of", "user", "logit_bias", "stream_options"}
+                      "suffix", "best_of", "user", "logit_bias", "stream_options", "ignore_eos"}
 
 
 def completions(body: Any, cfg: ServeConfig, served: str, vocab_size: int) -> CompletionRequest:
@@ -136,7 +138,8 @@ def completions(body: Any, cfg: ServeConfig, served: str, vocab_size: int) -> Co
         n=_ranged(body, "n", 1, 1, 16, integer=True),
         stream=_typed(body, "stream", (bool,), False, "true or false"),
         stop=_stops(body), seed=_typed(body, "seed", (int,), None, "an integer"),
-        echo=_typed(body, "echo", (bool,), False, "true or false"))
+        echo=_typed(body, "echo", (bool,), False, "true or false"),
+        ignore_eos=_typed(body, "ignore_eos", (bool,), False, "true or false"))
     if req.max_tokens > cfg.max_new_tokens:
         raise ApiError(413, f"max_tokens={req.max_tokens}; this server generates at most {cfg.max_new_tokens} "
                             "tokens per completion", param="max_tokens")
