@@ -162,3 +162,11 @@ def test_close_drains_the_queue():
             b.enqueue(items([("late", 1)]), Ticket(1, loop))
     finally:
         loop.close()
+
+
+@pytest.mark.parametrize("name", ["muppets.serve.errors", "muppets.serve.pooling"])
+def test_doctests(name):
+    import doctest
+    import importlib
+
+    assert doctest.testmod(importlib.import_module(name)).failed == 0

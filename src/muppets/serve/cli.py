@@ -58,14 +58,18 @@ def config_from_args(args: argparse.Namespace) -> ServeConfig:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Serve until SIGINT / SIGTERM; 0 after a clean shutdown."""
-    cfg = config_from_args(args)
+    """Serve until SIGINT / SIGTERM, finishing the requests in flight (after SIGTERM uvicorn then
+    re-raises the signal, so the process ends as terminated by it, as service managers expect)."""
     try:
         from muppets.serve.app import serve
     except ImportError as err:
         print(f"muppets serve needs the 'serve' extra (pip install -e \".[serve]\"): {err}", file=sys.stderr)
         return 2
-    serve(cfg)
+    try:
+        serve(config_from_args(args))
+    except MuppetsError as err:
+        print(f"muppets serve: error: {err}", file=sys.stderr)
+        return 2
     return 0
 
 
@@ -77,11 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     add_parser(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(["serve", *(sys.argv[1:] if argv is None else argv)])
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    try:
-        return args.func(args)
-    except MuppetsError as err:
-        print(f"muppets: error: {err}", file=sys.stderr)
-        return 2
+    return args.func(args)
 
 
 if __name__ == "__main__":
