@@ -335,12 +335,13 @@ class SlowEngine(Engine):
 
     def __init__(self, delay: float) -> None:
         super().__init__(Path("slow"))
-        self.delay = delay
+        self.delay, self.seen = delay, []
 
     def embedding_items(self, texts, truncate):
         return [Work((EMBED,), len(t), t) for t in texts]
 
     def run(self, key, items):
+        self.seen.extend(w.payload for w in items)
         time.sleep(self.delay)
         return [np.array([len(w.payload), 1.0], np.float32) for w in items]
 
@@ -375,6 +376,27 @@ def test_graceful_shutdown_finishes_requests_in_flight():
         time.sleep(0.15)  # the request is in the model when the shutdown starts
     t.join()
     assert answers and answers[0][0] == 200 and answers[0][1]["data"][0]["embedding"] == [3.0, 1.0]
+
+
+def test_a_client_that_hangs_up_costs_no_compute():
+    import socket
+
+    engine = SlowEngine(0.4)
+    with running_server(ServeConfig("slow", port=0, log_level="warning", max_batch_size=1), engine=engine) as url:
+        first = threading.Thread(target=lambda: post(url + "/v1/embeddings", {"input": "busy"}))
+        first.start()
+        time.sleep(0.1)  # "busy" is in the model
+        port = int(url.rsplit(":", 1)[1])
+        body = b'{"input": "abandoned"}'
+        with socket.create_connection(("127.0.0.1", port)) as s:
+            s.sendall(b"POST /v1/embeddings HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                      b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+            time.sleep(0.1)  # queued behind "busy"; then the client hangs up
+        first.join()
+        assert post(url + "/v1/embeddings", {"input": "after"})[0] == 200
+        metrics = request(url + "/metrics")[2]
+    assert engine.seen == ["busy", "after"]
+    assert 'status="499"' in metrics and "process_resident_memory_bytes" in metrics
 
 
 def test_api_key(bert_dir):

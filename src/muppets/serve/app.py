@@ -93,12 +93,25 @@ class Server:
             request.state.settled()
 
     async def submit(self, items: list, request: Request) -> list:
+        """Queue a request's items and wait for the results; a client that hangs up meanwhile
+        has its waiting items dropped (no compute is spent on answers nobody reads)."""
         ticket = Ticket(len(items), asyncio.get_running_loop())
         self.enqueue(items, ticket, request)
+        gone = asyncio.ensure_future(_disconnected(request))
         try:
-            return await ticket.future
+            await asyncio.wait({ticket.future, gone}, return_when=asyncio.FIRST_COMPLETED)
+            if not ticket.future.done():
+                raise ApiError(499, "the client closed the connection")  # nobody reads this answer
+            return ticket.future.result()
         finally:
+            gone.cancel()
             ticket.cancelled = True
+
+
+async def _disconnected(request: Request) -> None:
+    """Returns when the client has gone (the body is already read: only a disconnect can come)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
 
 
 def _overloaded(full: QueueFull) -> ApiError:
