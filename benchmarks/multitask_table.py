@@ -1,0 +1,179 @@
+"""Multi-task learning vs single-task fine-tuning, paired by seed (issue 18).
+
+Two suites, each a base config plus variants (overrides), run per seed, and the single-task
+runs of the same seeds and settings:
+
+* ``glue`` — ``configs/multitask-glue.yaml`` (MiniLM; RTE, MRPC, STS-B, CoLA, SST-2; each
+  task selects on its 10% train slice, dev is reported). Single task: ``runs/ft-<task>-minilm-sel/seed-N``
+  (``muppets finetune <task> --model minilm``, the same settings). Variants: ``mtdnn`` (the
+  config: alternating, proportional, then per-task fine-tuning: rows ``mtdnn`` and
+  ``mtdnn+ft``); sampler ablation of the multi-task stage ``sqrt``, ``uniform``, ``annealed``
+  (``proportional`` is ``mtdnn``'s first row); ``joint-equal``, ``joint-uncertainty``,
+  ``joint-gradnorm``, ``joint-dwa``; ``soft`` (soft sharing, λ 1e-3).
+* ``conll`` — ``configs/multitask-conll.yaml`` (POS + chunk + NER jointly, dev selects, test is
+  reported). Single task: NER alone, ``runs/ft-conll2003-minilm-unsorted/seed-N``. Variants:
+  ``uncertainty``, ``gradnorm``, ``dwa``, ``equal``.
+
+Runs that already have ``metrics.json`` are reused (so the table can be rebuilt, and a killed
+call continues); ``--parallel 2`` runs two jobs at a time, one thread each.
+
+    OMP_NUM_THREADS=1 python benchmarks/multitask_table.py glue --variants mtdnn --seeds 1 2 3 4 5 --parallel 2
+    OMP_NUM_THREADS=1 python benchmarks/multitask_table.py conll --variants uncertainty --seeds 1 2 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import logging
+import multiprocessing
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from tapt_table import t_interval  # noqa: E402
+
+SUITES: dict[str, dict[str, Any]] = {
+    "glue": {
+        "config": "configs/multitask-glue.yaml", "run_root": "runs/mtl-glue", "split": "dev",
+        "metrics": {"rte": "accuracy", "mrpc": "accuracy", "stsb": "pearson", "cola": "mcc", "sst2": "accuracy"},
+        "single": "runs/ft-{task}-minilm-sel",
+        "variants": {
+            "mtdnn": [],
+            "sqrt": ["sampler=temperature", "then_finetune=false"],
+            "uniform": ["sampler=uniform", "then_finetune=false"],
+            "annealed": ["sampler=annealed", "then_finetune=false"],
+            "joint-equal": ["mode=joint", "then_finetune=false"],
+            "joint-uncertainty": ["mode=joint", "weighting=uncertainty", "then_finetune=false"],
+            "joint-gradnorm": ["mode=joint", "weighting=gradnorm", "then_finetune=false"],
+            "joint-dwa": ["mode=joint", "weighting=dwa", "then_finetune=false"],
+            "soft": ["sharing=soft", "then_finetune=false"],
+        },
+    },
+    "conll": {
+        "config": "configs/multitask-conll.yaml", "run_root": "runs/mtl-conll", "split": "test",
+        "metrics": {"conll2003": "f1"}, "single": "runs/ft-conll2003-minilm-unsorted",
+        "variants": {"uncertainty": [], "gradnorm": ["weighting=gradnorm"], "dwa": ["weighting=dwa"],
+                     "equal": ["weighting=fixed"]},
+    },
+}
+log = logging.getLogger("multitask_table")
+
+
+def _job(job: tuple[str, str, str, int]) -> str:
+    """One run in this process (one thread): ``("single", suite, task, seed)`` or
+    ``("multi", suite, variant, seed)``; returns its metrics.json path."""
+    import torch
+
+    from muppets import multitask
+    from muppets.transfer import finetune
+
+    torch.set_num_threads(1)
+    kind, suite, name, seed = job
+    s = SUITES[suite]
+    if kind == "single":
+        mt = multitask.load_config(ROOT / s["config"], [])
+        run_dir = ROOT / s["single"].format(task=name) / f"seed-{seed}"
+        if not (run_dir / "metrics.json").is_file():
+            cfg = dataclasses.replace(mt.finetune, task=finetune.TaskSection(name=name), seed=seed,
+                                      run_dir=str(run_dir), threads=1, progress=False)
+            finetune.run(cfg)
+        return str(run_dir / "metrics.json")
+    run_dir = ROOT / s["run_root"] / name / f"seed-{seed}"
+    if not (run_dir / "metrics.json").is_file():
+        cfg = multitask.load_config(ROOT / s["config"], s["variants"][name] + [
+            f"run_dir={run_dir}", f"finetune.seed={seed}", "finetune.threads=1", "finetune.progress=false"])
+        multitask.run(cfg)
+    return str(run_dir / "metrics.json")
+
+
+def scores(suite: str, variants: list[str], seeds: list[int]) -> dict[str, dict[str, dict[int, float]]]:
+    """``{task: {row: {seed: score in points}}}`` from the finished runs."""
+    s = SUITES[suite]
+    out: dict[str, dict[str, dict[int, float]]] = {t: {} for t in s["metrics"]}
+    for task, metric in s["metrics"].items():
+        for seed in seeds:
+            path = ROOT / s["single"].format(task=task) / f"seed-{seed}" / "metrics.json"
+            if path.is_file():
+                out[task].setdefault("single", {})[seed] = 100 * json.loads(path.read_text())[s["split"]][metric]
+            for variant in variants:
+                path = ROOT / s["run_root"] / variant / f"seed-{seed}" / "metrics.json"
+                if not path.is_file():
+                    continue
+                entry = json.loads(path.read_text())["per_task"][task]
+                out[task].setdefault(variant, {})[seed] = 100 * entry[s["split"]][metric]
+                if "finetuned" in entry:
+                    out[task].setdefault(f"{variant}+ft", {})[seed] = 100 * entry["finetuned"][s["split"]][metric]
+    return out
+
+
+def table(suite: str, found: dict[str, dict[str, dict[int, float]]]) -> dict[str, Any]:
+    """Per task and row: mean ± std, and the paired difference to ``single`` with its 95% t interval."""
+    import statistics
+
+    result: dict[str, Any] = {}
+    for task, rows in found.items():
+        single = rows.get("single", {})
+        result[task] = {}
+        for row, by_seed in rows.items():
+            values = list(by_seed.values())
+            entry = {"mean": statistics.mean(values), "std": statistics.stdev(values) if len(values) > 1 else 0.0,
+                     "seeds": sorted(by_seed), "values": [by_seed[s] for s in sorted(by_seed)]}
+            common = sorted(set(by_seed) & set(single))
+            if row != "single" and common:
+                diffs = [by_seed[s] - single[s] for s in common]
+                entry["paired"] = {"mean": statistics.mean(diffs),
+                                   "std": statistics.stdev(diffs) if len(diffs) > 1 else 0.0,
+                                   "t95": t_interval(diffs), "seeds": common,
+                                   "wins": sum(d > 0 for d in diffs), "losses": sum(d < 0 for d in diffs)}
+            result[task][row] = entry
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("suite", choices=list(SUITES))
+    parser.add_argument("--variants", nargs="+", default=None, help="default: every variant of the suite")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3, 4, 5])
+    parser.add_argument("--parallel", type=int, default=1)
+    parser.add_argument("--table-only", action="store_true", help="only read finished runs")
+    parser.add_argument("--out", default="")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    s = SUITES[args.suite]
+    variants = args.variants or list(s["variants"])
+    unknown = [v for v in variants if v not in s["variants"]]
+    if unknown:
+        parser.error(f"unknown variants {unknown}; {args.suite} has {list(s['variants'])}")
+    jobs = [("single", args.suite, t, seed) for seed in args.seeds for t in s["metrics"]]
+    jobs += [("multi", args.suite, v, seed) for seed in args.seeds for v in variants]
+    start = time.time()
+    if not args.table_only:
+        if args.parallel > 1:
+            with ProcessPoolExecutor(args.parallel, mp_context=multiprocessing.get_context("fork")) as pool:
+                for path in pool.map(_job, jobs):
+                    log.info("done: %s", path)
+        else:
+            for job in jobs:
+                log.info("done: %s", _job(job))
+    result = {"suite": args.suite, "split": s["split"], "metrics": s["metrics"], "seeds": args.seeds,
+              "variants": {v: s["variants"][v] for v in variants}, "wall_s": time.time() - start,
+              "table": table(args.suite, scores(args.suite, variants, args.seeds))}
+    out = Path(args.out or ROOT / f"benchmarks/results/multitask_{args.suite}.json")
+    out.write_text(json.dumps(result, indent=1) + "\n")
+    for task, rows in result["table"].items():
+        print(f"\n{task} ({s['split']} {s['metrics'][task]}):")
+        for row, e in rows.items():
+            p = e.get("paired")
+            extra = (f"  paired {p['mean']:+.2f} ± {p['std']:.2f} (t95 {p['t95'][0]:+.2f}, {p['t95'][1]:+.2f}; "
+                     f"{p['wins']}-{p['losses']})") if p else ""
+            print(f"  {row:<20} {e['mean']:6.2f} ± {e['std']:.2f} (n={len(e['values'])}){extra}")
+
+
+if __name__ == "__main__":
+    main()
