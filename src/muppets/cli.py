@@ -6,6 +6,8 @@
     muppets finetune sst2 --model runs/bert-mini --seeds 1,2,3 lr=3e-5 epochs=2
     muppets evaluate sst2 --model runs/finetune/sst2/best --split dev
     muppets multitask configs/multitask-glue.yaml finetune.seed=2 sampler=uniform
+    muppets attention minilm "The nurse said that she was tired." --out page.html
+    muppets serve runs/finetune/sst2/best --port 8000 --max-batch-tokens 8192
     muppets embed --model runs/elmo-small --input sentences.txt --layers all --out elmo.safetensors
     muppets features conll2003 --model minilm --layers mix --seeds 1,2,3
     muppets polysemy bank --model runs/elmo-small --corpus data:english-corpus/books
@@ -665,6 +667,9 @@ def build_parser() -> argparse.ArgumentParser:
     from muppets.analysis import attention_cli  # the attention page (issue 20)
 
     attention_cli.add_parser(sub)
+    from muppets.serve.cli import add_parser as add_serve_parser  # the HTTP server (issue 21)
+
+    add_serve_parser(sub)
     return parser
 
 
