@@ -577,8 +577,12 @@ def test_squad_dev_perturbed_predictions_match_the_reference_loop(squad_dev) -> 
 
 
 def test_compute_dispatches_every_metric() -> None:
-    assert set(M.METRIC_NAMES) == {"accuracy", "f1", "mcc", "pearson_spearman", "entity_f1", "squad"}
+    assert set(M.METRIC_NAMES) == {"accuracy", "f1", "mcc", "pearson_spearman", "entity_f1",
+                                   "token_accuracy", "squad"}
     assert M.compute("accuracy", [1, 0], [1, 1]) == {"accuracy": 0.5}
+    assert M.compute("token_accuracy", [["a", "b"], ["c"]], [["a", "x"], ["c"]]) == {"accuracy": 2 / 3}
+    with pytest.raises(DataError, match="sentence 0"):
+        M.compute("token_accuracy", [["a"]], [["a", "b"]])
     f1 = M.compute("f1", [1, 1, 0, 0], [1, 0, 1, 0])
     assert f1 == {"accuracy": 0.5, "precision": 0.5, "recall": 0.5, "f1": 0.5}
     assert M.compute("f1", ["y", "n"], ["y", "y"], positive="y")["f1"] == pytest.approx(2 / 3)
