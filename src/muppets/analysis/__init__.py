@@ -2,4 +2,7 @@
 polysemy measurement of static vs contextual vectors (:mod:`~muppets.analysis.polysemy`), and
 attention — capture and analyses (:mod:`~muppets.analysis.attention`), the offline HTML page
 (:mod:`~muppets.analysis.attention_page`), PNGs (:mod:`~muppets.analysis.attention_plots`) and the
-``muppets attention`` command (:mod:`~muppets.analysis.attention_cli`)."""
+``muppets attention`` command (:mod:`~muppets.analysis.attention_cli`), and probing — per-layer and
+scalar-mix probes with random-encoder and control-task baselines (:mod:`~muppets.analysis.probing`),
+the structural probe (:mod:`~muppets.analysis.structural_probe`) and ``muppets probe``
+(:mod:`~muppets.analysis.probe_cli`)."""

@@ -1,0 +1,93 @@
+"""``muppets probe``: the probing suite from the shell (:mod:`muppets.analysis.probing`).
+
+::
+
+    muppets probe minilm --out runs/probe/minilm
+    muppets probe runs/gpt-mini --tasks pos,ner,structural --layers 0,2,4 --max-train-sentences 2000
+    muppets probe runs/elmo-small --probe mlp --no-control --threads 2
+
+Writes ``probe.json`` (per task and layer: test accuracy, control accuracy and selectivity, the
+random encoder's numbers; the mix weights, γ and expected layer; UUAS and DSpr. per layer) and
+``probe_layers.png`` / ``probe_mix.png`` beside it, and prints a summary table.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from muppets.analysis.probe_data import TASKS
+
+
+def add_parser(sub) -> argparse.ArgumentParser:
+    """Add the ``probe`` subcommand to an argparse subparsers object; returns its parser."""
+    p = sub.add_parser("probe", help="probe every layer of a frozen model: POS, chunk, NER (CoNLL-2003), UPOS, "
+                       "relations and the structural probe (UD EWT); mix weights, expected layer, random encoder, "
+                       "control tasks")
+    p.add_argument("model", help="HF BERT/GPT directory, 'minilm', an ELMo/NNLM/word2vec run, or a vector file")
+    p.add_argument("--tasks", default=",".join(TASKS), help=f"comma-separated, from {','.join(TASKS)}")
+    p.add_argument("--layers", default="all", help="layers to probe: all, or numbers like 0,2,-1")
+    p.add_argument("--random-baseline", action=argparse.BooleanOptionalAction, default=True,
+                   help="also probe a randomly initialised encoder of the same architecture")
+    p.add_argument("--control", action=argparse.BooleanOptionalAction, default=True,
+                   help="control tasks (Hewitt & Liang 2019) for selectivity")
+    p.add_argument("--mix", action=argparse.BooleanOptionalAction, default=True, help="scalar-mix probe")
+    p.add_argument("--probe", choices=["linear", "mlp"], default="linear", help="probe kind")
+    p.add_argument("--hidden", type=int, default=256, help="mlp probe: hidden units")
+    p.add_argument("--rank", type=int, default=128, help="structural probe: rank of B")
+    p.add_argument("--epochs", type=int, default=20, help="word probes: epochs at most (early stopping on dev)")
+    p.add_argument("--out", metavar="DIR", help="output folder (default runs/probe/<model>)")
+    p.add_argument("--cache-dir", default="runs/probe/cache", help="cached per-layer features")
+    p.add_argument("--max-train-sentences", type=int, default=0, help="seeded sample of train sentences (0 = all)")
+    p.add_argument("--max-eval-sentences", type=int, default=0, help="the same for dev and test (0 = all)")
+    p.add_argument("--data-dir", default="", help="the shared data folder (default: the usual one)")
+    p.add_argument("--threads", type=int, default=0, help="torch threads (0: leave the default)")
+    p.add_argument("--seed", type=int, default=0)
+    p.set_defaults(func=run)
+    return p
+
+
+def config_of(args: argparse.Namespace):
+    """The :class:`~muppets.analysis.probing.ProbeConfig` the arguments describe."""
+    from muppets.analysis.probing import ProbeConfig
+
+    return ProbeConfig(model=args.model, tasks=args.tasks, layers=args.layers, random_baseline=args.random_baseline,
+                       control=args.control, mix=args.mix, probe=args.probe, hidden=args.hidden, rank=args.rank,
+                       max_epochs=args.epochs, out=args.out or "", cache_dir=args.cache_dir,
+                       max_train_sentences=args.max_train_sentences, max_eval_sentences=args.max_eval_sentences,
+                       data_dir=args.data_dir, seed=args.seed, progress=True)
+
+
+def summary_lines(report: dict) -> list[str]:
+    """One line per task: best layer (by dev), its test score, mix and expected layer, random encoder."""
+    lines = []
+    for name, result in report["tasks"].items():
+        trained, random = result.get("pretrained"), result.get("random_encoder")
+        if trained is None:
+            continue
+        key = "uuas" if name == "structural" else "accuracy"
+        best = trained["best_layer"]
+        text = f"{name:>10}  best layer {best['layer']}: {key} {best[key]:.4f}"
+        if "selectivity" in best:
+            text += f" (selectivity {best['selectivity']:+.4f})"
+        if "mix" in trained:
+            text += f"  mix {trained['mix']['accuracy']:.4f}, E[l] = {trained['mix']['expected_layer']:.2f}"
+        if random is not None:
+            text += f"  random encoder {random['best_layer'][key]:.4f}"
+        lines.append(text)
+    return lines
+
+
+def run(args: argparse.Namespace) -> int:
+    """Do what ``args`` ask; prints the summary and where the report went. Returns the exit code."""
+    from muppets.analysis.probing import run_probing
+
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
+    cfg = config_of(args)
+    report = run_probing(cfg)
+    for line in summary_lines(report):
+        print(line)
+    print(f"wrote {cfg.out_dir() / 'probe.json'} and {', '.join(report['plots'])} ({report['seconds']:.0f} s)")
+    return 0

@@ -1,0 +1,160 @@
+"""The probes and their training loop: small models on frozen vectors, stopped early on dev.
+
+* :class:`WordProbe` — one layer's vector ``(B, D)`` -> label logits: a linear softmax
+  classifier (``hidden=0``, the probe of Tenney et al. 2019b and Hewitt & Liang 2019's
+  "linear") or one hidden ReLU layer (their "MLP-1");
+* :class:`MixProbe` — Tenney et al. 2019a's scalar-mix probe: the ``K`` layers mixed by
+  ``γ · Σ_k softmax(w)_k · h_k`` (:class:`~muppets.nn.scalar_mix.ScalarMix`), then the same
+  classifier; the learned ``s = softmax(w)`` says which layers the task draws on, and
+  :func:`expected_layer` is their centre of gravity ``E[l] = Σ_l l · s_l``;
+* :func:`train_early_stopping` — Adam, one pass over shuffled batches per epoch, a dev score
+  after each epoch; the best state is kept and training stops after ``patience`` epochs
+  without improvement (optionally dividing the learning rate by 10 at each, as Hewitt &
+  Manning's structural probe does).
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from muppets.errors import ConfigError
+from muppets.nn.scalar_mix import ScalarMix
+
+PROBE_KINDS = ("linear", "mlp")
+
+
+def expected_layer(weights: Sequence[float], layers: Sequence[int] | None = None) -> float:
+    """Tenney et al. (2019a) "expected layer": ``Σ_l l · s_l`` over the mixed layers (their
+    numbers, 0 = the embedding layer) and normalised mix weights ``s``.
+
+    >>> expected_layer([0.25, 0.5, 0.25]), expected_layer([0.0, 0.0, 1.0]), expected_layer([0.5, 0.5], [2, 6])
+    (1.0, 2.0, 4.0)
+    """
+    layers = list(range(len(weights))) if layers is None else list(layers)
+    if len(layers) != len(weights) or not weights:
+        raise ConfigError(f"expected_layer: {len(weights)} weights for {len(layers)} layers")
+    total = float(sum(weights))
+    if not math.isclose(total, 1.0, abs_tol=1e-4):
+        raise ConfigError(f"expected_layer: the mix weights sum to {total}, not 1")
+    return float(sum(l * s for l, s in zip(layers, weights)))
+
+
+class WordProbe(nn.Module):
+    """``(B, D)`` -> ``(B, C)`` logits: linear (``hidden=0``) or ``Linear-ReLU-Dropout-Linear``."""
+
+    def __init__(self, dim: int, num_labels: int, hidden: int = 0, dropout: float = 0.0) -> None:
+        super().__init__()
+        if hidden < 0 or num_labels < 1:
+            raise ConfigError(f"probe: hidden={hidden} and num_labels={num_labels} must be >= 0 / >= 1")
+        self.net = nn.Linear(dim, num_labels) if hidden == 0 else nn.Sequential(
+            nn.Linear(dim, hidden), nn.ReLU(), nn.Dropout(dropout), nn.Linear(hidden, num_labels))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x)
+
+
+class MixProbe(nn.Module):
+    """``(B, K, D)`` -> ``(B, C)``: :class:`ScalarMix` over the ``K`` layers, then a
+    :class:`WordProbe`. With ``K = 1`` the mix is the identity (one layer)."""
+
+    def __init__(self, num_layers: int, dim: int, num_labels: int, hidden: int = 0, dropout: float = 0.0) -> None:
+        super().__init__()
+        self.mix = ScalarMix(num_layers) if num_layers > 1 else None
+        self.probe = WordProbe(dim, num_labels, hidden, dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = x[:, 0] if self.mix is None else self.mix(list(x.unbind(1)))  # (B, D)
+        return self.probe(h)
+
+    def mix_weights(self) -> list[float]:
+        return [1.0] if self.mix is None else self.mix.weights()
+
+    def gamma(self) -> float:
+        return 1.0 if self.mix is None else self.mix.gamma_value()
+
+
+def make_probe(kind: str, num_layers: int, dim: int, num_labels: int, hidden: int, dropout: float) -> MixProbe:
+    """A :class:`MixProbe` of ``kind`` (``linear`` ignores ``hidden`` and ``dropout``)."""
+    if kind not in PROBE_KINDS:
+        raise ConfigError(f"probe {kind!r} is not one of {', '.join(PROBE_KINDS)}")
+    if kind == "mlp" and hidden < 1:
+        raise ConfigError(f"probe=mlp needs hidden >= 1, got {hidden}")
+    return MixProbe(num_layers, dim, num_labels, hidden if kind == "mlp" else 0, dropout if kind == "mlp" else 0.0)
+
+
+@dataclass
+class Stopping:
+    """How a probe trains: Adam's ``lr`` and ``weight_decay``, at most ``max_epochs`` epochs,
+    stop after ``patience`` epochs without a better dev score; ``lr_decay`` divides the
+    learning rate by 10 at each of those epochs. ``mix_lr``: Adam moves a parameter by about
+    its learning rate per step, so at ``lr = 1e-3`` the ``K`` mix logits need thousands of
+    steps to leave their uniform start; a larger rate for them lets a mix settle on a small
+    training set too."""
+
+    lr: float = 1e-3
+    weight_decay: float = 0.0
+    max_epochs: int = 20
+    patience: int = 3
+    lr_decay: bool = False
+    mix_lr: float | None = None  # a MixProbe's mix logits and γ (None: lr); no weight decay on them
+
+    def __post_init__(self) -> None:
+        if self.max_epochs < 1 or self.patience < 1 or self.lr <= 0:
+            raise ConfigError(f"probe training: max_epochs={self.max_epochs}, patience={self.patience} "
+                              f"and lr={self.lr} must be positive")
+
+
+@dataclass
+class Fitted:
+    """What :func:`train_early_stopping` reports: epochs run, the best epoch (1-based) and its dev score."""
+
+    epochs: int
+    best_epoch: int
+    dev_score: float
+
+
+def _param_groups(probe: nn.Module, stopping: Stopping) -> list[dict]:
+    mix = getattr(probe, "mix", None)
+    if mix is None or stopping.mix_lr is None:
+        return [{"params": list(probe.parameters())}]
+    mixed = {id(p) for p in mix.parameters()}
+    rest = [p for p in probe.parameters() if id(p) not in mixed]
+    return [{"params": rest}, {"params": list(mix.parameters()), "lr": stopping.mix_lr, "weight_decay": 0.0}]
+
+
+def train_early_stopping(probe: nn.Module, losses: Callable[[torch.Generator], Iterable[torch.Tensor]],
+                         dev_score: Callable[[], float], stopping: Stopping, seed: int) -> Fitted:
+    """Train ``probe`` on the batches' ``losses(generator)`` (one epoch per call; the generator
+    shuffles) and keep the state with the highest ``dev_score()`` (run in eval mode, no grad)."""
+    generator = torch.Generator().manual_seed(seed)
+    optimizer = torch.optim.Adam(_param_groups(probe, stopping), lr=stopping.lr, weight_decay=stopping.weight_decay)
+    best, best_state, best_epoch, waited, epoch = -math.inf, None, 0, 0, 0
+    for epoch in range(1, stopping.max_epochs + 1):
+        probe.train()
+        for loss in losses(generator):
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+        probe.eval()
+        with torch.no_grad():
+            score = float(dev_score())
+        score = -math.inf if math.isnan(score) else score
+        if best_epoch == 0 or score > best:  # a NaN score never beats a real one
+            best, best_state, best_epoch, waited = score, copy.deepcopy(probe.state_dict()), epoch, 0
+            continue
+        waited += 1
+        if waited >= stopping.patience:
+            break
+        if stopping.lr_decay:
+            for group in optimizer.param_groups:
+                group["lr"] *= 0.1
+    assert best_state is not None
+    probe.load_state_dict(best_state)
+    probe.eval()
+    return Fitted(epoch, best_epoch, best)
