@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 from muppets.errors import MuppetsError
-from muppets.serve.config import POOLINGS, ServeConfig
+from muppets.serve.config import BACKENDS, POOLINGS, ServeConfig
 
 def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Add ``serve`` to the ``muppets`` subcommands; returns its parser."""
@@ -30,7 +30,11 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
                    help="how long the oldest input waits for others to join its batch")
     s.add_argument("--queue-size", type=int, default=d.queue_size,
                    help="inputs waiting at most; beyond, 503 with Retry-After")
-    s.add_argument("--threads", type=int, default=d.threads, help="torch threads (0 = torch's default)")
+    s.add_argument("--threads", type=int, default=d.threads,
+                   help="torch / onnxruntime threads (0 = the default: one per core)")
+    s.add_argument("--backend", choices=BACKENDS, default=d.backend,
+                   help="forward passes in torch, in onnxruntime (an export from 'muppets export onnx', in "
+                        "MODEL_DIR or MODEL_DIR/onnx), or auto: the faster of the two, measured at startup")
     s.add_argument("--api-key", default="", help="require 'Authorization: Bearer KEY' (or set MUPPETS_API_KEY)")
     s.add_argument("--max-inputs", type=int, default=d.max_inputs, help="inputs per request at most (413 beyond)")
     s.add_argument("--max-chars", type=int, default=d.max_chars, help="characters per input at most (413 beyond)")
@@ -51,6 +55,7 @@ def config_from_args(args: argparse.Namespace) -> ServeConfig:
     return ServeConfig(model_dir=args.model_dir, host=args.host, port=args.port, model_name=args.model_name,
                        max_batch_tokens=args.max_batch_tokens, max_batch_size=args.max_batch_size,
                        max_wait_ms=args.max_wait_ms, queue_size=args.queue_size, threads=args.threads,
+                       backend=args.backend,
                        api_key=args.api_key, max_inputs=args.max_inputs, max_chars=args.max_chars,
                        max_body_bytes=args.max_body_bytes, max_new_tokens=args.max_new_tokens,
                        pooling=args.pooling or "", normalize=args.normalize,

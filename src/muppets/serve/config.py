@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from muppets.errors import ConfigError
 
 POOLINGS = ("cls", "mean", "max", "mean_sqrt_len", "last")  # sentence vectors (sentence-transformers' names)
+BACKENDS = ("auto", "torch", "onnx")  # what runs the forward pass (muppets.serve.onnx_backend)
 
 
 @dataclass
@@ -20,7 +21,8 @@ class ServeConfig:
     max_batch_size: int = 64  # inputs per forward pass; 1 = no batching (the batch-1 baseline)
     max_wait_ms: float = 5.0  # how long the oldest waiting input may wait for others to join its batch
     queue_size: int = 1024  # inputs waiting at most; beyond, requests get 503 + Retry-After
-    threads: int = 0  # torch intra-op threads (0 = torch's default: one per core)
+    threads: int = 0  # torch (and onnxruntime) intra-op threads (0 = the default: one per core)
+    backend: str = "auto"  # torch | onnx (an export: muppets export onnx) | auto (the faster of both, measured at startup)
     api_key: str = ""  # if set, every route but /health needs "Authorization: Bearer <key>" (env MUPPETS_API_KEY)
     max_inputs: int = 256  # inputs one request may carry (413 beyond)
     max_chars: int = 20000  # characters one input may have (413 beyond)
@@ -42,5 +44,7 @@ class ServeConfig:
         if self.max_wait_ms < 0 or self.threads < 0 or not 0 <= self.port < 65536:
             raise ConfigError(f"max_wait_ms={self.max_wait_ms}, threads={self.threads}, port={self.port}: "
                               "wait and threads must be >= 0, the port within 0 … 65535")
+        if self.backend not in BACKENDS:
+            raise ConfigError(f"backend {self.backend!r} is not one of {', '.join(BACKENDS)}")
         if self.pooling and self.pooling not in POOLINGS:
             raise ConfigError(f"pooling {self.pooling!r} is not one of {', '.join(POOLINGS)}")

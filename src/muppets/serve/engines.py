@@ -49,12 +49,15 @@ class Engine:
 
     kind = ""
     routes: tuple[str, ...] = ()
+    backend = "torch"  # what runs the forward pass: torch | onnx (:mod:`~muppets.serve.onnx_backend`)
+    backend_ms: dict[str, float] | None = None  # --backend auto: each backend's measured forward passes
 
     def __init__(self, source: Path) -> None:
         self.source = source
 
     def describe(self) -> dict[str, Any]:
-        return {"kind": self.kind, "source": str(self.source), "routes": list(self.routes)}
+        out = {"kind": self.kind, "source": str(self.source), "routes": list(self.routes), "backend": self.backend}
+        return out | ({"backend_ms": self.backend_ms} if self.backend_ms else {})
 
     def run(self, key: Hashable, items: list[Work]) -> list[Any]:
         """Worker thread: one result per item (``key[0]`` names the route)."""
@@ -247,7 +250,17 @@ _TASK_ARCHS = ("BertForSequenceClassification", "BertForTokenClassification", "B
 
 
 def load_engine(cfg: ServeConfig) -> Engine:
-    """The engine for ``cfg.model_dir`` (see the module docstring's table)."""
+    """The engine for ``cfg.model_dir`` (see the module docstring's table) on ``cfg.backend``
+    (``onnx`` / ``auto``: :func:`muppets.serve.onnx_backend.load_with_backend`)."""
+    if cfg.backend == "torch":
+        return load_torch_engine(cfg)
+    from muppets.serve.onnx_backend import load_with_backend
+
+    return load_with_backend(cfg, load_torch_engine)
+
+
+def load_torch_engine(cfg: ServeConfig) -> Engine:
+    """The torch engine for ``cfg.model_dir`` (see the module docstring's table)."""
     from muppets.transfer.embedders import locate_model
 
     kind, path = locate_model(cfg.model_dir)

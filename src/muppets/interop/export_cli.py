@@ -1,0 +1,54 @@
+"""``muppets export onnx MODEL --out DIR``: the argparse entry (:mod:`muppets.cli` adds it).
+
+Imports neither the exporter nor onnxruntime until it runs, so ``muppets --help`` works without
+the ``onnx`` extra (``pip install -e ".[onnx]"``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from muppets.errors import MuppetsError
+
+
+def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """Add ``export`` (sub-action ``onnx``) to the ``muppets`` subcommands; returns its parser."""
+    from muppets.interop.onnx_export import DEFAULT_OPSET
+
+    e = sub.add_parser("export", help="export a model to another runtime's format (onnx)")
+    actions = e.add_subparsers(dest="export_format", required=True)
+    o = actions.add_parser("onnx", help="a BERT encoder or a fine-tuned task model -> model.onnx, checked "
+                           "against onnxruntime, with its tokenizer and settings beside it")
+    o.add_argument("model", metavar="MODEL",
+                   help="an HF BERT directory, 'minilm', a muppets run, or a fine-tuned task directory (BERT or GPT)")
+    o.add_argument("--out", required=True, metavar="DIR",
+                   help="a new (or empty) directory for model.onnx and its settings; never overwritten")
+    o.add_argument("--opset", type=int, default=DEFAULT_OPSET, help="ONNX opset (14 … 20)")
+    o.add_argument("--layers", choices=["last", "all"], default="last",
+                   help="encoders: output the top layer only, or also every layer (hidden_states)")
+    o.add_argument("--check", action=argparse.BooleanOptionalAction, default=True,
+                   help="run onnxruntime on padded inputs of new shapes and compare with torch (default: on)")
+    o.add_argument("--tolerance", type=float, default=1e-4, help="largest |onnx - torch| the check accepts")
+    o.set_defaults(func=run)
+    return e
+
+
+def run(args: argparse.Namespace) -> int:
+    """Export, print what was written and the check's difference; 2 on a user error."""
+    try:
+        from muppets.interop.onnx_export import export_onnx
+
+        report = export_onnx(args.model, args.out, opset=args.opset, layers=args.layers, check=args.check,
+                             tolerance=args.tolerance)
+    except MuppetsError as err:
+        print(f"muppets export onnx: error: {err}", file=sys.stderr)
+        return 2
+    what = report.kind + " task model" if report.what == "task" else "encoder"
+    print(f"exported the {report.family} {what} at {report.source} to {report.directory}/model.onnx "
+          f"(opset {report.opset}; outputs {', '.join(report.outputs)}; {report.seconds:.1f} s)")
+    if report.max_abs_diff is None:
+        print("not checked against onnxruntime (--no-check)")
+    else:
+        print(f"onnxruntime vs torch: max |diff| = {report.max_abs_diff:.3g} (tolerance {report.tolerance:g})")
+    return 0

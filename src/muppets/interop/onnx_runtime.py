@@ -1,0 +1,140 @@
+"""Running an ONNX export (:mod:`~muppets.interop.onnx_export`) with onnxruntime.
+
+- :func:`open_session`: an ``InferenceSession`` on the CPU with a given number of threads;
+- :class:`OnnxModel`: an export directory's graph and manifest, called with torch or numpy ids;
+- :class:`OnnxTaskModel`: a task graph under :class:`~muppets.heads.TaskModel`'s call
+  (``model(input_ids, token_type_ids, attention_mask).logits``), so
+  :func:`~muppets.transfer.predict.feature_logits` and :func:`~muppets.transfer.predict.decode`
+  run it unchanged;
+- :class:`OnnxPredictor`: :class:`~muppets.transfer.predict.Predictor` on an export directory
+  (features, labels and span settings read from the files copied beside the graph).
+
+Usage::
+
+    predictor = OnnxPredictor("runs/sst2/best-onnx")
+    predictor.predict(["a gripping film", "dull"])            # the torch Predictor's answers
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from muppets.errors import ConfigError
+from muppets.heads import TaskOutput
+from muppets.interop.onnx_export import INPUTS, read_manifest
+from muppets.transfer.predict import Predictor, load_settings
+
+
+def require_onnxruntime() -> Any:
+    """The ``onnxruntime`` module, or a :class:`ConfigError` saying how to install it."""
+    try:
+        import onnxruntime
+    except ImportError:
+        raise ConfigError("ONNX needs onnxruntime: pip install -e \".[onnx]\"") from None
+    return onnxruntime
+
+
+def open_session(path: str | Path, threads: int = 0) -> Any:
+    """A CPU ``InferenceSession`` of ``path``: ``threads`` intra-op threads (0 = onnxruntime's
+    default, one per core), one inter-op thread, every graph optimisation."""
+    ort = require_onnxruntime()
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = max(int(threads), 0)
+    options.inter_op_num_threads = 1
+    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    options.log_severity_level = 3  # errors only
+    return ort.InferenceSession(str(path), sess_options=options, providers=["CPUExecutionProvider"])
+
+
+class OnnxModel:
+    """An export directory: ``run(input_ids, attention_mask, token_type_ids)`` -> ``{output: array}``."""
+
+    def __init__(self, directory: str | Path, threads: int = 0) -> None:
+        self.directory = Path(directory)
+        self.manifest = read_manifest(self.directory)
+        self.session = open_session(self.directory / "model.onnx", threads)
+        self.input_names = [i.name for i in self.session.get_inputs()]
+        self.output_names = [o.name for o in self.session.get_outputs()]
+        unknown = set(self.input_names) - set(INPUTS)
+        if unknown:
+            raise ConfigError(f"{self.directory}/model.onnx: unexpected inputs {sorted(unknown)}")
+
+    @property
+    def kind(self) -> str:
+        """The task kind, or ``""`` for an encoder."""
+        return str(self.manifest.get("kind", ""))
+
+    def run(self, input_ids: Any, attention_mask: Any, token_type_ids: Any = None) -> dict[str, np.ndarray]:
+        """Outputs for ids ``(B, T)`` (``(B, C, T)`` for choice); torch tensors or arrays."""
+        given = {"input_ids": input_ids, "attention_mask": attention_mask,
+                 "token_type_ids": torch.zeros_like(torch.as_tensor(input_ids)) if token_type_ids is None else token_type_ids}
+        feeds = {name: _int64(given[name]) for name in self.input_names}  # an unused input is not in the graph
+        return dict(zip(self.output_names, self.session.run(None, feeds)))
+
+
+def _int64(x: Any) -> np.ndarray:
+    if isinstance(x, torch.Tensor):
+        x = x.detach().cpu().numpy()
+    return np.ascontiguousarray(x, dtype=np.int64)
+
+
+class OnnxTaskModel(nn.Module):
+    """A task graph called like a :class:`~muppets.heads.TaskModel` (inference only)."""
+
+    def __init__(self, onnx_model: OnnxModel) -> None:
+        super().__init__()
+        if onnx_model.manifest.get("what") != "task":
+            raise ConfigError(f"{onnx_model.directory}: an encoder export, not a task model")
+        self.onnx, self.kind = onnx_model, onnx_model.kind
+        # feature_logits reads the device from the first parameter: an empty one says "cpu"
+        self.device_anchor = nn.Parameter(torch.empty(0), requires_grad=False)
+
+    def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None,
+                attention_mask: torch.Tensor | None = None, labels: torch.Tensor | None = None) -> TaskOutput:
+        if labels is not None:
+            raise ConfigError("an ONNX task model predicts only (no labels, no loss)")
+        mask = torch.ones_like(input_ids) if attention_mask is None else attention_mask
+        logits = self.onnx.run(input_ids, mask, token_type_ids)["logits"]
+        return TaskOutput(logits=torch.from_numpy(logits))
+
+
+class OnnxPredictor(Predictor):
+    """:class:`~muppets.transfer.predict.Predictor` on an export directory (no torch weights).
+
+    Args:
+        directory: written by :func:`~muppets.interop.onnx_export.export_onnx` from a task model.
+        batch_size: inputs per forward pass.
+        threads: onnxruntime intra-op threads (0 = one per core).
+    """
+
+    def __init__(self, directory: str | Path, batch_size: int = 64, threads: int = 0) -> None:
+        from muppets.transfer.features import FeatureOptions
+        from muppets.transfer.models import load_tokenizer
+
+        self.model_dir = Path(directory)
+        self.model = OnnxTaskModel(OnnxModel(self.model_dir, threads)).eval()
+        self.tokenizer = load_tokenizer(self.model_dir)
+        self.kind = self.model.kind
+        self.labels = _labels(self.model_dir, self.kind, self.model.onnx.manifest)
+        saved_features, self.span = load_settings(self.model_dir)
+        limit = int(self.model.onnx.manifest["max_positions"])
+        self.features = saved_features or FeatureOptions(max_seq_len=min(128, limit))
+        self.batch_size = batch_size
+
+
+def _labels(directory: Path, kind: str, manifest: dict) -> list[str]:
+    """As :func:`~muppets.transfer.predict.model_labels`: saved names, else ``id2label``, else ``LABEL_i``."""
+    data = json.loads((directory / "config.json").read_text(encoding="utf-8"))
+    saved = (data.get("muppets_task") or {}).get("labels") or []
+    if saved or kind not in ("classify", "pair", "tag"):
+        return list(saved)
+    id2label = data.get("id2label") or {}
+    n = int(manifest["output_axes"]["logits"][-1])  # the label count (a fixed axis)
+    return [id2label.get(str(i), f"LABEL_{i}") for i in range(n)]
