@@ -35,6 +35,9 @@ def add_parser(sub) -> argparse.ArgumentParser:
     p.add_argument("--hidden", type=int, default=256, help="mlp probe: hidden units")
     p.add_argument("--rank", type=int, default=128, help="structural probe: rank of B")
     p.add_argument("--epochs", type=int, default=20, help="word probes: epochs at most (early stopping on dev)")
+    p.add_argument("--pooling", choices=["auto", "first", "mean", "last"], default="auto",
+                   help="sub-word models: a word's vector (auto: last piece for GPT, first for BERT)")
+    p.add_argument("--deprel-subtypes", action="store_true", help="deprel: keep subtypes (nmod:poss)")
     p.add_argument("--out", metavar="DIR", help="output folder (default runs/probe/<model>)")
     p.add_argument("--cache-dir", default="runs/probe/cache", help="cached per-layer features")
     p.add_argument("--max-train-sentences", type=int, default=0, help="seeded sample of train sentences (0 = all)")
@@ -52,7 +55,8 @@ def config_of(args: argparse.Namespace):
 
     return ProbeConfig(model=args.model, tasks=args.tasks, layers=args.layers, random_baseline=args.random_baseline,
                        control=args.control, mix=args.mix, probe=args.probe, hidden=args.hidden, rank=args.rank,
-                       max_epochs=args.epochs, out=args.out or "", cache_dir=args.cache_dir,
+                       max_epochs=args.epochs, pooling=args.pooling, deprel_subtypes=args.deprel_subtypes,
+                       out=args.out or "", cache_dir=args.cache_dir,
                        max_train_sentences=args.max_train_sentences, max_eval_sentences=args.max_eval_sentences,
                        data_dir=args.data_dir, seed=args.seed, progress=True)
 
