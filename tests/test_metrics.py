@@ -578,7 +578,7 @@ def test_squad_dev_perturbed_predictions_match_the_reference_loop(squad_dev) -> 
 
 def test_compute_dispatches_every_metric() -> None:
     assert set(M.METRIC_NAMES) == {"accuracy", "f1", "mcc", "pearson_spearman", "entity_f1",
-                                   "token_accuracy", "squad"}
+                                   "token_accuracy", "squad", "cmrc2018"}
     assert M.compute("accuracy", [1, 0], [1, 1]) == {"accuracy": 0.5}
     assert M.compute("token_accuracy", [["a", "b"], ["c"]], [["a", "x"], ["c"]]) == {"accuracy": 2 / 3}
     with pytest.raises(DataError, match="sentence 0"):

@@ -453,6 +453,79 @@ def squad_scores(predictions: Mapping[str, str], dataset_json: Mapping[str, Any]
     return squad_scores_from_answers(predictions, squad_gold_answers(dataset_json))
 
 
+# ============================================================================ CMRC 2018
+
+
+_CMRC_PUNCTUATION = frozenset(['-', ':', '_', '*', '^', '/', '\\', '~', '`', '+', '=', '，', '。', '：', '？', '！',
+                               '“', '”', '；', '’', '《', '》', '……', '·', '、', '「', '」', '（', '）', '－', '～',
+                               '『', '』'])
+_HAN = re.compile("[\u4e00-\u9fa5]")
+_WORDS = re.compile(r"\w+|[^\w\s]")
+
+
+def cmrc_segments(text: str) -> list[str]:
+    """The official CMRC 2018 evaluation's ``mixed_segmentation(text, rm_punc=True)``: lower-cased,
+    its punctuation list removed, each Han character a segment, other runs split into words.
+    (The official script splits those runs with ``nltk.word_tokenize``; here ``\\w+`` or one
+    other character, so an English contraction may split differently.)
+
+    >>> cmrc_segments("《战国无双3》由光荣和ω-force开发")
+    ['战', '国', '无', '双', '3', '由', '光', '荣', '和', 'ωforce', '开', '发']
+    """
+    segments, run = [], ""
+    for ch in text.lower().strip():
+        if ch in _CMRC_PUNCTUATION:
+            continue
+        if _HAN.match(ch):
+            segments += _WORDS.findall(run) + [ch]
+            run = ""
+        else:
+            run += ch
+    return segments + _WORDS.findall(run)
+
+
+def _longest_common_run(a: Sequence[str], b: Sequence[str]) -> int:
+    """Length of the longest common *contiguous* run of segments (the script's ``find_lcs``)."""
+    best, prev = 0, [0] * (len(b) + 1)
+    for x in a:
+        row = [0] * (len(b) + 1)
+        for j, y in enumerate(b):
+            if x == y:
+                row[j + 1] = prev[j] + 1
+                best = max(best, row[j + 1])
+        prev = row
+    return best
+
+
+def _cmrc_f1(pred: str, gold: str) -> float:
+    p, g = cmrc_segments(pred), cmrc_segments(gold)
+    common = _longest_common_run(g, p)
+    if common == 0:
+        return 0.0
+    precision, recall = common / len(p), common / len(g)
+    return 2 * precision * recall / (precision + recall)
+
+
+def _cmrc_exact(pred: str, gold: str) -> float:
+    strip = lambda s: "".join(ch for ch in s.lower().strip() if ch not in _CMRC_PUNCTUATION)  # noqa: E731
+    return float(strip(pred) == strip(gold))
+
+
+def cmrc_scores(predictions: Mapping[str, str], answers: Mapping[str, Sequence[str]]) -> dict[str, float]:
+    """CMRC 2018's official EM and F1 in percent (max over the gold answers of each question):
+    EM compares the answers with punctuation removed; F1 is the F1 of the longest common run of
+    :func:`cmrc_segments` (characters for Chinese). A missing prediction scores 0.
+
+    >>> cmrc_scores({"q": "北京大学"}, {"q": ["北京大学。", "北京"]})
+    {'exact_match': 100.0, 'f1': 100.0}
+    """
+    if not answers:
+        raise DataError("no questions to score")
+    exact = sum(_max_over_golds(_cmrc_exact, predictions[q], g) for q, g in answers.items() if q in predictions)
+    f1 = sum(_max_over_golds(_cmrc_f1, predictions[q], g) for q, g in answers.items() if q in predictions)
+    return {"exact_match": 100.0 * exact / len(answers), "f1": 100.0 * f1 / len(answers)}
+
+
 # ============================================================================ dispatcher
 
 
@@ -505,6 +578,7 @@ _METRICS: dict[str, Callable[..., dict[str, float]]] = {
     "entity_f1": _compute_entity_f1,
     "token_accuracy": lambda preds, golds: {"accuracy": token_accuracy(preds, golds)},
     "squad": _compute_squad,
+    "cmrc2018": cmrc_scores,
 }
 METRIC_NAMES: tuple[str, ...] = tuple(_METRICS)
 
@@ -525,6 +599,7 @@ def compute(metric_name: str, preds: Any, golds: Any, **options: Any) -> dict[st
                                                                           f1_<TYPE>
     ``token_accuracy``        lists of tag lists (e.g. POS)               accuracy
     ``squad``                 {qid: text} / SQuAD json or {qid: [texts]}  exact_match, f1 (%)
+    ``cmrc2018``              {qid: text} / {qid: [texts]} (Chinese)      exact_match, f1 (%)
     ========================  ==========================================  =====================
 
     >>> compute("mcc", [1, 1, 0, 0], [1, 0, 0, 0])

@@ -4,10 +4,11 @@
 >>> data.spec.labels, data.sizes()                               # doctest: +SKIP
 (['entailment', 'not_entailment'], {'train': 2490, 'dev': 277})
 
-Names: ``sst2 cola mrpc stsb rte qnli conll2003 conll2003-pos conll2003-chunk squad hellaswag mr youtube-spam`` and
+Names: ``sst2 cola mrpc stsb rte qnli conll2003 conll2003-pos conll2003-chunk squad hellaswag mr youtube-spam``,
+``chnsenticorp msra-ner cmrc2018`` (Chinese: :mod:`muppets.tasks.chinese`) and
 ``xnli-<lang>`` / ``pawsx-<lang>`` (staged: en de fr es zh). Datasets that ship as one file
-(QNLI, SQuAD, HellaSwag, MR, XNLI, PAWS-X, YouTube file 05) get documented deterministic
-splits; :attr:`TaskData.notes` says how.
+(QNLI, SQuAD, HellaSwag, MR, XNLI, PAWS-X, YouTube file 05, MSRA's training file, CMRC 2018)
+get documented deterministic splits; :attr:`TaskData.notes` says how.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from pathlib import Path
 
 from muppets.errors import ConfigError
 from muppets.paths import data_dir as shared_data_dir
+from muppets.tasks.chinese import load_chnsenticorp, load_cmrc2018, load_msra_ner
 from muppets.tasks.choice import load_hellaswag
 from muppets.tasks.conll import load_conll2003, load_conll2003_chunk, load_conll2003_pos
 from muppets.tasks.glue import load_cola, load_mrpc, load_qnli, load_rte, load_sst2, load_stsb
@@ -37,6 +39,7 @@ _LOADERS: dict[str, Loader] = {
     "rte": load_rte, "qnli": load_qnli, "conll2003": load_conll2003,
     "conll2003-pos": load_conll2003_pos, "conll2003-chunk": load_conll2003_chunk, "squad": load_squad,
     "hellaswag": load_hellaswag, "mr": load_mr, "youtube-spam": load_youtube_spam,
+    "chnsenticorp": load_chnsenticorp, "msra-ner": load_msra_ner, "cmrc2018": load_cmrc2018,
 }
 _FAMILIES: dict[str, Callable[..., TaskData]] = {"xnli": load_xnli, "pawsx": load_pawsx}
 STAGED_LANGUAGES = ("en", "de", "fr", "es", "zh")

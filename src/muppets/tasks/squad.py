@@ -13,7 +13,7 @@ marked ``is_impossible`` (SQuAD 2.0) may have no answer.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +25,7 @@ from muppets.tasks.spec import Answer, SpanExample, TaskData, TaskSpec
 __all__ = ["SQUAD_TRAIN_ARTICLES", "read_squad_articles", "read_squad", "load_squad"]
 
 SQUAD_TRAIN_ARTICLES = 38  # of the 48 dev articles; the remaining 10 are our dev split
+AnswerFix = Callable[[dict, str], "dict | None"]  # (question, context) -> question to read, or None: drop it
 
 
 class _LineFinder:
@@ -84,11 +85,13 @@ def _answers(qa: dict, context: str, path: Path, line: int | None) -> list[Answe
 
 
 def _question(qa: Any, context: str, title: str, path: Path,
-              finder: _LineFinder) -> SpanExample:
+              finder: _LineFinder, fix: AnswerFix | None = None) -> SpanExample | None:
     if not isinstance(qa, dict) or not isinstance(qa.get("id"), str):
         raise DataError(f"article {title!r}: a question needs a string 'id'", path=path,
                         value=short(qa))
     line = finder.line_of(qa["id"])
+    if fix is not None and (qa := fix(qa, context)) is None:
+        return None
     question = qa.get("question")
     if not isinstance(question, str) or not question.strip():
         raise DataError(f"question {qa['id']}: empty question", path=path, line=line)
@@ -97,7 +100,7 @@ def _question(qa: Any, context: str, title: str, path: Path,
 
 
 def _article(article: Any, path: Path, problems: Problems,
-             finder: _LineFinder) -> list[SpanExample]:
+             finder: _LineFinder, fix: AnswerFix | None = None) -> list[SpanExample]:
     if not isinstance(article, dict) or not isinstance(article.get("paragraphs"), list):
         raise DataError("an article needs a 'paragraphs' list", path=path, value=short(article))
     title = str(article.get("title", ""))
@@ -110,14 +113,23 @@ def _article(article: Any, path: Path, problems: Problems,
             continue
         for qa in _list(paragraph, "qas", f"article {title!r}: a paragraph", path, None):
             try:
-                examples.append(_question(qa, context, title, path, finder))
+                example = _question(qa, context, title, path, finder, fix)
             except DataError as err:
                 problems.report(err)
+                continue
+            if example is not None:
+                examples.append(example)
     return examples
 
 
-def read_squad_articles(path: str | Path, problems: Problems) -> list[list[SpanExample]]:
-    """Read a SQuAD-format JSON file into one list of questions per article."""
+def read_squad_articles(path: str | Path, problems: Problems,
+                        fix: AnswerFix | None = None) -> list[list[SpanExample]]:
+    """Read a SQuAD-format JSON file into one list of questions per article.
+
+    ``fix(question, context)`` (optional) sees each question's raw JSON object before it is
+    checked and returns the one to read, or None to leave the question out on purpose (a
+    dataset-specific repair, e.g. CMRC 2018's unlocatable answers: :mod:`muppets.tasks.chinese`).
+    """
     path = Path(path)
     data, text = _load_json(path, problems)
     if not isinstance(data, dict) or not isinstance(data.get("data"), list):
@@ -126,7 +138,7 @@ def read_squad_articles(path: str | Path, problems: Problems) -> list[list[SpanE
     articles = []
     for article in data["data"]:
         try:
-            articles.append(_article(article, path, problems, finder))
+            articles.append(_article(article, path, problems, finder, fix))
         except DataError as err:
             problems.report(err)
     if not any(articles):

@@ -66,7 +66,8 @@ from muppets.transfer.selection import SELECTIONS, resolve_mode, select
 log = logging.getLogger(__name__)
 
 PRIMARY = {"accuracy": "accuracy", "f1": "f1", "mcc": "mcc", "pearson_spearman": "corr",
-           "entity_f1": "f1", "token_accuracy": "accuracy", "squad": "f1"}  # metric name -> the key model selection maximises
+           "entity_f1": "f1", "token_accuracy": "accuracy", "squad": "f1",
+           "cmrc2018": "f1"}  # metric name -> the key model selection maximises
 _TABLE_KINDS = ("classify", "pair", "regress")
 
 
