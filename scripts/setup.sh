@@ -9,7 +9,7 @@ if [ ! -x .venv/bin/python ]; then
   "$PYTHON" -m venv .venv
 fi
 .venv/bin/python -m pip install --quiet --disable-pip-version-check "torch==2.13.0"
-.venv/bin/python -m pip install --quiet --disable-pip-version-check -e ".[dev,tensorboard,serve,onnx]"
+.venv/bin/python -m pip install --quiet --disable-pip-version-check -e ".[dev,tensorboard,serve,onnx,chinese]"
 .venv/bin/python -c "import torch, muppets; assert torch.__version__.startswith('2.13.0'), torch.__version__"
 # CI only: Chromium from the system's packages, for the attention page's headless-browser test
 # (tests/test_attention_page.py, which may not skip under CI=true). Installed once; kept after.

@@ -5,6 +5,7 @@ The pipeline streams in one direction::
     iter_documents (main process, streaming) → chunks of documents
         → workers: split_sentences + tokenizer.encode_text_batch → flat numpy arrays
         → ShardWriter (main process, appends) → tokens.bin / sentences.bin / documents.bin
+                                                   (+ units.bin: masking units, when asked)
 
 Chunks go to a ``multiprocessing.Pool`` in order with at most ``2 × workers`` chunks in flight,
 so memory stays flat however large the input is. (``Pool.imap`` is not used because its feeder
@@ -34,6 +35,8 @@ from tqdm.auto import tqdm
 from muppets.data.readers import ReadStats, iter_documents, list_files
 from muppets.data.sentences import split_sentences
 from muppets.data.shards import ShardWriter, tokenizer_fingerprint
+from muppets.data.units import UnitMarker, UnitSpec
+from muppets.errors import ConfigError
 
 __all__ = ["CorpusTokenizer", "PrepareSummary", "prepare_corpus", "SPECIALS_AS_TEXT", "reads_specials_as_text"]
 
@@ -41,7 +44,7 @@ logger = logging.getLogger(__name__)
 
 SPECIALS_AS_TEXT = "special_strings_as_text"  # meta.json: special-token strings in the text were encoded as text
 Chunk = list[list[str]]  # documents, each a list of paragraphs
-Encoded = tuple[np.ndarray, np.ndarray, np.ndarray]  # tokens (T,), lengths (S,), counts (D,)
+Encoded = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]  # tokens (T,), lengths (S,), counts (D,), units (T,)
 
 
 class CorpusTokenizer(Protocol):
@@ -96,6 +99,7 @@ def prepare_corpus(
     progress: bool = True,
     overwrite: bool = False,
     tokenizer_factory: Callable[[str], CorpusTokenizer] | None = None,
+    units: UnitSpec | None = None,
 ) -> PrepareSummary:
     """Read, sentence-split and tokenize ``inputs`` into a prepared corpus at ``out_dir``.
 
@@ -111,6 +115,8 @@ def prepare_corpus(
         overwrite: replace an existing ``out_dir`` (only once the new corpus is complete).
         tokenizer_factory: rebuilds the tokenizer from ``to_json()`` in each worker; must be
             picklable. Default: ``type(tokenizer).from_json``, else ``WordPieceTokenizer.from_json``.
+        units: also store masking units (words, phrases, entities: :mod:`muppets.data.units`)
+            as ``units.bin``; needs a tokenizer with ``encode_text_with_words`` (WordPiece).
     """
     started = time.perf_counter()
     inputs = [inputs] if isinstance(inputs, (str, Path)) else list(inputs)
@@ -121,14 +127,18 @@ def prepare_corpus(
     documents = iter_documents(files, fmt, errors=errors, text_field=text_field, stats=stats)
     chunks = chunk_documents(documents, batch_docs, batch_chars)
     tokenizer_json = tokenizer.to_json()
+    if units is not None and not hasattr(tokenizer, "encode_text_with_words"):
+        raise ConfigError(f"masking units (corpus.segmenter={units.segmenter}) need a WordPiece tokenizer, "
+                          f"not {type(tokenizer).__name__}")
     with ShardWriter(out_dir, vocab_size=tokenizer.vocab_size,
                      sources=[str(p) for p in inputs],
                      tokenizer_sha256=tokenizer_fingerprint(tokenizer_json),
-                     overwrite=overwrite) as writer:
-        with _encoder(tokenizer, tokenizer_json, tokenizer_factory, workers) as encode_all:
+                     overwrite=overwrite, units=units is not None) as writer:
+        with _encoder(tokenizer, tokenizer_json, tokenizer_factory, workers, units) as encode_all:
             _write_all(writer, encode_all(chunks), stats, total_bytes, progress)
+        extra = {} if units is None else {"units": units.describe()}
         writer.finish({"skipped": _skipped(stats), "files": stats.files,
-                       "input_bytes": total_bytes, "input_format": fmt, SPECIALS_AS_TEXT: True})
+                       "input_bytes": total_bytes, "input_format": fmt, SPECIALS_AS_TEXT: True, **extra})
     summary = _summarize(writer, stats, total_bytes, time.perf_counter() - started)
     logger.info("prepared %s: %d files, %d documents, %d sentences, %d tokens in %.1f s "
                 "(%.0f tokens/s)", summary.out_dir, summary.files, summary.documents,
@@ -163,11 +173,12 @@ def chunk_documents(documents: Iterable[Any], batch_docs: int,
         yield chunk
 
 
-def encode_chunk(tokenizer: CorpusTokenizer, chunk: Chunk) -> Encoded:
+def encode_chunk(tokenizer: CorpusTokenizer, chunk: Chunk, marker: UnitMarker | None = None) -> Encoded:
     """Split a chunk's paragraphs into sentences and tokenize them as plain text, flat.
 
     Returns:
-        tokens (T,) uint32, sentence_lengths (S,) int64, doc_sentence_counts (D,) int64.
+        tokens (T,) uint32, sentence_lengths (S,) int64, doc_sentence_counts (D,) int64, and
+        with a ``marker`` the unit-start bits (T,) uint8 of :mod:`muppets.data.units` (else None).
     """
     sentences: list[str] = []
     counts = np.zeros(len(chunk), dtype=np.int64)  # (D,)
@@ -176,20 +187,27 @@ def encode_chunk(tokenizer: CorpusTokenizer, chunk: Chunk) -> Encoded:
         for paragraph in paragraphs:
             sentences.extend(split_sentences(paragraph))
         counts[d] = len(sentences) - before
-    encode = getattr(tokenizer, "encode_text_batch", tokenizer.encode_batch)  # see CorpusTokenizer
-    ids = encode(sentences) if sentences else []
+    flags = None
+    if marker is not None:
+        encodings = tokenizer.encode_text_with_words(sentences) if sentences else []  # type: ignore[attr-defined]
+        ids = [enc.ids for enc in encodings]
+        flags = np.concatenate([marker.flags(text, enc.offsets, enc.word_ids)
+                                for text, enc in zip(sentences, encodings)] or [np.zeros(0, np.uint8)])
+    else:
+        encode = getattr(tokenizer, "encode_text_batch", tokenizer.encode_batch)  # see CorpusTokenizer
+        ids = encode(sentences) if sentences else []
     lengths = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))  # (S,)
     tokens = np.fromiter(itertools.chain.from_iterable(ids), dtype=np.uint32,
                          count=int(lengths.sum()))  # (T,)
-    return tokens, lengths, counts
+    return tokens, lengths, counts, flags
 
 
 def _write_all(writer: ShardWriter, results: Iterator[Encoded], stats: ReadStats,
                total_bytes: int, progress: bool) -> None:
     with tqdm(total=total_bytes, unit="B", unit_scale=True, unit_divisor=1024,
               desc="prepare", disable=not progress, dynamic_ncols=True) as bar:
-        for tokens, lengths, counts in results:
-            writer.add_encoded(tokens, lengths, counts)
+        for tokens, lengths, counts, units in results:
+            writer.add_encoded(tokens, lengths, counts, units)
             bar.update(stats.bytes_read - bar.n)
             bar.set_postfix(docs=writer.num_documents, tokens=writer.num_tokens, refresh=False)
 
@@ -197,29 +215,33 @@ def _write_all(writer: ShardWriter, results: Iterator[Encoded], stats: ReadStats
 # ----------------------------------------------------------------------------- workers
 
 _WORKER_TOKENIZER: CorpusTokenizer | None = None
+_WORKER_MARKER: UnitMarker | None = None
 
 
-def _init_worker(factory: Callable[[str], CorpusTokenizer], tokenizer_json: str) -> None:
-    global _WORKER_TOKENIZER
+def _init_worker(factory: Callable[[str], CorpusTokenizer], tokenizer_json: str,
+                 units: UnitSpec | None = None) -> None:
+    global _WORKER_TOKENIZER, _WORKER_MARKER
     os.environ["TOKENIZERS_PARALLELISM"] = "false"  # one thread per worker process
     _WORKER_TOKENIZER = factory(tokenizer_json)
+    _WORKER_MARKER = None if units is None else UnitMarker(units)
 
 
 def _encode_in_worker(chunk: Chunk) -> Encoded:
     assert _WORKER_TOKENIZER is not None, "worker not initialised"
-    return encode_chunk(_WORKER_TOKENIZER, chunk)
+    return encode_chunk(_WORKER_TOKENIZER, chunk, _WORKER_MARKER)
 
 
 @contextmanager
 def _encoder(tokenizer: CorpusTokenizer, tokenizer_json: str,
-             factory: Callable[[str], CorpusTokenizer] | None,
-             workers: int) -> Iterator[Callable[[Iterable[Chunk]], Iterator[Encoded]]]:
+             factory: Callable[[str], CorpusTokenizer] | None, workers: int,
+             units: UnitSpec | None = None) -> Iterator[Callable[[Iterable[Chunk]], Iterator[Encoded]]]:
     """Yield ``encode_all(chunks) -> results in order``: in-process or over a worker pool."""
     if workers <= 1:
-        yield partial(map, partial(encode_chunk, tokenizer))
+        marker = None if units is None else UnitMarker(units)
+        yield partial(map, partial(encode_chunk, tokenizer, marker=marker))
         return
     factory = factory or _default_factory(tokenizer)
-    with multiprocessing.Pool(workers, _init_worker, (factory, tokenizer_json)) as pool:
+    with multiprocessing.Pool(workers, _init_worker, (factory, tokenizer_json, units)) as pool:
         yield partial(_bounded_imap, pool, _encode_in_worker, max_in_flight=2 * workers)
 
 

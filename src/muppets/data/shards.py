@@ -5,6 +5,8 @@ A prepared corpus is one directory::
     tokens.bin      (N,) token ids, little-endian uint16 if vocab_size <= 65535 else uint32
     sentences.bin   (S,) int64 end offsets into tokens:  sentence i = tokens[ends[i-1]:ends[i]]
     documents.bin   (D,) int64 end offsets into sentences: document d = sentences[ends[d-1]:ends[d]]
+    units.bin       (N,) uint8, optional: per token, the masking units it starts (bits of
+                    :data:`muppets.data.units.UNIT_BITS`; ``meta.json`` describes them under ``units``)
     meta.json       format + version, dtype, vocab_size, counts, tokenizer fingerprint, sources,
                     skipped/empty counts, creation time (written last)
 
@@ -44,6 +46,7 @@ TOKENS_FILE = "tokens.bin"
 SENTENCES_FILE = "sentences.bin"
 DOCUMENTS_FILE = "documents.bin"
 META_FILE = "meta.json"
+UNITS_FILE = "units.bin"  # optional: masking units (muppets.data.units)
 OFFSET_DTYPE = np.dtype("<i8")
 
 
@@ -78,7 +81,7 @@ class ShardWriter:
     """
 
     def __init__(self, out_dir: str | Path, *, vocab_size: int, tokenizer_sha256: str = "",
-                 sources: Sequence[str] = (), overwrite: bool = False) -> None:
+                 sources: Sequence[str] = (), overwrite: bool = False, units: bool = False) -> None:
         self.out_dir = Path(out_dir)
         self.vocab_size = vocab_size
         self.dtype = token_dtype(vocab_size)
@@ -92,9 +95,10 @@ class ShardWriter:
         if self.tmp_dir.exists():
             shutil.rmtree(self.tmp_dir)
         self.tmp_dir.mkdir(parents=True)
+        self.units = units  # add_encoded takes a units.bin flag per token
         self._files: dict[str, BinaryIO] = {
             name: open(self.tmp_dir / name, "wb", buffering=1 << 20)
-            for name in (TOKENS_FILE, SENTENCES_FILE, DOCUMENTS_FILE)
+            for name in (TOKENS_FILE, SENTENCES_FILE, DOCUMENTS_FILE) + ((UNITS_FILE,) if units else ())
         }
         self.finished = False
 
@@ -112,7 +116,7 @@ class ShardWriter:
         return self.num_documents > before
 
     def add_encoded(self, tokens: np.ndarray, sentence_lengths: np.ndarray,
-                    doc_sentence_counts: np.ndarray) -> None:
+                    doc_sentence_counts: np.ndarray, units: np.ndarray | None = None) -> None:
         """Append a batch of documents in flat form.
 
         Args:
@@ -120,16 +124,21 @@ class ShardWriter:
             sentence_lengths: (S,) tokens per sentence, summing to T (zeros are dropped).
             doc_sentence_counts: (D,) sentences per document, summing to S (documents left
                 without sentences are dropped and counted).
+            units: (T,) uint8 unit-start bits of the tokens; given exactly when the writer was
+                opened with ``units=True``.
         """
         lengths = np.asarray(sentence_lengths, dtype=np.int64)
         counts = np.asarray(doc_sentence_counts, dtype=np.int64)
         assert lengths.sum() == len(tokens) and counts.sum() == len(lengths), "inconsistent batch"
+        assert (units is not None) == self.units and (units is None or len(units) == len(tokens)), "units per token"
         doc_of_sentence = np.repeat(np.arange(len(counts)), counts)  # (S,)
         keep = lengths > 0
         counts = np.bincount(doc_of_sentence[keep], minlength=len(counts))  # (D,)
         self.empty_sentences += int((~keep).sum())
         self.empty_documents += int((counts == 0).sum())
         self._write_tokens(np.asarray(tokens))
+        if units is not None:
+            self._files[UNITS_FILE].write(np.asarray(units, dtype=np.uint8).tobytes())
         self._write_offsets(SENTENCES_FILE, lengths[keep], self.num_tokens)
         self._write_offsets(DOCUMENTS_FILE, counts[counts > 0], self.num_sentences)
         self.num_tokens += len(tokens)
@@ -214,6 +223,8 @@ class TokenCorpus:
         sentence_ends: (S,) int64 end offset of each sentence in ``tokens``.
         document_ends: (D,) int64 end offset of each document in the sentences.
         meta: the parsed ``meta.json``.
+        units: (N,) uint8 unit-start bits of every token (memmap), or None when the corpus was
+            prepared without masking units (see :mod:`muppets.data.units`).
     """
 
     def __init__(self, directory: str | Path) -> None:
@@ -225,6 +236,8 @@ class TokenCorpus:
                                          self.meta["num_sentences"])
         self.document_ends = _open_array(self.directory / DOCUMENTS_FILE, OFFSET_DTYPE,
                                          self.meta["num_documents"])
+        self.units = (_open_array(self.directory / UNITS_FILE, np.dtype("u1"), self.meta["num_tokens"])
+                      if "units" in self.meta else None)
         _check_last(self.directory / SENTENCES_FILE, self.sentence_ends, len(self.tokens))
         _check_last(self.directory / DOCUMENTS_FILE, self.document_ends,
                     len(self.sentence_ends))

@@ -8,17 +8,59 @@ masking, the choice is made over words (a token plus its ``##`` continuations), 
 word that would exceed the budget — google-research/bert's ``create_masked_lm_predictions``.
 The masking is drawn from the generator it is given, i.e. afresh for every batch.
 
+Masking levels (``MaskingConfig.level``) choose *units* instead of pieces, from the unit
+boundaries stored with the prepared corpus (:mod:`muppets.data.units`): ``whole_word`` (words of
+a segmenter: jieba for Chinese, as Chinese-BERT-wwm; the pre-tokenizer for English), ``phrase``
+and ``entity`` (ERNIE 1.0's knowledge masking, Sun et al. 2019 §3.2), and ``mixture``, which
+draws one level per sequence with the probabilities of ``MaskingConfig.mixture``. The budget
+is the same as for pieces, and units are taken in random order until it is reached; the unit
+that would cross it is taken with probability ``(budget - taken) / its size`` and the draw
+stops there, so the *expected* number of targets is exactly the budget (the masked fraction
+stays the configured rate). Google's rule of skipping such a unit instead falls short when no
+unit is a single piece (units of 2-4 pieces: 18.7 targets for a budget of 19, 1.5% fewer;
+``tests/test_masking_levels.py`` measures both). Targets are still single pieces: each is
+replaced 80/10/10 on its own and the loss is per piece. A sequence may thus hold up to one
+unit minus one piece more than its budget, and so more than ``max_predictions`` targets (the
+batch pads to the longest); when the rate asks for more than ``max_predictions`` the cap holds
+and Google's rule applies.
+
 Pretraining on MLM alone (no NSP) reads fixed-length blocks cut from the running text of the
 corpus: :func:`plan_packed` plans them for one epoch.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, field
 
 import numpy as np
 
+from muppets.data.units import UNIT_BITS
+from muppets.errors import ConfigError
+
 IGNORE = -100
+LEVELS = ("piece", "whole_word", "phrase", "entity", "mixture")
+
+
+@dataclass
+class MaskingMixture:
+    """Probability of each level for ``level: mixture``, drawn per sequence (weights are
+    normalised; a level at 0 is never drawn). ERNIE 1.0 published no mixing ratio (it moved
+    through the levels in stages), so the default weighs the four alike."""
+
+    piece: float = 0.25  # single pieces (BERT)
+    whole_word: float = 0.25  # whole words of the corpus' segmenter
+    phrase: float = 0.25  # phrase chunks (ERNIE)
+    entity: float = 0.25  # lexicon entities (ERNIE); needs corpus.entity_lexicon
+
+    def weights(self) -> dict[str, float]:
+        """Level -> probability, levels at 0 left out."""
+        raw = {name: getattr(self, name) for name in ("piece", "whole_word", "phrase", "entity")}
+        bad = {k: v for k, v in raw.items() if not (math.isfinite(v) and v >= 0)}
+        if bad or not sum(raw.values()) > 0:
+            raise ConfigError(f"data.masking.mixture={raw}: weights must be >= 0 with a positive sum")
+        total = sum(raw.values())
+        return {k: v / total for k, v in raw.items() if v > 0}
 
 
 @dataclass
@@ -27,7 +69,23 @@ class MaskingConfig:
     max_predictions: int = 20  # cap per sequence (20 for 128 tokens as in the paper's code)
     mask_prob: float = 0.8  # of the targets: replaced by [MASK]
     random_prob: float = 0.1  # of the targets: replaced by a random token (the rest stay)
-    whole_word: bool = False  # mask all pieces of a word together
+    whole_word: bool = False  # Google's whole-word masking: a piece and its ## continuations together (level piece only)
+    level: str = "piece"  # piece | whole_word | phrase | entity | mixture: units from the corpus' stored boundaries
+    mixture: MaskingMixture = field(default_factory=MaskingMixture)  # level probabilities for level=mixture
+
+    def __post_init__(self) -> None:
+        if self.level not in LEVELS:
+            raise ConfigError(f"data.masking.level={self.level!r}: one of {list(LEVELS)}")
+        if self.whole_word and self.level != "piece":
+            raise ConfigError(f"data.masking.whole_word=true is Google's ##-piece rule; with level={self.level} "
+                              "set it to false (level=whole_word masks the segmenter's words)")
+        if self.level == "mixture":
+            self.mixture.weights()  # checks them
+
+    def unit_levels(self) -> list[str]:
+        """The levels that need unit boundaries stored with the corpus."""
+        levels = list(self.mixture.weights()) if self.level == "mixture" else [self.level]
+        return [name for name in levels if name != "piece"]
 
 
 @dataclass
@@ -47,43 +105,67 @@ def word_groups(maskable: np.ndarray, continuation: np.ndarray) -> list[np.ndarr
 
 
 def choose_targets(maskable: np.ndarray, continuation: np.ndarray | None, cfg: MaskingConfig,
-                   rng: np.random.Generator) -> np.ndarray:
-    """Positions to predict, sorted; ``continuation`` given = whole-word masking."""
+                   rng: np.random.Generator, exact: bool = False) -> np.ndarray:
+    """Positions to predict, sorted; ``continuation`` given = whole units (a ``True`` position
+    continues the unit of the one before). ``exact``: the unit crossing the budget is taken
+    with probability ``(budget - taken) / size`` and the draw stops (the expected count is the
+    budget); else it is skipped and smaller units are tried (google-research/bert)."""
     n = len(maskable)
     if n == 0:
         return maskable
-    budget = min(cfg.max_predictions, max(1, int(round(n * cfg.masked_lm_prob))))
+    wanted = max(1, int(round(n * cfg.masked_lm_prob)))
+    budget = min(cfg.max_predictions, wanted)
     if continuation is None:
         return np.sort(rng.choice(maskable, size=min(budget, n), replace=False))
+    exact = exact and wanted <= cfg.max_predictions  # a capped sequence keeps the cap
     chosen: list[np.ndarray] = []
     taken = 0
     groups = word_groups(maskable, continuation)
     for g in rng.permutation(len(groups)):
         if taken >= budget:
             break
-        if taken + len(groups[g]) > budget:
-            continue
+        size = len(groups[g])
+        if taken + size > budget:
+            if not exact:
+                continue
+            if rng.random() < (budget - taken) / size:
+                chosen.append(groups[g])
+            break
         chosen.append(groups[g])
-        taken += len(groups[g])
+        taken += size
     return np.sort(np.concatenate(chosen)) if chosen else maskable[:0]
+
+
+def draw_level(cfg: MaskingConfig, rng: np.random.Generator) -> str:
+    """The level of one sequence: ``cfg.level``, or a draw from ``cfg.mixture``."""
+    if cfg.level != "mixture":
+        return cfg.level
+    weights = cfg.mixture.weights()
+    return list(weights)[int(rng.choice(len(weights), p=list(weights.values())))]
 
 
 def mask_sequence(ids: np.ndarray, maskable: np.ndarray, cfg: MaskingConfig, mask_id: int,
                   random_ids: np.ndarray, rng: np.random.Generator,
-                  is_continuation: np.ndarray | None = None) -> MaskedSequence:
+                  is_continuation: np.ndarray | None = None,
+                  units: np.ndarray | None = None) -> MaskedSequence:
     """Apply MLM masking to one sequence.
 
     Args:
         ids: ``(T,)`` token ids including special tokens.
         maskable: sorted positions that may be chosen (not [CLS]/[SEP]/[PAD]).
         random_ids: the ids a "random token" replacement is drawn from (the non-special vocab).
-        is_continuation: ``(V,)`` bool lookup of ``##`` pieces, required for whole-word masking.
+        is_continuation: ``(V,)`` bool lookup of ``##`` pieces, required for ``cfg.whole_word``.
+        units: ``(T,)`` uint8 unit-start bits (:data:`~muppets.data.units.UNIT_BITS`) of the
+            sequence, required for the levels other than ``piece``.
     """
-    cont = None
-    if cfg.whole_word:
+    cont, level = None, draw_level(cfg, rng)
+    if level != "piece":
+        assert units is not None, f"level {level} needs the corpus' unit boundaries"
+        cont = (units[maskable] & UNIT_BITS[level]) == 0
+    elif cfg.whole_word:
         assert is_continuation is not None, "whole-word masking needs the ##-piece lookup"
         cont = is_continuation[ids[maskable]]
-    positions = choose_targets(maskable, cont, cfg, rng)
+    positions = choose_targets(maskable, cont, cfg, rng, exact=level != "piece")
     labels = ids[positions].copy()
     out = ids.copy()
     u = rng.random(len(positions))

@@ -62,6 +62,7 @@ class BertPretrainingData(PretrainingData):
         self.is_continuation = is_continuation
         if cfg.masking.whole_word and is_continuation is None:
             raise ConfigError("whole-word masking needs the tokenizer's ##-piece lookup")
+        self.units = stored_units(corpus, cfg.masking)
         for name, rate in (("masking.masked_lm_prob", cfg.masking.masked_lm_prob),
                            ("eval_masked_lm_prob", cfg.eval_masked_lm_prob or cfg.masking.masked_lm_prob)):
             if not 0 < rate < 1:
@@ -128,8 +129,9 @@ class BertPretrainingData(PretrainingData):
         else:
             ids, segments, maskable = self.packed(plan, row)
             nsp = 0
+        units = None if self.units is None else self.sequence_units(plan, row)
         m = mask_sequence(ids, maskable, masking or self.cfg.masking, self.special.mask, self.random_ids, rng,
-                          self.is_continuation)
+                          self.is_continuation, units)
         return {"ids": m.input_ids, "segments": segments, "positions": m.positions, "labels": m.labels, "nsp": nsp}
 
     def pair(self, plan: PairPlan, row: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -148,6 +150,15 @@ class BertPretrainingData(PretrainingData):
         ids = np.concatenate([[self.special.cls], body, [self.special.sep]])
         return ids, np.zeros(len(ids), np.int64), 1 + np.flatnonzero(~is_sep)
 
+    def sequence_units(self, plan: PairPlan | PackedPlan, row: int) -> np.ndarray:
+        """``(T,)`` unit-start bits of instance ``row``, aligned with its ids (0 at [CLS] and the [SEP]s)."""
+        units = self.units
+        if isinstance(plan, PairPlan):
+            a, b = units[plan.a_lo[row]:plan.a_hi[row]], units[plan.b_lo[row]:plan.b_hi[row]]
+            return np.concatenate([[0], a, [0], b, [0]]).astype(np.uint8)
+        body, _ = plan.sequence(row, units, 0)  # the same cut as the ids: the bits of its tokens
+        return np.concatenate([[0], body, [0]]).astype(np.uint8)
+
     def collate(self, rows: Sequence[dict]) -> dict[str, torch.Tensor]:
         return collate(rows, self.special.pad, self.cfg.masking.max_predictions, self.cfg.nsp)
 
@@ -163,6 +174,25 @@ class BertPretrainingData(PretrainingData):
             masking = replace(masking, masked_lm_prob=self.cfg.eval_masked_lm_prob)
         rows = [self.build(plan, r, np.random.default_rng([self.cfg.split_seed, 17, r]), masking) for r in range(n)]
         return in_batches(rows, batch_size, self.collate)
+
+
+def stored_units(corpus: TokenCorpus, masking: MaskingConfig) -> np.ndarray | None:
+    """The corpus' unit-start bits when ``masking`` needs them (None for piece masking); a
+    corpus prepared without them, or without the level asked for, is a :class:`ConfigError`."""
+    levels = masking.unit_levels()
+    if not levels:
+        return None
+    what = f"data.masking.level={masking.level}" + (f" (levels {levels})" if masking.level == "mixture" else "")
+    if corpus.units is None:
+        raise ConfigError(f"{what} masks units whose boundaries are stored when the corpus is prepared, and "
+                          f"the prepared corpus {corpus.directory} has none: set corpus.segmenter (jieba for "
+                          "Chinese, pretokenizer for English; corpus.entity_lexicon for entities) and prepare it again")
+    stored = corpus.meta["units"].get("levels", [])
+    missing = [name for name in levels if name not in stored]
+    if missing:
+        raise ConfigError(f"{what}: the prepared corpus {corpus.directory} stores the levels {stored}, not "
+                          f"{missing}" + (" (set corpus.entity_lexicon and prepare it again)" if "entity" in missing else ""))
+    return np.asarray(corpus.units)
 
 
 def warn_if_capped(name: str, rate: float, max_predictions: int, max_seq_len: int) -> None:

@@ -24,9 +24,9 @@ from muppets.models.bert import BertConfig, BertForPreTraining
 from muppets.objectives.mlm import IGNORE
 from muppets.objectives.mlm_nsp import BertPretrainingData, PretrainDataConfig, SpecialIds
 from muppets.paths import resolve_model_path
-from muppets.recipes.common import (PretrainedModelSection, RunSection, TokenizerSection, checkpoint_tokenizer,
-                                    config_loader, corpus_texts, load_pretrained, open_inputs, prepare_once,
-                                    seeded_model, tokenizer_stage)
+from muppets.recipes.common import (PretrainedModelSection, RunSection, TokenizerSection, prepared_meta,
+                                    checkpoint_tokenizer, config_loader, corpus_texts, load_pretrained, open_inputs,
+                                    prepare_once, seeded_model, tokenizer_stage)
 from muppets.recipes.pretraining import (Pretraining, held_out, held_out_evaluator, train_and_export,
                                          unigram_scores)
 from muppets.tokenizers.wordpiece import WordPieceTokenizer
@@ -138,8 +138,27 @@ def unigram_baseline(data: BertPretrainingData, batch_size: int) -> dict[str, fl
 load_config = config_loader(PretrainConfig)  # what `muppets` calls: load_config, then run
 
 
+def check_masking_units(cfg: PretrainConfig) -> None:
+    """Before anything is prepared: a masking level beyond ``piece`` needs units stored with the
+    corpus, so ``corpus.segmenter`` (and for entities ``corpus.entity_lexicon``) must be set,
+    unless the prepared corpus already stores them (checked in full once it is open)."""
+    levels = cfg.data.masking.unit_levels()
+    meta = prepared_meta(Path(cfg.corpus.prepared) if cfg.corpus.prepared else Path(cfg.run_dir) / "corpus")
+    if (meta or {}).get("units") or not levels:
+        return
+    if not cfg.corpus.segmenter:
+        raise ConfigError(f"data.masking.level={cfg.data.masking.level} masks units ({', '.join(levels)}) whose "
+                          "boundaries are stored when the corpus is prepared: set corpus.segmenter=jieba (Chinese) "
+                          "or corpus.segmenter=pretokenizer (English)")
+    if "entity" in levels and not cfg.corpus.entity_lexicon:
+        raise ConfigError(f"data.masking.level={cfg.data.masking.level} masks entities: set corpus.entity_lexicon "
+                          "(a file, one entity per line)" + (" or data.masking.mixture.entity=0"
+                                                               if cfg.data.masking.level == "mixture" else ""))
+
+
 def run(cfg: PretrainConfig, resume: bool = True) -> dict:
     """Tokenizer -> corpus -> pretraining -> ``<run_dir>/final`` (HF format). Returns a summary."""
+    check_masking_units(cfg)
     tok, corpus = open_inputs(cfg.run_dir, cfg.corpus, partial(ensure_tokenizer, cfg))
     model = seeded_model(cfg, lambda: build_model(cfg, tok))
     data = BertPretrainingData(corpus, special_ids(tok), cfg.data, cfg.train.batch_size,

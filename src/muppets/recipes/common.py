@@ -28,6 +28,7 @@ from muppets.config import apply_overrides, from_dict, load_file
 from muppets.data.prepare import SPECIALS_AS_TEXT, CorpusTokenizer, prepare_corpus, reads_specials_as_text
 from muppets.data.readers import iter_documents
 from muppets.data.shards import TokenCorpus, tokenizer_fingerprint
+from muppets.data.units import UnitSpec
 from muppets.errors import ConfigError, MuppetsError
 from muppets.paths import resolve_data_path, resolve_model_path
 from muppets.train import TrainConfig
@@ -51,6 +52,18 @@ class CorpusSection:
     prepared: str = ""  # prepared corpus directory ("" = <run_dir>/corpus)
     workers: int = 0  # tokenizer processes (0 = one per CPU)
     errors: str = "strict"  # strict | skip | replace: what to do with undecodable or empty input
+    segmenter: str = ""  # store masking units (words, phrases) when preparing: jieba | pretokenizer ("" = none)
+    entity_lexicon: str = ""  # with a segmenter: entity file (one per line) for entity masking ("" = none)
+
+    def units(self) -> UnitSpec | None:
+        """The masking units to store with the prepared corpus (None: none asked for)."""
+        if not self.segmenter:
+            if self.entity_lexicon:
+                raise ConfigError("corpus.entity_lexicon needs corpus.segmenter (jieba | pretokenizer): "
+                                  "entities are widened to whole words")
+            return None
+        lexicon = str(resolve_data_path(self.entity_lexicon)) if self.entity_lexicon else ""
+        return UnitSpec(self.segmenter, lexicon)
 
 
 @dataclass
@@ -197,24 +210,28 @@ def prepare_once(sec: CorpusSection, tok: CorpusTokenizer, run_dir: Path) -> Tok
     when it was prepared before special-token strings in the text were encoded as text
     (:func:`~muppets.data.prepare.reads_specials_as_text`). A directory named in
     ``corpus.prepared`` is reused when this tokenizer prepared it (as text) and prepared when
-    it does not exist; anything else raises :class:`ConfigError` and leaves it as it is.
+    it does not exist; anything else raises :class:`ConfigError` and leaves it as it is. With
+    ``corpus.segmenter`` the corpus must also store those masking units (the same
+    :meth:`~muppets.data.units.UnitSpec.describe`); without it, stored units are kept.
     """
     own = Path(run_dir) / "corpus"
     out = Path(sec.prepared) if sec.prepared else own
     fingerprint = tokenizer_fingerprint(tok.to_json())
-    meta = _meta_of(out)
+    units = sec.units()
+    meta = prepared_meta(out)
     found = meta.get("tokenizer_sha256") if meta is not None else None
     old_text = found == fingerprint and not reads_specials_as_text(meta, tok)
-    if found == fingerprint and not old_text:
+    other_units = units is not None and meta is not None and meta.get("units") != units.describe()
+    if found == fingerprint and not old_text and not other_units:
         return TokenCorpus(out)
     is_own = out.resolve() == own.resolve()
     if out.exists() and not is_own:
-        raise ConfigError(_not_reusable(out, found, fingerprint, old_text))
+        raise ConfigError(_not_reusable(out, found, fingerprint, old_text, other_units))
     if found is not None:
-        log.warning("%s was prepared %s; preparing it again", out,
-                    _BEFORE_TEXT if old_text else "with another tokenizer")
+        log.warning("%s was prepared %s; preparing it again", out, _BEFORE_TEXT if old_text else
+                    "with another tokenizer" if found != fingerprint else "without these masking units")
     prepare_corpus([resolve_data_path(p) for p in sec.inputs], tok, out, fmt=sec.format,
-                   workers=sec.workers or None, errors=sec.errors, overwrite=is_own)
+                   workers=sec.workers or None, errors=sec.errors, overwrite=is_own, units=units)
     return TokenCorpus(out)
 
 
@@ -222,16 +239,18 @@ _BEFORE_TEXT = (f"before special-token strings in its text were encoded as text 
                 f"{SPECIALS_AS_TEXT}: a literal [MASK] or <|endoftext|> may be a special id there)")
 
 
-def _meta_of(directory: Path) -> dict | None:
+def prepared_meta(directory: Path) -> dict | None:
     """A prepared corpus's ``meta.json`` (None: no corpus there)."""
     meta = directory / "meta.json"
     return json.loads(meta.read_text(encoding="utf-8")) if meta.is_file() else None
 
 
-def _not_reusable(out: Path, found: str | None, fingerprint: str, old_text: bool) -> str:
+def _not_reusable(out: Path, found: str | None, fingerprint: str, old_text: bool, other_units: bool = False) -> str:
     why = ("is not a prepared corpus (no meta.json)" if found is None else
            f"was prepared {_BEFORE_TEXT}" if old_text else
-           f"was prepared with another tokenizer (fingerprint {found}; this one's is {fingerprint})")
+           f"was prepared with another tokenizer (fingerprint {found}; this one's is {fingerprint})"
+           if found != fingerprint else
+           "does not store the masking units of corpus.segmenter / corpus.entity_lexicon (meta.json: units)")
     return (f"corpus.prepared={out} {why}; it is left as it is: name a new directory, or leave "
             f"corpus.prepared empty to prepare the run's own <run_dir>/corpus")
 

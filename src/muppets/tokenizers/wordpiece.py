@@ -525,6 +525,11 @@ class WordPieceTokenizer:
         encodings = self._text_backend.encode_batch_fast(list(texts), add_special_tokens=False)
         return [enc.ids for enc in encodings]
 
+    def encode_text_with_words(self, texts: Sequence[str]) -> list[Encoding]:
+        """:meth:`encode_text_batch`'s encodings with their offsets and word ids (what a corpus
+        needs to store masking units: :mod:`muppets.data.units`)."""
+        return self._text_backend.encode_batch(list(texts), add_special_tokens=False)
+
     @cached_property
     def _text_backend(self) -> Tokenizer:
         return plain_text_copy(self._backend)
