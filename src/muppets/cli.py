@@ -8,6 +8,8 @@
     muppets multitask configs/multitask-glue.yaml finetune.seed=2 sampler=uniform
     muppets attention minilm "The nurse said that she was tired." --out page.html
     muppets serve runs/finetune/sst2/best --port 8000 --max-batch-tokens 8192
+    muppets probe minilm --tasks pos,chunk,ner --random-baseline --control --out runs/probe/minilm
+    muppets export onnx runs/finetune/sst2/best --out runs/sst2-onnx
     muppets embed --model runs/elmo-small --input sentences.txt --layers all --out elmo.safetensors
     muppets features conll2003 --model minilm --layers mix --seeds 1,2,3
     muppets polysemy bank --model runs/elmo-small --corpus data:english-corpus/books
@@ -670,6 +672,12 @@ def build_parser() -> argparse.ArgumentParser:
     from muppets.serve.cli import add_parser as add_serve_parser  # the HTTP server (issue 21)
 
     add_serve_parser(sub)
+    from muppets.analysis import probe_cli  # the probing suite (issue 20)
+
+    probe_cli.add_parser(sub)
+    from muppets.interop import export_cli  # muppets export onnx (issue 21)
+
+    export_cli.add_parser(sub)
     return parser
 
 
