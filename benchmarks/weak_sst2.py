@@ -14,14 +14,17 @@ Not allowed and not used: a
 model fine-tuned on SST-2, and the MR corpus (``sentiment/mr``): SST was built from the same
 Rotten Tomatoes snippets, so its labels are SST's labels.
 
-**Label model** — our ``LabelModel`` (defaults) fitted on train's matrix (6,920 sentences;
-their labels unused); ``MajorityVote`` beside it.
+**Label model** — our ``LabelModel`` (defaults: class balance learned) fitted on train's matrix
+(6,920 sentences; their labels unused); the same with the class balance fixed uniform
+(Snorkel's default; row ``soft-uniform``: with no labels there is nothing to choose between the
+two on, so both are reported); ``MajorityVote`` beside them.
 
 **End model** — MiniLM (``model=minilm``) fine-tuned on the label model's probabilities for the
 train sentences some LF labels (soft cross-entropy), lr 5e-5, 3 epochs, batch 32,
 max_seq_len 128; with no labels to select on, the model after the last epoch is kept
 (``selection=last``); 3 seeds, dev accuracy reported (mean ± std). Rows: ``soft``,
-``majority`` (majority-vote labels); ``--rows`` adds ``hard`` / ``filtered`` (top prob >= 0.9).
+``soft-uniform``, ``majority`` (majority-vote labels); ``--rows`` adds ``hard`` / ``filtered``
+(top prob >= 0.9).
 Compared with MiniLM fine-tuned on SST-2's gold train labels, 3 seeds
 (``runs/ft-sst2-minilm-sel``: 87.73 ± 0.20), and "gap closed" = (weak - chance) / (supervised -
 chance), chance = the dev majority class (50.9%).
@@ -56,7 +59,9 @@ NEG, POS = 0, 1
 LABELS = ["0", "1"]
 SUPERVISED = {"mean": 87.73, "std": 0.20, "source": "runs/ft-sst2-minilm-sel/summary.json (3 seeds)"}
 ROWS = {"soft": (), "majority": (), "hard": (("weak_labels", "hard"),),
-        "filtered": (("min_confidence", 0.9),)}
+        "filtered": (("min_confidence", 0.9),), "soft-uniform": ()}
+DATA_OF = {"soft": "soft", "hard": "soft", "filtered": "soft", "majority": "majority",
+           "soft-uniform": "soft-uniform"}
 PROTOTYPES = {  # written before any SST-2 sentence was looked at
     NEG: ["a terrible movie.", "a boring, awful film.", "i hated this film.",
           "bad acting and a stupid story."],
@@ -94,7 +99,7 @@ def supervised_figure() -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     common_arguments(parser, [1, 2, 3], ROOT)
-    parser.add_argument("--rows", nargs="+", default=["soft", "majority"], choices=list(ROWS))
+    parser.add_argument("--rows", nargs="+", default=["soft", "soft-uniform", "majority"], choices=list(ROWS))
     parser.add_argument("--no-zero-shot", action="store_true")
     parser.add_argument("--gpt-model", default=str(ROOT / "runs/gpt-mini/final"))
     parser.add_argument("--no-prototypes", action="store_true")
@@ -117,11 +122,14 @@ def main() -> None:
     gold_dev = np.array([int(ex.label) for ex in dev])
     gold_train = np.array([int(ex.label) for ex in train])  # reported only, never used to choose
     lm, mv = LabelModel(2).fit(L_train), MajorityVote(2).fit(L_train)
+    uniform = LabelModel(2, class_balance=np.array([0.5, 0.5])).fit(L_train)
     covered = (L_train != -1).any(axis=1)
     evaluate = {"dev": dev}
     sets = {"soft": weak_task_data("sst2-weak", LABELS, train, lm.predict_proba(L_train), evaluate, covered),
             "majority": weak_task_data("sst2-majority", LABELS, train, np.eye(2)[mv.predict(L_train)],
-                                       evaluate, covered)}
+                                       evaluate, covered),
+            "soft-uniform": weak_task_data("sst2-weak-uniform", LABELS, train, uniform.predict_proba(L_train),
+                                           evaluate, covered)}
     chance = 100 * max(np.mean(gold_dev == 0), np.mean(gold_dev == 1))
     result = {
         "command": "python benchmarks/weak_sst2.py " + " ".join(sys.argv[1:]),
@@ -133,6 +141,7 @@ def main() -> None:
         "coverage_any_lf": {"train": float(covered.mean()), "dev": float((L_dev != -1).any(axis=1).mean())},
         "label_model": {"dev_accuracy": lm.score(L_dev, gold_dev),
                         "majority_dev_accuracy": mv.score(L_dev, gold_dev),
+                        "uniform_balance_dev_accuracy": uniform.score(L_dev, gold_dev),
                         "class_balance": lm.class_balance_.round(4).tolist(),
                         "fit_residual": getattr(lm, "fit_residual_", None),
                         "train_accuracy_reported_only": accuracy(lm.predict(L_train), gold_train),
@@ -145,7 +154,7 @@ def main() -> None:
     base = dict(model=args.model, lr=5e-5, epochs=1 if args.quick else 3, batch_size=32,
                 max_seq_len=64 if args.quick else 128, warmup_ratio=0.1, selection="last",
                 threads=1, progress=False, log_every=0, device="cpu")
-    jobs = [Job(row, seed, "majority" if row == "majority" else "soft",
+    jobs = [Job(row, seed, DATA_OF[row],
                 str(run_root / row / f"seed-{seed}"), ROWS[row]) for row in args.rows for seed in args.seeds]
     runs = run_jobs(jobs, sets, base, args.parallel, args.resume)
     rows = table(runs, split="dev")
