@@ -100,6 +100,10 @@ VARIANTS.update({
         Phase([*FAST, "train.lr=1e-3"], 0.25, warmup=0.05)]),
     "fast-lr1e-3-mask30": one("fast-lr1e-3 with 30% masking", *FAST, "train.lr=1e-3", "data.masking.masked_lm_prob=0.3",
                               "data.masking.max_predictions=40", warmup=0.06),
+    "fast-lr1e-3-batch128": one("fast-lr1e-3 with batch 128 (accumulation 4)", *FAST, "train.lr=1e-3",
+                                "train.batch_size=128", "train.accumulation=4", warmup=0.06),
+    "fast-lr1e-3-vocab8k": one("fast-lr1e-3 with an 8k WordPiece vocabulary", *FAST, "train.lr=1e-3",
+                               warmup=0.06, vocab="8k"),
 })
 
 
