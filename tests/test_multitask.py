@@ -9,6 +9,7 @@ import importlib
 import json
 import os
 import signal
+import subprocess
 import sys
 from pathlib import Path
 
@@ -200,11 +201,11 @@ def test_gradnorm_records_the_first_losses():
 
 def test_dwa_weights_follow_the_loss_ratios_of_the_last_two_windows():
     w = TaskWeighting(["a", "b"], "dwa", temperature=2.0, window=2)
-    feed = [(4.0, 2.0), (4.0, 2.0), (2.0, 2.0), (2.0, 2.0)]  # window 1 means (4, 2); window 2 (2, 2)
-    for k, (a, b) in enumerate(feed):
+    feed = [(8.0, 2.0, 2.0), (4.0, 6.0, 1.0), (2.0, 2.0, 1.0), (6.0, 6.0, 3.0)]  # (sum a, sum b, units)
+    for k, (a, b, n) in enumerate(feed):  # window means: (12/3, 8/3) then (8/4, 8/4)
         assert torch.allclose(w.weights(), torch.ones(2)), k  # 1 until two windows are closed
-        w.combine({"a": torch.tensor(a), "b": torch.tensor(b)}, {"a": 1.0, "b": 1.0})
-    ratio = torch.tensor([2.0 / 4.0, 2.0 / 2.0])
+        w.combine({"a": torch.tensor(a), "b": torch.tensor(b)}, {"a": n, "b": n})
+    ratio = torch.tensor([2.0 / 4.0, 2.0 / (8 / 3)])
     assert torch.allclose(w.weights(), 2 * torch.softmax(ratio / 2.0, 0), atol=1e-6)
     terms = w.combine({"a": torch.tensor(1.0), "b": torch.tensor(1.0)}, {"a": 1.0, "b": 1.0})
     assert float(terms["task:a"]) == pytest.approx(float(2 * torch.softmax(ratio / 2, 0)[0]), rel=1e-6)
@@ -364,3 +365,40 @@ def test_cli_multitask_runs_a_config_file(model_dir, tmp_path, capsys):
     assert (tmp_path / "run" / "tasks" / "b" / "best" / "config.json").is_file()
     assert cli_main(["multitask", str(config), "nope=1"]) != 0
     assert "unknown key 'nope'" in capsys.readouterr().err
+
+
+def _csv_tasks(tmp_path: Path) -> str:
+    """Two classify tasks as csv files; the ``tasks:`` lines of a config."""
+    lines = []
+    for name, seed in (("a", 0), ("b", 1)):
+        data = text_task("classify", n=24, seed=seed)
+        files = {}
+        for split in ("train", "dev"):
+            rows = [f"{ex.text},{ex.label}" for ex in data[split]]
+            path = tmp_path / f"{name}-{split}.csv"
+            path.write_text("text,label\n" + "\n".join(rows) + "\n")
+            files[split] = path
+        lines.append(f"  - {{name: {name}, files: {{train: {files['train']}, dev: {files['dev']}}}}}\n")
+    return "".join(lines)
+
+
+def test_two_process_ddp_equals_one_process(model_dir, tmp_path):
+    """Joint training with DWA weights (window statistics all-reduced across ranks): 2 processes
+    × 2 micro-batches equal 1 process × 4 micro-batches of the same global batch."""
+    config = tmp_path / "mt.yaml"
+    config.write_text("tasks:\n" + _csv_tasks(tmp_path) + "mode: joint\nweighting: dwa\ndwa_window: 1\n"
+                      f"finetune: {{model: {model_dir}, epochs: 2, batch_size: 8, max_seq_len: 32, selection: last, "
+                      "progress: false, log_every: 0, lr: 1.0e-3, eval_every: 3}\n")
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+    env["PYTHONPATH"] = str(HERE.parent / "src") + os.pathsep + env.get("PYTHONPATH", "")
+    ddp = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m",
+           "muppets.cli", "multitask", str(config), f"run_dir={tmp_path / 'ddp'}", "finetune.accumulation=2"]
+    proc = subprocess.run(ddp, env=env, capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert cli_main(["multitask", str(config), f"run_dir={tmp_path / 'one'}", "finetune.accumulation=4"]) == 0
+    logs = [[r for r in read_log(tmp_path / d) if "loss" in r] for d in ("ddp", "one")]
+    assert len(logs[0]) == len(logs[1]) > 4
+    for a, b in zip(*logs):
+        assert abs(a["loss"] - b["loss"]) <= 1e-5 and abs(a["grad_norm"] - b["grad_norm"]) <= 1e-5
+    weights = [[r["eval/weight/a"] for r in read_log(tmp_path / d) if "eval/weight/a" in r] for d in ("ddp", "one")]
+    assert len(weights[0]) >= 2 and weights[0] == pytest.approx(weights[1], abs=1e-6) and weights[0][-1] != 1.0

@@ -22,7 +22,9 @@ its loss SUM, which the trainer divides by the task's units, so an update is
 micro-batch (the data's normaliser is 1 per micro-batch): the trainer's division turns its sum
 into the per-step value. GradNorm's term has the value 0 and the gradient of the GradNorm loss
 with respect to θ (``(θ·g).sum() - (θ·g).sum().detach()``), so the logged loss stays the task
-losses'. GradNorm and DWA read each micro-batch's own mean task losses.
+losses'. GradNorm reads each micro-batch's own mean task losses; DWA's window means are
+summed over every micro-batch and rank (loss sums over units), so they do not depend on how a
+step is split.
 
 **One learning rate.** The trainer has one peak learning rate, sized for the encoder (5e-5);
 the learned weights need a far larger step. Adam's update is invariant to the scale of a
@@ -134,11 +136,13 @@ class TaskWeighting(nn.Module):
         return {f"task:{name}": w[index[name]] * total for name, total in sums.items()}
 
     def _dwa_observe(self, sums: dict[str, torch.Tensor], units: dict[str, float], index: dict[str, int]) -> None:
-        """Add this micro-batch's mean task losses to the window; close it when it is full."""
+        """Add this micro-batch's task loss sums and units to the window; close it when it is
+        full (the window's mean loss is Σ sums / Σ units over every rank, whatever the split
+        into micro-batches)."""
         with torch.no_grad():
             for name, total in sums.items():
-                self.window_sum[index[name]] += float(total.detach()) / max(units[name], 1.0)
-                self.window_count[index[name]] += 1
+                self.window_sum[index[name]] += float(total.detach())
+                self.window_count[index[name]] += units[name]
             self.micro_batches += 1
             if int(self.micro_batches) % self.window == 0:
                 both = all_reduce_sum(torch.stack([self.window_sum, self.window_count]))
