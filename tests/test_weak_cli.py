@@ -47,3 +47,35 @@ def test_errors_are_reported_not_raised(tmp_path, capsys) -> None:
     assert f"{texts}:2" in capsys.readouterr().err
     assert main(["weak", "label", str(lfs), "--task", str(texts), "--out",
                  str(tmp_path / "x.jsonl"), "--model", "majority"]) == 2
+
+
+def test_label_with_a_fixed_or_labelled_class_balance(tmp_path, capsys) -> None:
+    import numpy as np
+
+    from muppets.errors import ConfigError
+    from muppets.weak.pipeline import class_balance
+
+    lfs, texts = tmp_path / "lfs.py", tmp_path / "texts.txt"
+    lfs.write_text(LFS, encoding="utf-8")
+    texts.write_text("check my channel now\nnice song\nlove this song my friend\nok\n", encoding="utf-8")
+    labels = tmp_path / "labels.jsonl"
+    shares = {}
+    for spec in ("uniform", "0.2,0.8", "learned"):
+        argv = ["weak", "label", str(lfs), "--task", str(texts), "--class-balance", spec,
+                "--out", str(labels), "--overwrite"]
+        assert main(argv) == 0
+        rows = [json.loads(line) for line in labels.read_text(encoding="utf-8").splitlines()]
+        shares[spec] = rows[2]["probs"]["1"]  # a comment both keyword LFs vote on, in conflict
+    assert shares["0.2,0.8"] > shares["uniform"]  # the prior moves a conflicted vote
+    assert main(["weak", "label", str(lfs), "--task", str(texts), "--model", "majority",
+                 "--class-balance", "uniform", "--out", str(labels), "--overwrite"]) == 2
+    assert "snorkel label model" in capsys.readouterr().err
+    assert np.allclose(class_balance("1,3", "x"), [0.25, 0.75])
+    assert np.allclose(class_balance("from:dev", "spam"), [0.46, 0.54])  # the tutorial's 100 labelled comments
+    for bad in ("0.5", "a,b", "0,1"):
+        try:
+            class_balance(bad, "x")
+        except ConfigError as err:
+            assert "--class-balance" in str(err)
+        else:
+            raise AssertionError(bad)

@@ -104,10 +104,11 @@ def _weak_label(args: argparse.Namespace) -> int:
     import numpy as np
 
     from muppets.weak import make_label_model
-    from muppets.weak.pipeline import write_labels
+    from muppets.weak.pipeline import class_balance, write_labels
 
     _, weak, L = _weak_matrix(args)
-    model = make_label_model(args.model, weak.cardinality).fit(L)
+    balance = class_balance(args.class_balance, args.task, weak.cardinality)
+    model = make_label_model(args.model, weak.cardinality, balance).fit(L)
     probs, labels = model.predict_proba(L), model.predict(L)
     n = write_labels(args.out, weak, probs, labels, L, overwrite=args.overwrite)
     shares = ", ".join(f"{name} {np.mean(labels == k):.1%}" for k, name in enumerate(weak.label_names))
@@ -533,6 +534,9 @@ def build_parser() -> argparse.ArgumentParser:
         else:
             from muppets.weak import MODELS
             w.add_argument("--model", choices=MODELS, default="snorkel")
+            w.add_argument("--class-balance", default="learned",
+                           help="snorkel model: learned | uniform | shares such as 0.46,0.54 | "
+                                "from:SPLIT (the label shares of a labelled split, e.g. from:dev)")
             w.add_argument("--out", required=True, help="the jsonl file to write")
             w.add_argument("--overwrite", action="store_true")
 

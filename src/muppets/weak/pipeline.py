@@ -129,3 +129,31 @@ def weak_task_data(name: str, label_names: Sequence[str], train: Sequence[TextEx
         raise ConfigError("weak_task_data: no training example kept")
     spec = TaskSpec(name, "classify", list(label_names), metric, ("text",))
     return TaskData(spec, {"train": rows, **{k: list(v) for k, v in (evaluate or {}).items()}})
+
+
+def class_balance(spec: str, task: str, cardinality: int = 2) -> np.ndarray | None:
+    """The class balance a label model is given: ``learned`` (None: the model learns it),
+    ``uniform``, comma-separated shares (``0.46,0.54``, normalised), or ``from:SPLIT``: the label
+    shares of a labelled split of the same task (e.g. the spam tutorial's 100 labelled ``dev``
+    comments; never the split you report)."""
+    spec = spec.strip()
+    if spec in ("", "learned"):
+        return None
+    if spec == "uniform":
+        return np.full(cardinality, 1.0 / cardinality)
+    if spec.startswith("from:"):
+        labelled = load_weak_input(task, spec[len("from:"):], cardinality)
+        gold = labelled.gold[labelled.gold >= 0] if labelled.gold is not None else np.zeros(0, dtype=np.int64)
+        if len(gold) == 0:
+            raise ConfigError(f"--class-balance {spec}: split {spec[5:]!r} of {task} has no labels")
+        counts = np.bincount(gold, minlength=labelled.cardinality).astype(np.float64)
+        return np.maximum(counts, 0.5) / np.maximum(counts, 0.5).sum()  # a class never seen keeps a little mass
+    try:
+        shares = np.array([float(x) for x in spec.split(",")])
+    except ValueError:
+        raise ConfigError(f"--class-balance {spec!r}: expected learned, uniform, from:SPLIT or "
+                          f"{cardinality} comma-separated shares") from None
+    if len(shares) != cardinality or (shares <= 0).any():
+        raise ConfigError(f"--class-balance {spec!r}: need {cardinality} positive shares")
+    return shares / shares.sum()
+
