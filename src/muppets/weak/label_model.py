@@ -19,7 +19,9 @@ What differs from Snorkel 0.10's ``LabelModel``, each against a failure its user
   the basin where LFs beat random (#1422: equal probabilities or an inverted LF; #1073, #1713:
   losing to majority vote).
 * **Class balance learned** jointly (Snorkel assumes uniform unless told); pass
-  ``class_balance`` to fix it.
+  ``class_balance`` to fix it. With dependent LFs the learned balance is biased towards the
+  class whose LFs fire together; where a few labelled examples exist, their label shares
+  (``muppets weak label --class-balance from:dev``) are the better prior.
 * **Probabilities by construction** (a softmax per LF and class) and a full-batch
   quasi-Newton solver (L-BFGS, float64): no learning rate, epochs or seed to tune; the fit is a
   deterministic function of ``L``.
