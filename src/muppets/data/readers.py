@@ -21,6 +21,13 @@ never sits in memory. Formats (``fmt``):
     One JSON object per line, one document per object, text under ``text_field``. If the text
     contains a blank line, blank-line blocks are paragraphs (inner newlines joined with a space);
     otherwise every non-blank line is a paragraph.
+``novel-wrapped`` / ``novel-lines`` / ``novel-tei``
+    One file = one novel = one document, its lines rejoined into paragraphs by the layout's
+    rule (hard-wrapped without paragraph marks / one paragraph per line / TEI markup breaks):
+    see :mod:`muppets.data.languages` (the German, French and Spanish novels of the shared data).
+``zhwiki``
+    ``wikiextractor`` with the Chinese Wikipedia leftovers cleaned from every paragraph
+    (:func:`muppets.data.languages.clean_zhwiki`).
 ``auto``
     Per file: ``.jsonl`` → jsonl; first non-blank line starts with ``<doc `` → wikiextractor;
     a Gutenberg START line within the first 400 lines → gutenberg; anything else → text.
@@ -42,11 +49,12 @@ import json
 import logging
 import os
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
+from muppets.data.languages import line_paragraphs, tei_paragraphs, wrapped_paragraphs, zhwiki_paragraphs
 from muppets.errors import DataError
 
 __all__ = ["Document", "ReadStats", "FORMATS", "ERROR_MODES", "list_files", "detect_format",
@@ -54,7 +62,8 @@ __all__ = ["Document", "ReadStats", "FORMATS", "ERROR_MODES", "list_files", "det
 
 logger = logging.getLogger(__name__)
 
-FORMATS = ("auto", "text", "gutenberg", "wikiextractor", "jsonl")
+FORMATS = ("auto", "text", "gutenberg", "wikiextractor", "jsonl", "novel-wrapped", "novel-lines", "novel-tei",
+           "zhwiki")
 ERROR_MODES = ("strict", "skip", "replace")
 SNIFF_LINES = 400  # how far `auto` looks for a Gutenberg START line
 
@@ -432,7 +441,23 @@ def text_paragraphs(text: str) -> list[str]:
     return [line.strip() for line in text.split("\n") if line.strip()]
 
 
+def _whole_file(rejoin: Callable[[Iterable[tuple[int, str]]], list[str]]) -> Callable[..., Iterator[Document]]:
+    """A parser for a one-novel-per-file layout: one document, paragraphs from ``rejoin``."""
+    def parse(ctx: _Context, lines: Iterator[tuple[int, str]]) -> Iterator[Document]:
+        yield Document(f"{ctx.path}:1", rejoin(lines))
+    return parse
+
+
+def _parse_zhwiki(ctx: _Context, lines: Iterator[tuple[int, str]]) -> Iterator[Document]:
+    for doc in _parse_wikiextractor(ctx, lines):
+        yield Document(doc.source, zhwiki_paragraphs(iter(doc.paragraphs)))
+
+
 _PARSERS = {
+    "novel-wrapped": _whole_file(wrapped_paragraphs),
+    "novel-lines": _whole_file(line_paragraphs),
+    "novel-tei": _whole_file(tei_paragraphs),
+    "zhwiki": _parse_zhwiki,
     "text": _parse_text,
     "gutenberg": _parse_gutenberg,
     "wikiextractor": _parse_wikiextractor,

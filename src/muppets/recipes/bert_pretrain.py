@@ -24,6 +24,7 @@ from muppets.models.bert import BertConfig, BertForPreTraining
 from muppets.objectives.mlm import IGNORE
 from muppets.objectives.mlm_nsp import BertPretrainingData, PretrainDataConfig, SpecialIds
 from muppets.paths import resolve_model_path
+from muppets.recipes import multilingual
 from muppets.recipes.common import (PretrainedModelSection, RunSection, TokenizerSection, prepared_meta,
                                     checkpoint_tokenizer, config_loader, corpus_texts, load_pretrained, open_inputs,
                                     prepare_once, seeded_model, tokenizer_stage)
@@ -69,10 +70,18 @@ def ensure_tokenizer(cfg: PretrainConfig, run_dir: Path) -> WordPieceTokenizer:
 
 def _train_tokenizer(cfg: PretrainConfig) -> WordPieceTokenizer:
     sec = cfg.tokenizer
-    log.info("training a %d-token WordPiece vocabulary on %s", sec.vocab_size, cfg.corpus.inputs)
-    return WordPieceTokenizer.train(corpus_texts(cfg.corpus, sec.max_documents), sec.vocab_size,
-                                    lowercase=sec.lowercase, min_frequency=sec.min_frequency,
-                                    model_max_length=cfg.data.max_seq_len)
+    if cfg.corpus.languages:  # a shared vocabulary on a smoothed sample of every language
+        sample = multilingual.tokenizer_sample(cfg.corpus, sec.max_documents, cfg.train.seed)
+        texts = sample.texts()
+    else:
+        texts = corpus_texts(cfg.corpus, sec.max_documents)
+    log.info("training a %d-token WordPiece vocabulary on %s", sec.vocab_size, cfg.corpus.languages or cfg.corpus.inputs)
+    tok = WordPieceTokenizer.train(texts, sec.vocab_size,
+                                   lowercase=sec.lowercase, min_frequency=sec.min_frequency,
+                                   model_max_length=cfg.data.max_seq_len)
+    if cfg.corpus.languages:
+        multilingual.write_sample_report(sample, Path(cfg.run_dir))
+    return tok
 
 
 def ensure_corpus(cfg: PretrainConfig, tok: WordPieceTokenizer, run_dir: Path) -> TokenCorpus:
@@ -159,6 +168,8 @@ def check_masking_units(cfg: PretrainConfig) -> None:
 def run(cfg: PretrainConfig, resume: bool = True) -> dict:
     """Tokenizer -> corpus -> pretraining -> ``<run_dir>/final`` (HF format). Returns a summary."""
     check_masking_units(cfg)
+    if cfg.corpus.languages:  # one corpus per language, language-balanced batches
+        return multilingual.run(cfg, resume)
     tok, corpus = open_inputs(cfg.run_dir, cfg.corpus, partial(ensure_tokenizer, cfg))
     model = seeded_model(cfg, lambda: build_model(cfg, tok))
     data = BertPretrainingData(corpus, special_ids(tok), cfg.data, cfg.train.batch_size,

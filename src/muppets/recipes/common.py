@@ -54,6 +54,9 @@ class CorpusSection:
     errors: str = "strict"  # strict | skip | replace: what to do with undecodable or empty input
     segmenter: str = ""  # store masking units (words, phrases) when preparing: jieba | pretokenizer ("" = none)
     entity_lexicon: str = ""  # with a segmenter: entity file (one per line) for entity masking ("" = none)
+    languages: dict = field(default_factory=dict)  # BERT multilingual: {lang: [inputs]} or {lang: {inputs: [...], format: novel-wrapped}}, one prepared corpus each ({} = one corpus from inputs; muppets.recipes.multilingual)
+    language_alpha: float = 0.7  # multilingual: sampling p_l ∝ n_l^alpha of the tokenizer text and of every batch (mBERT 0.7; 1 = proportional, 0 = uniform)
+    language_sample: int = 0  # multilingual: units (words, CJK characters one each) in the WordPiece training sample (0 = the corpus size)
 
     def units(self) -> UnitSpec | None:
         """The masking units to store with the prepared corpus (None: none asked for)."""
