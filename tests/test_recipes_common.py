@@ -188,3 +188,15 @@ def test_rank_zero_error_reaches_the_other_ranks(tmp_path: Path) -> None:
     torch.multiprocessing.spawn(_rank_zero_fails, args=(_free_port(), str(tmp_path)), nprocs=2)
     assert (tmp_path / "rank0.txt").read_text() == "ConfigError: corpus.prepared=x is not a prepared corpus"
     assert (tmp_path / "rank1.txt").read_text().startswith("MuppetsError: rank 0 failed")
+
+
+def test_one_corpus_recipes_refuse_corpus_languages(tmp_path):
+    """corpus.languages is BERT's multilingual recipe; GPT, ELMo and NNLM say so instead of ignoring it."""
+    import pytest as _pytest
+
+    from muppets.errors import ConfigError
+    from muppets.recipes import gpt_pretrain
+
+    cfg = gpt_pretrain.load_config(None, [f"run_dir={tmp_path}", "corpus.languages={en: [x.txt]}"])
+    with _pytest.raises(ConfigError, match="BERT pretraining only"):
+        gpt_pretrain.run(cfg)

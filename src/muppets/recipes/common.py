@@ -176,8 +176,12 @@ def tokenizer_stage(path: str, run_dir: Path, load: Callable[[Path], T], train: 
 def open_inputs(run_dir: str | Path, corpus: CorpusSection, tokenizer: Callable[[Path], Tok],
                 corpus_form: Callable[[Tok], CorpusTokenizer] = lambda tok: tok) -> tuple[Tok, TokenCorpus]:
     """The tokenizer (``tokenizer(run_dir)``) and the corpus prepared with ``corpus_form`` of
-    it (:func:`prepare_once`): rank 0 builds them, then the other ranks open what it wrote."""
+    it (:func:`prepare_once`): rank 0 builds them, then the other ranks open what it wrote.
+    One corpus only: ``corpus.languages`` is BERT's multilingual recipe, and is refused here."""
     run_dir = Path(run_dir)
+    if corpus.languages:
+        raise ConfigError("corpus.languages (one corpus per language, language-balanced batches) is "
+                          "supported by BERT pretraining only; this recipe reads one corpus from corpus.inputs")
 
     def build() -> tuple[Tok, TokenCorpus]:
         tok = tokenizer(run_dir)
