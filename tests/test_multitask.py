@@ -24,7 +24,6 @@ from muppets.models.bert import BertConfig, BertForPreTraining
 from muppets.multitask import MultitaskConfig, TaskEntry, TaskSchedule, TaskWeighting, run, task_probabilities
 from muppets.multitask.model import MultiTaskModel
 from muppets.tasks.spec import TagExample, TaskData, TaskSpec
-from muppets.tokenizers.wordpiece import WordPieceTokenizer
 from muppets.train import read_log
 from muppets.transfer import finetune as ft
 from muppets.transfer.models import load_task_model, new_task_model
@@ -32,17 +31,7 @@ from muppets.transfer.models import load_task_model, new_task_model
 mt_run = importlib.import_module("muppets.multitask.run")
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from test_finetune import CORPUS, FILLER, cfg_for, text_task  # noqa: E402
-
-
-@pytest.fixture(autouse=True)
-def _one_thread(one_thread):
-    yield
-
-
-@pytest.fixture(scope="module")
-def tok() -> WordPieceTokenizer:
-    return WordPieceTokenizer.train(CORPUS, vocab_size=400, min_frequency=1)
+from test_finetune import FILLER, _one_thread, cfg_for, text_task, tok  # noqa: E402,F401  (fixtures shared)
 
 
 @pytest.fixture(scope="module")
