@@ -318,17 +318,20 @@ def overload_phase(args, sentences: list[str], peak: float) -> dict:
     server = ServerProcess(args.model, args.server_options, args.threads).start()
     bodies = [embedding_body(s) for s in sentences]
     rss: list[float] = [server.rss_mb()]
+    timeline: list[tuple[float, float]] = []  # (seconds into the overload, RSS MB)
     last = [0.0]
 
     def sample() -> None:
         if time.perf_counter() - last[0] > 0.25:
             rss.append(server.rss_mb())
             last[0] = time.perf_counter()
+            timeline.append((last[0], rss[-1]))
 
     try:
         half = asyncio.run(open_loop(server.port, bodies, peak / 2, args.half_seconds, args.timeout))
         print(f"[half peak {peak / 2:.1f}/s] p95 {half['p95_ms']} ms, {half}", file=sys.stderr)
         rss_before = server.rss_mb()
+        timeline.clear()
         over = asyncio.run(open_loop(server.port, bodies, 2 * peak, args.overload_seconds, args.timeout,
                                      sampler=sample))
         rss.append(server.rss_mb())
@@ -339,7 +342,21 @@ def overload_phase(args, sentences: list[str], peak: float) -> dict:
     finally:
         code = server.stop()
     return {"half_peak": half, "overload": over, "recovery": recovery, "rss_mb_before_overload": round(rss_before, 1),
-            "rss_mb_max_during_overload": round(max(rss), 1), "rss_samples": len(rss), "exit_code": code}
+            "rss_mb_max_during_overload": round(max(rss), 1), "rss_samples": len(rss),
+            "rss_mb_max_by_quarter": quarter_maxima(timeline), "exit_code": code}
+
+
+def quarter_maxima(timeline: list[tuple[float, float]]) -> list[float]:
+    """The largest RSS in each quarter of the overload (bounded memory: the last quarters stop
+    growing)."""
+    if not timeline:
+        return []
+    t0, t1 = timeline[0][0], timeline[-1][0]
+    span = max(t1 - t0, 1e-9)
+    quarters: list[list[float]] = [[], [], [], []]
+    for t, mb in timeline:
+        quarters[min(3, int(4 * (t - t0) / span))].append(mb)
+    return [round(max(q), 1) if q else float("nan") for q in quarters]
 
 
 # ----------------------------------------------------------------------------- generation
@@ -454,7 +471,8 @@ def summary(results: dict) -> str:
     if results.get("overload"):
         o = results["overload"]
         lines.append(f"half peak: p95 {o['half_peak']['p95_ms']} ms; overload: {json.dumps(o['overload'])}; "
-                     f"RSS {o['rss_mb_before_overload']} -> max {o['rss_mb_max_during_overload']} MB; "
+                     f"RSS {o['rss_mb_before_overload']} -> max {o['rss_mb_max_during_overload']} MB "
+                     f"(max per quarter {o.get('rss_mb_max_by_quarter')}); "
                      f"recovery p50 {o['recovery']['p50_ms']} ms")
     if results.get("generation"):
         g = results["generation"]

@@ -91,6 +91,27 @@ def test_padding_does_not_change_real_positions():
     assert torch.allclose(short, long, atol=1e-5)
 
 
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_unpadded_blocks_equal_the_padded_ones_at_real_tokens(norm_first):
+    """``unpad=True`` runs the token-wise layers on the real tokens only: every layer equals the
+    padded computation there (float rounding), padding positions are zeros; no padding: the
+    ordinary path."""
+    model = BertForPreTraining(tiny(norm_first=norm_first)).eval()
+    ids, seg, mask = inputs(B=5, T=9)
+    mask[2, 1:] = 0  # a one-token row
+    with torch.no_grad():
+        padded = model.backbone(ids, seg, mask).layers
+        packed = model.backbone(ids, seg, mask, unpad=True).layers
+        full = torch.ones_like(mask)
+        same = model.backbone(ids, seg, full, unpad=True).layers[-1]
+    real = mask.bool()[..., None]
+    assert len(packed) == len(padded)
+    for a, b in zip(padded, packed):
+        assert torch.allclose(a * real, b * real, atol=1e-5)
+    assert all(bool((b[~mask.bool()] == 0).all()) for b in packed[1:-1])
+    assert torch.equal(same, model.backbone(ids, seg, full).layers[-1])
+
+
 def test_linear_cross_entropy_matches_reference_and_gradients():
     g = torch.Generator().manual_seed(1)
     h = torch.randn(70, 16, generator=g, dtype=torch.float64, requires_grad=True)

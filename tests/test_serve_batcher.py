@@ -49,6 +49,23 @@ def test_results_come_back_in_order_and_batched():
     assert max(len(x) for x in rec.batches) > 1  # requests that arrive together share a batch
 
 
+def test_a_given_executor_runs_the_worker_on_its_thread():
+    """The server loads the model on a one-thread executor and hands it to the batcher, so every
+    batch runs on the loading thread (torch's OpenMP pools: see ``muppets.serve.app``)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    executor = ThreadPoolExecutor(1)
+    loader = executor.submit(threading.get_ident).result()
+    seen = []
+    b = Batcher(lambda key, its: seen.append(threading.get_ident()) or [w.payload for w in its],
+                max_wait_ms=1, executor=executor)
+    assert run(b.submit(items([("a", 1), ("b", 1)]))) == ["a", "b"]
+    b.close()
+    assert not b.alive
+    executor.shutdown()
+    assert seen and set(seen) == {loader}
+
+
 def test_token_budget_and_row_limit_hold():
     rec = Recorder()
     b = Batcher(rec, max_batch_tokens=40, max_batch_size=3, max_wait_ms=30)
@@ -155,7 +172,7 @@ def test_close_drains_the_queue():
         ticket = Ticket(4, loop)
         b.enqueue(items([(i, 1) for i in range(4)]), ticket)
         b.close(timeout=5)
-        assert not b._thread.is_alive()
+        assert not b.alive
         loop.run_until_complete(asyncio.sleep(0))
         assert ticket.future.result() == [("k", i) for i in range(4)]
         with pytest.raises(QueueFull):

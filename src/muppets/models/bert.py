@@ -23,6 +23,7 @@ from muppets.nn.embeddings import InputEmbeddings
 from muppets.nn.encoded import Encoded
 from muppets.nn.feedforward import activation
 from muppets.nn.linear_ce import linear_cross_entropy
+from muppets.nn.packing import Packing
 from muppets.nn.pooler import Pooler
 
 IGNORE = -100  # label of a slot that carries no MLM target (padding of the position list)
@@ -115,8 +116,12 @@ class BertBackbone(nn.Module):
         input_ids: torch.Tensor,
         token_type_ids: torch.Tensor | None = None,
         attention_mask: torch.Tensor | None = None,
+        unpad: bool = False,
     ) -> Encoded:
-        """input_ids, token_type_ids, attention_mask: ``(B, T)`` -> Encoded with L+1 ``(B, T, H)``."""
+        """input_ids, token_type_ids, attention_mask: ``(B, T)`` -> Encoded with L+1 ``(B, T, H)``.
+
+        ``unpad``: the blocks compute the real tokens only (:mod:`muppets.nn.packing`; an inference
+        speed-up for uneven batches); the layers then hold zeros at padding positions."""
         if input_ids.shape[1] > self.cfg.max_position_embeddings:
             raise ValueError(
                 f"sequence length {input_ids.shape[1]} exceeds max_position_embeddings "
@@ -125,9 +130,17 @@ class BertBackbone(nn.Module):
         mask4 = padding_mask(attention_mask)
         x = self.embeddings(input_ids, token_type_ids)  # (B, T, H)
         layers = [x]
-        for block in self.layers:
-            x = block(x, mask4)
-            layers.append(x)
+        if unpad and mask4 is not None:
+            packing = Packing.from_mask(attention_mask)
+            packed = packing.pack(x)  # (N, H)
+            for block in self.layers:
+                packed = block(packed, mask4, packing=packing)
+                layers.append(packing.unpack(packed))
+            x = layers[-1]
+        else:
+            for block in self.layers:
+                x = block(x, mask4)
+                layers.append(x)
         if self.final_norm is not None:  # pre-LN: the residual stream is normalised once at the top
             layers[-1] = self.final_norm(x)
         if attention_mask is None:

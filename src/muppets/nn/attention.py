@@ -11,6 +11,7 @@ from torch import nn
 from muppets.nn.decode import linear
 from muppets.nn.dropout import dropout as fast_dropout
 from muppets.nn.kv_cache import LayerCache
+from muppets.nn.packing import Packing
 
 
 class SelfAttention(nn.Module):
@@ -40,15 +41,21 @@ class SelfAttention(nn.Module):
         self.out = nn.Linear(hidden_size, hidden_size)
 
     def forward(self, x: torch.Tensor, attn_mask: torch.Tensor | None = None,
-                cache: LayerCache | None = None) -> torch.Tensor:
-        """x: ``(B, T, H)`` -> ``(B, T, H)``.
+                cache: LayerCache | None = None, packing: Packing | None = None) -> torch.Tensor:
+        """x: ``(B, T, H)`` -> ``(B, T, H)``; with ``packing``, x is the real tokens ``(N, H)``
+        -> ``(N, H)`` (the projections run on them only; see :mod:`muppets.nn.packing`).
 
         attn_mask: bool, True = may attend. Without a cache ``(B, 1, 1, T)`` padding (the causal
         part is added here); with a ``cache`` the full ``(B, 1, T, S)`` mask over the ``S``
         cached + new keys (see :meth:`muppets.nn.kv_cache.KVCache.advance`), or None.
         """
-        B, T, H = x.shape
-        qkv = linear(self.qkv, x).view(B, T, 3, self.num_heads, self.head_dim)  # (B, T, 3, heads, hd)
+        if packing is not None:
+            qkv = packing.unpack(linear(self.qkv, x))  # (N, 3H) -> (B, T, 3H)
+            B, T, H = qkv.shape[0], qkv.shape[1], x.shape[-1]
+        else:
+            B, T, H = x.shape
+            qkv = linear(self.qkv, x)  # (B, T, 3H)
+        qkv = qkv.view(B, T, 3, self.num_heads, self.head_dim)  # (B, T, 3, heads, hd)
         q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # each (B, heads, T, hd)
         if self.record is not None:
             y = self._attend_and_record(q, k, v, attn_mask, cache)
@@ -63,6 +70,8 @@ class SelfAttention(nn.Module):
                 is_causal=self.causal and attn_mask is None,
             )  # (B, heads, T, hd)
         y = y.transpose(1, 2).reshape(B, T, H)  # (B, T, H)
+        if packing is not None:
+            y = packing.pack(y)  # (N, H)
         return linear(self.out, y)
 
     def _attend_and_record(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,

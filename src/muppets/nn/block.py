@@ -17,6 +17,7 @@ from muppets.nn.attention import SelfAttention
 from muppets.nn.dropout import dropout
 from muppets.nn.feedforward import FeedForward
 from muppets.nn.kv_cache import LayerCache
+from muppets.nn.packing import Packing
 
 
 @dataclass
@@ -44,14 +45,15 @@ class TransformerBlock(nn.Module):
         self.ffn_norm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
 
     def forward(self, x: torch.Tensor, attn_mask: torch.Tensor | None = None,
-                cache: LayerCache | None = None) -> torch.Tensor:
-        """x: ``(B, T, H)``; attn_mask: bool (True = attend) or None, ``(B, 1, 1, T)``, or
+                cache: LayerCache | None = None, packing: Packing | None = None) -> torch.Tensor:
+        """x: ``(B, T, H)``, or the real tokens ``(N, H)`` with ``packing`` (everything but the
+        attention is token-wise); attn_mask: bool (True = attend) or None, ``(B, 1, 1, T)``, or
         ``(B, 1, T, S)`` with a ``cache`` (see :class:`~muppets.nn.attention.SelfAttention`)."""
         p = self.cfg.hidden_dropout if self.training else 0.0
         if self.cfg.norm_first:
-            x = x + dropout(self.attn(self.attn_norm(x), attn_mask, cache), p, self.training)
+            x = x + dropout(self.attn(self.attn_norm(x), attn_mask, cache, packing), p, self.training)
             return x + dropout(self.ffn(self.ffn_norm(x)), p, self.training)
-        x = self.attn_norm(x + dropout(self.attn(x, attn_mask, cache), p, self.training))
+        x = self.attn_norm(x + dropout(self.attn(x, attn_mask, cache, packing), p, self.training))
         return self.ffn_norm(x + dropout(self.ffn(x), p, self.training))
 
 

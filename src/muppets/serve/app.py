@@ -17,6 +17,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -47,8 +48,9 @@ def error_response(err: ApiError) -> JSONResponse:
 class Server:
     """The state the routes share: settings, engine, batcher, metrics."""
 
-    def __init__(self, cfg: ServeConfig, engine: Engine) -> None:
+    def __init__(self, cfg: ServeConfig, engine: Engine, model_thread: ThreadPoolExecutor | None = None) -> None:
         self.cfg, self.engine = cfg, engine
+        self.model_thread = model_thread  # the one thread that loaded the model runs its batches
         self.name = cfg.model_name or ("minilm" if cfg.model_dir == "minilm" else Path(cfg.model_dir).name)
         self.batcher: Batcher | None = None
         self.arriving = 0  # model requests received and not yet queued (the batcher waits only for these)
@@ -59,11 +61,13 @@ class Server:
         c = self.cfg
         self.batcher = Batcher(self.engine.run, c.max_batch_tokens, c.max_batch_size, c.max_wait_ms, c.queue_size,
                                on_batch=lambda s: self.metrics.batch_done(s.size, s.padded_tokens, s.seconds),
-                               expecting=lambda: self.arriving)
+                               expecting=lambda: self.arriving, executor=self.model_thread)
 
     def stop(self) -> None:
         if self.batcher is not None:
             self.batcher.close(self.cfg.shutdown_timeout)
+        if self.model_thread is not None:
+            self.model_thread.shutdown(wait=False)
 
     def require(self, route: str) -> Any:
         if route not in self.engine.routes:
@@ -276,9 +280,36 @@ class Gate:
 # ----------------------------------------------------------------------------- app and running
 
 
+def _load_on_model_thread(cfg: ServeConfig) -> tuple[Engine, ThreadPoolExecutor]:
+    """:func:`load_engine` on a new one-thread executor, which then runs every batch.
+
+    With torch's OpenMP runtime (libgomp), each thread that runs parallel regions keeps a pool of
+    helper threads; once two such pools exist on a machine with as many cores as threads, the
+    runtime stops letting its idle helpers spin and every parallel region pays for waking them:
+    small-batch forward passes on 2 cores ran about half as fast on the batcher's thread as on
+    the loading thread. So the model is loaded, measured (``--backend auto``) and run on one
+    thread, and the event loop never starts a parallel region."""
+    model_thread = ThreadPoolExecutor(1, thread_name_prefix="muppets-model")
+
+    def load() -> Engine:
+        set_threads(cfg.threads)
+        return load_engine(cfg)
+
+    try:
+        return model_thread.submit(load).result(), model_thread
+    except BaseException:
+        model_thread.shutdown(wait=False)
+        raise
+
+
 def build_app(cfg: ServeConfig, engine: Engine | None = None) -> Starlette:
-    """The ASGI app for ``cfg`` (``engine``: an already loaded one, else :func:`load_engine`)."""
-    server = Server(cfg, engine or load_engine(cfg))
+    """The ASGI app for ``cfg`` (``engine``: an already loaded one, else :func:`load_engine` on
+    the thread that will run the batches: :func:`_load_on_model_thread`)."""
+    if engine is None:
+        engine, model_thread = _load_on_model_thread(cfg)
+        server = Server(cfg, engine, model_thread)
+    else:
+        server = Server(cfg, engine)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette):
@@ -327,7 +358,7 @@ def serve(cfg: ServeConfig, engine: Engine | None = None) -> None:
     import uvicorn
 
     sys.setswitchinterval(0.001)
-    set_threads(cfg.threads)
+    set_threads(cfg.threads)  # onnxruntime's setting; torch's is set again on the model thread
     uvicorn.Server(_uvicorn_config(cfg, engine)).run()
 
 

@@ -24,6 +24,11 @@ at the measured seconds per input), so memory stays bounded under any load.
 
 **Shutdown.** :meth:`close` lets the worker run what is queued (no more waiting for batches to
 fill), then stops it.
+
+**Which thread.** By default the worker is a thread of its own. Given ``executor`` (a
+one-thread executor), the worker loop runs on that executor's thread instead: the server loads
+the model on the same thread, so all of torch's work happens on one thread (see
+:func:`muppets.serve.app.build_app` for why that matters on CPU).
 """
 
 from __future__ import annotations
@@ -34,6 +39,8 @@ import math
 import threading
 import time
 from collections.abc import Callable, Hashable, Sequence
+from concurrent.futures import Executor, Future
+from concurrent.futures import wait as wait_futures
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -110,7 +117,7 @@ class Batcher:
     def __init__(self, run_batch: RunBatch, max_batch_tokens: int = 8192, max_batch_size: int = 64,
                  max_wait_ms: float = 5.0, queue_size: int = 1024,
                  on_batch: Callable[[BatchStats], None] | None = None, name: str = "muppets-batcher",
-                 expecting: Callable[[], int] | None = None) -> None:
+                 expecting: Callable[[], int] | None = None, executor: Executor | None = None) -> None:
         self.run_batch = run_batch
         self.expecting = expecting  # requests received but not yet queued (None: unknown, always wait)
         self.max_batch_tokens, self.max_batch_size = max_batch_tokens, max_batch_size
@@ -121,8 +128,19 @@ class Batcher:
         self._cond = threading.Condition()
         self._closing = False
         self._seconds_per_input = 0.01  # running estimate, for Retry-After
-        self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
-        self._thread.start()
+        self._worker: Future | threading.Thread
+        if executor is not None:
+            self._worker = executor.submit(self._loop)
+        else:
+            self._worker = threading.Thread(target=self._loop, name=name, daemon=True)
+            self._worker.start()
+
+    @property
+    def alive(self) -> bool:
+        """Is the worker loop still running?"""
+        if isinstance(self._worker, threading.Thread):
+            return self._worker.is_alive()
+        return not self._worker.done()
 
     @property
     def queue_depth(self) -> int:
@@ -167,7 +185,10 @@ class Batcher:
         with self._cond:
             self._closing = True
             self._cond.notify_all()
-        self._thread.join(timeout)
+        if isinstance(self._worker, threading.Thread):
+            self._worker.join(timeout)
+        else:
+            wait_futures([self._worker], timeout)
 
     # ------------------------------------------------------------------ worker side
 

@@ -155,7 +155,7 @@ class Encoder(SentenceEncoder):
                 for i, ids in enumerate(self.tok.encode_batch(texts))]
 
     def forward(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        return self.backbone(ids, torch.zeros_like(ids), mask).layers[-1]
+        return self.backbone(ids, torch.zeros_like(ids), mask, unpad=True).layers[-1]
 
     def run(self, key: Hashable, items: list[Work]) -> list[Any]:
         if key[0] == FILL:
