@@ -184,7 +184,8 @@ class ContextualEmbedder(Embedder):
         self.pooling = pooling
 
     def encode(self, sentences: Sequence[Sequence[str]]) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
-        """Model inputs (tensors) and ``word_of_piece (B, T)`` (-1 at specials and padding)."""
+        """Model inputs (tensors, and flags such as ``unpad``) and ``word_of_piece (B, T)`` (-1 at
+        specials and padding)."""
         raise NotImplementedError
 
     def embed_batch(self, sentences: Sequence[Sequence[str]], layers: Sequence[int]) -> list[np.ndarray]:
@@ -192,7 +193,7 @@ class ContextualEmbedder(Embedder):
         lengths = [len(s) for s in sentences]
         W = max(lengths)
         with torch.inference_mode():
-            encoded = self.model(**{k: v.to(self.device) for k, v in inputs.items()})
+            encoded = self.model(**{k: v.to(self.device) if torch.is_tensor(v) else v for k, v in inputs.items()})
             wop = word_of_piece.to(self.device)
             pooled = torch.stack([pool_pieces(encoded.layers[k].float(), wop, W, self.pooling)
                                   for k in layers], 1)  # (B, K, W, H)
@@ -266,7 +267,8 @@ class BertEmbedder(SubwordEmbedder):
         return word_pieces(self.tok, sentences)
 
     def inputs(self, ids: torch.Tensor, mask: torch.Tensor) -> dict[str, torch.Tensor]:
-        return {"input_ids": ids, "token_type_ids": torch.zeros_like(ids), "attention_mask": mask}
+        # unpad: the blocks skip the padding rows (muppets.nn.packing); pooling never reads them
+        return {"input_ids": ids, "token_type_ids": torch.zeros_like(ids), "attention_mask": mask, "unpad": True}
 
 
 class GPTEmbedder(SubwordEmbedder):
