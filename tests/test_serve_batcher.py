@@ -187,3 +187,21 @@ def test_doctests(name):
     import importlib
 
     assert doctest.testmod(importlib.import_module(name)).failed == 0
+
+
+def test_heap_trimmer_trims_at_most_once_per_interval():
+    import platform
+
+    from muppets.serve.memory import HeapTrimmer
+
+    if platform.libc_ver()[0] == "glibc":
+        assert HeapTrimmer(1.0).trim is not None  # the real malloc_trim is found
+    assert HeapTrimmer(0).trim is None  # interval 0: off
+    trimmer, calls = HeapTrimmer(0.05), []
+    trimmer.trim = lambda pad: calls.append(pad) or 1
+    trimmer.maybe()
+    assert calls == []  # not yet: the interval starts at creation
+    time.sleep(0.06)
+    trimmer.maybe()
+    trimmer.maybe()
+    assert calls == [0] and trimmer.count == 1

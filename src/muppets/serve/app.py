@@ -30,10 +30,11 @@ from starlette.routing import Route
 
 from muppets.errors import MuppetsError
 from muppets.serve import schema
-from muppets.serve.batcher import Batcher, QueueFull, Ticket
+from muppets.serve.batcher import Batcher, BatchStats, QueueFull, Ticket
 from muppets.serve.config import ServeConfig
 from muppets.serve.engines import COMPLETE, EMBED, FILL, PREDICT, Engine, load_engine
 from muppets.serve.errors import ApiError
+from muppets.serve.memory import HeapTrimmer
 from muppets.serve.metrics import CONTENT_TYPE, Metrics
 
 log = logging.getLogger(__name__)
@@ -56,12 +57,18 @@ class Server:
         self.arriving = 0  # model requests received and not yet queued (the batcher waits only for these)
         self.metrics = Metrics(lambda: self.batcher.queue_depth if self.batcher else 0)
         self.started = time.time()
+        self.trimmer = HeapTrimmer(1.0)
 
     def start(self) -> None:
         c = self.cfg
         self.batcher = Batcher(self.engine.run, c.max_batch_tokens, c.max_batch_size, c.max_wait_ms, c.queue_size,
-                               on_batch=lambda s: self.metrics.batch_done(s.size, s.padded_tokens, s.seconds),
+                               on_batch=self._batch_done,
                                expecting=lambda: self.arriving, executor=self.model_thread)
+
+    def _batch_done(self, stats: BatchStats) -> None:
+        """Worker thread, after each batch: metrics, and the heap trimmed now and then."""
+        self.metrics.batch_done(stats.size, stats.padded_tokens, stats.seconds)
+        self.trimmer.maybe()
 
     def stop(self) -> None:
         if self.batcher is not None:
