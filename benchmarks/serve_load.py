@@ -314,6 +314,30 @@ def st_baseline(args, sentences: list[str]) -> dict | None:
             "throughput_sps": round(n / seconds, 2), "threads": args.threads}
 
 
+def engine_ceiling(args, sentences: list[str], n: int = 512, batch: int = 64) -> dict:
+    """The served model's own forward passes in this process (no HTTP, no queue): sentences/s
+    at batch 1 and at batch ``batch`` in arrival order. Their ratio bounds what any batching
+    server can gain over batch-1 serving on this machine."""
+    import torch
+
+    from muppets.serve.config import ServeConfig
+    from muppets.serve.engines import load_engine
+
+    torch.set_num_threads(args.threads)
+    engine = load_engine(ServeConfig(model_dir=args.model, threads=args.threads, backend="torch"))
+    rows = [w.payload for w in engine.embedding_items(sentences[:n], True)]
+    out = {}
+    for size in (1, batch):
+        engine.embed_rows(rows[:size])  # warm up
+        t0 = time.perf_counter()
+        for start in range(0, len(rows), size):
+            engine.embed_rows(rows[start:start + size])
+        out[f"batch_{size}_sps"] = round(len(rows) / (time.perf_counter() - t0), 2)
+    out["ratio"] = round(out[f"batch_{batch}_sps"] / out["batch_1_sps"], 3)
+    print(f"[engine in-process] {out}", file=sys.stderr)
+    return out
+
+
 def overload_phase(args, sentences: list[str], peak: float) -> dict:
     server = ServerProcess(args.model, args.server_options, args.threads).start()
     bodies = [embedding_body(s) for s in sentences]
@@ -468,6 +492,10 @@ def summary(results: dict) -> str:
                          f"{lv['p95_ms']} | {lv['p99_ms']} |")
     if results.get("sentence_transformers"):
         lines.append(f"\nsentence-transformers in-process: {results['sentence_transformers']['throughput_sps']} sentences/s")
+    if results.get("engine_ceiling"):
+        e = results["engine_ceiling"]
+        lines.append(f"engine in-process (no server): batch 1 {e['batch_1_sps']} / batch 64 {e['batch_64_sps']} "
+                     f"sentences/s = {e['ratio']}x")
     if results.get("overload"):
         o = results["overload"]
         lines.append(f"half peak: p95 {o['half_peak']['p95_ms']} ms; overload: {json.dumps(o['overload'])}; "
@@ -504,6 +532,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--gen-tokens", type=int, default=64)
     p.add_argument("--gen-concurrency", default="1,8")
     p.add_argument("--gen-requests", type=int, default=32)
+    p.add_argument("--engine-only", action="store_true",
+                   help="only the in-process forward passes at batch 1 and 64 (the ceiling of batching)")
     p.add_argument("--smoke", action="store_true", help="tiny settings: checks the script, not the server's speed")
     p.add_argument("--out", default="", help="write the results here (JSON)")
     args = p.parse_args(argv)
@@ -525,11 +555,19 @@ def main(argv=None) -> int:
     results: dict = {"command": " ".join(sys.argv), "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
                                                                  "platform": platform.platform()},
                      "settings": {k: v for k, v in vars(args).items() if k != "server_options"}, "embeddings": []}
-    results["embeddings"].append(embedding_phase(args, sentences, args.server_options, "dynamic batching"))
-    if not args.no_batch1:
+    if not args.engine_only:
+        results["embeddings"].append(embedding_phase(args, sentences, args.server_options, "dynamic batching"))
+    if not args.no_batch1 and not args.engine_only:
         results["embeddings"].append(embedding_phase(args, sentences, [*args.server_options, "--max-batch-size", "1"],
                                                      "batch-1 serving"))
-    results["sentence_transformers"] = st_baseline(args, sentences)
+    results["sentence_transformers"] = None if args.engine_only else st_baseline(args, sentences)
+    results["engine_ceiling"] = engine_ceiling(args, sentences)
+    if args.engine_only:
+        if args.out:
+            Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+            Path(args.out).write_text(json.dumps(results, indent=1))
+        print(json.dumps(results["engine_ceiling"]))
+        return 0
     peak = max(lv["throughput_rps"] for lv in results["embeddings"][0]["levels"])
     results["overload"] = overload_phase(args, sentences, peak)
     if args.gpt_model:
