@@ -98,7 +98,7 @@ def _build_tasks(cfg: MultitaskConfig, datas: dict[str, TaskData], model_dir: Pa
             model.backbone = tasks[0].model.backbone
         if tcfg.init == "random":
             init_weights(model, model.backbone.cfg.initializer_range)
-        ft._check_length(tcfg, model)
+        ft.check_length(tcfg, model)
         model.to(device)
         train, mode, chosen, _ = ft.selection_split(tcfg, data)
         train = ft.confident(train, tcfg.min_confidence)
@@ -171,7 +171,7 @@ class _Keepers:
         self.keepers = {}
         for t in tasks:
             if t.select:
-                save = ft._saver(t.model, tok, t.spec, t.cfg, run_dir / "tasks" / t.name / "best")
+                save = ft.model_saver(t.model, tok, t.spec, t.cfg, run_dir / "tasks" / t.name / "best")
                 self.keepers[t.name] = ft.BestKeeper(run_dir / "tasks" / t.name / "early_stopping.json",
                                                      t.key, patience, save, is_main, fresh=fresh)
 
@@ -189,7 +189,7 @@ def run(cfg: MultitaskConfig, resume: bool = True, datas: dict[str, TaskData] | 
     datas = datas or load_datas(cfg)
     model_dir = ft.resolve_model(base.model)
     tok = load_tokenizer(model_dir)
-    tasks = _build_tasks(cfg, datas, model_dir, tok, ft._device(base.device, dist.local_rank))
+    tasks = _build_tasks(cfg, datas, model_dir, tok, ft.task_device(base.device, dist.local_rank))
     groups = _groups(cfg, tasks, tok.pad_id)
     epoch_steps = _epoch_steps(cfg, groups)
     steps = cfg.steps or base.epochs * epoch_steps
@@ -204,7 +204,7 @@ def run(cfg: MultitaskConfig, resume: bool = True, datas: dict[str, TaskData] | 
     keepers = _Keepers(tasks, tok, run_dir, base.patience, dist.is_main, fresh=not resume)
     log.info("multi-task: %d tasks in %d groups, %s, %d steps (%d per epoch), weighting %s, sharing %s",
              len(tasks), len(groups), cfg.mode, steps, epoch_steps, cfg.weighting, cfg.sharing)
-    trainer = Trainer(model, data, ft._train_config(base, steps, epoch_steps), run_dir,
+    trainer = Trainer(model, data, ft.train_config(base, steps, epoch_steps), run_dir,
                       evaluate=_evaluator(tasks, tok), run_config=to_dict(cfg),
                       should_stop=keepers,
                       eval_also_at=lambda step: step % epoch_steps == 0)
@@ -224,7 +224,7 @@ def run(cfg: MultitaskConfig, resume: bool = True, datas: dict[str, TaskData] | 
         entry = {"selection": t.selection, "selection_examples": len(t.select), "train_examples": len(t.train),
                  "best_step": keepers.keepers[t.name].state["best_step"] if t.name in keepers.keepers else result.step}
         if dist.is_main:
-            entry.update(ft._final_predictions(run_dir / "tasks" / t.name, t.data, t.cfg))
+            entry.update(ft.final_predictions(run_dir / "tasks" / t.name, t.data, t.cfg))
         summary["per_task"][t.name] = entry
     if cfg.then_finetune:
         _then_finetune(cfg, tasks, run_dir, resume, summary)
@@ -236,10 +236,10 @@ def run(cfg: MultitaskConfig, resume: bool = True, datas: dict[str, TaskData] | 
 def _save_final(tasks: list[_Task], tok: Any, run_dir: Path, keepers: _Keepers) -> None:
     """``tasks/<name>/final`` for every task; ``best`` = ``final`` where nothing selects."""
     for t in tasks:
-        ft._saver(t.model, tok, t.spec, t.cfg, run_dir / "tasks" / t.name / "final")()
+        ft.model_saver(t.model, tok, t.spec, t.cfg, run_dir / "tasks" / t.name / "final")()
         if t.name not in keepers.keepers:
             log.info("task %s: selection=%s, best/ is the model after the last step", t.name, t.selection)
-            ft._saver(t.model, tok, t.spec, t.cfg, run_dir / "tasks" / t.name / "best")()
+            ft.model_saver(t.model, tok, t.spec, t.cfg, run_dir / "tasks" / t.name / "best")()
 
 
 def _then_finetune(cfg: MultitaskConfig, tasks: list[_Task], run_dir: Path, resume: bool, summary: dict) -> None:

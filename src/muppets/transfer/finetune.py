@@ -203,7 +203,8 @@ def _limit(examples: list, n: int) -> list:
     return examples[:n] if n > 0 else examples
 
 
-def _device(name: str, local_rank: int) -> torch.device:
+def task_device(name: str, local_rank: int) -> torch.device:
+    """The device of a task run: ``auto`` is this rank's GPU when there is one, else the CPU."""
     if name == "auto":
         return torch.device(f"cuda:{local_rank}" if torch.cuda.is_available() else "cpu")
     return torch.device(name)
@@ -338,8 +339,8 @@ class BestKeeper:
         return self.state["stopped"]
 
 
-def _saver(model: TaskModel, tok: WordPieceTokenizer, spec: TaskSpec, cfg: FinetuneConfig,
-           directory: Path) -> Callable[[], None]:
+def model_saver(model: TaskModel, tok: WordPieceTokenizer, spec: TaskSpec, cfg: FinetuneConfig,
+                directory: Path) -> Callable[[], None]:
     """Write the model as an HF task directory (+ tokenizer, labels, settings), atomically."""
 
     def save() -> None:
@@ -355,7 +356,8 @@ def _saver(model: TaskModel, tok: WordPieceTokenizer, spec: TaskSpec, cfg: Finet
 # ----------------------------------------------------------------------------- the run
 
 
-def _train_config(cfg: FinetuneConfig, steps: int, steps_per_epoch: int) -> TrainConfig:
+def train_config(cfg: FinetuneConfig, steps: int, steps_per_epoch: int) -> TrainConfig:
+    """The Trainer settings of a fine-tuning run (also the multi-task run's, from its base task)."""
     return TrainConfig(
         steps=steps, batch_size=cfg.batch_size, accumulation=cfg.accumulation, lr=cfg.lr,
         weight_decay=cfg.weight_decay, warmup_steps=round(cfg.warmup_ratio * steps),
@@ -394,8 +396,8 @@ def _setup(cfg: FinetuneConfig, data: TaskData, local_rank: int) -> _Setup:
     if cfg.init == "random":  # every weight, backbone and head, from the model's own initialiser
         init_weights(model, model.backbone.cfg.initializer_range)
         log.info("init=random: %s's weights replaced by a fresh initialisation", model_dir)
-    _check_length(cfg, model)
-    model.to(_device(cfg.device, local_rank))
+    check_length(cfg, model)
+    model.to(task_device(cfg.device, local_rank))
     train, mode, chosen, dev = selection_split(cfg, data)
     train = confident(train, cfg.min_confidence)
     features = weak_targets(make_features(spec.kind, train, tok, cfg.feature_options, spec.labels), train,
@@ -475,7 +477,7 @@ def run(cfg: FinetuneConfig, resume: bool = True, data: TaskData | None = None) 
                                                                    resolve_model(cfg.model)))
     s = _setup(cfg, data, dist.local_rank)
     key, spe = primary_key(s.spec.metric), s.steps.steps_per_epoch
-    save_best = _saver(s.model, s.tok, s.spec, cfg, run_dir / "best")
+    save_best = model_saver(s.model, s.tok, s.spec, cfg, run_dir / "best")
     keeper = BestKeeper(run_dir / "early_stopping.json", key, cfg.patience, save_best, dist.is_main,
                         fresh=not resume)
     if resume and keeper.state["stopped"]:
@@ -485,7 +487,7 @@ def run(cfg: FinetuneConfig, resume: bool = True, data: TaskData | None = None) 
     else:
         watched = s.dev if cfg.watch_dev else []
         evaluate = _evaluator(s.tok, s.spec, s.select, watched, cfg) if s.select or watched else None
-        trainer = Trainer(FinetuneModel(s.model), s.steps, _train_config(cfg, s.steps.total_steps, spe),
+        trainer = Trainer(FinetuneModel(s.model), s.steps, train_config(cfg, s.steps.total_steps, spe),
                           run_dir, evaluate=evaluate, run_config=to_dict(cfg),
                           should_stop=keeper if s.select else None, eval_also_at=lambda step: step % spe == 0)
         result = trainer.train(resume=resume)
@@ -503,12 +505,12 @@ def run(cfg: FinetuneConfig, resume: bool = True, data: TaskData | None = None) 
                "primary": key, "selection": s.selection, "selection_examples": len(s.select),
                "train_examples": len(s.train), "train_features": len(s.steps.features)}
     if dist.is_main:
-        summary.update(_final_predictions(run_dir, data, cfg))
+        summary.update(final_predictions(run_dir, data, cfg))
         write_json_atomic(run_dir / "metrics.json", summary)
     return summary
 
 
-def _check_length(cfg: FinetuneConfig, model: TaskModel) -> None:
+def check_length(cfg: FinetuneConfig, model: TaskModel) -> None:
     limit = model.backbone.cfg.max_position_embeddings
     if cfg.max_seq_len > limit:
         raise ConfigError(f"max_seq_len={cfg.max_seq_len} exceeds the model's "
@@ -531,7 +533,7 @@ def _evaluator(tok: WordPieceTokenizer, spec: TaskSpec, chosen: list, watched: l
     return evaluate
 
 
-def _final_predictions(run_dir: Path, data: TaskData, cfg: FinetuneConfig) -> dict:
+def final_predictions(run_dir: Path, data: TaskData, cfg: FinetuneConfig) -> dict:
     """Reload ``best/``; predict dev and test; write predictions.jsonl; return their metrics."""
     best = load_task_model(run_dir / "best")
     tok = load_tokenizer(run_dir / "best")
@@ -621,7 +623,7 @@ def evaluate_model(task: TaskSection, model: str, split: str = "dev", cfg: Finet
     if saved is not None:
         cfg = dataclasses.replace(cfg, orderings=saved.orderings)
     net = load_task_model(model_dir, kind=data.spec.kind, num_labels=data.spec.num_labels or None)
-    _check_length(cfg, net)
+    check_length(cfg, net)
     examples = _limit(data[split], cfg.max_eval_examples)
     preds, metrics = predict_and_score(net, load_tokenizer(model_dir), data.spec, examples, cfg)
     if predictions is not None:
