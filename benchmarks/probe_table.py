@@ -107,7 +107,8 @@ def summarize(report: dict) -> dict:
         out[task] = {"best_layer": best["layer"], "accuracy": best["accuracy"],
                      "span_f1": best.get("span_f1"), "selectivity": best.get("selectivity"),
                      "mix_accuracy": mix.get("accuracy"), "expected_layer": mix.get("expected_layer"),
-                     "random_accuracy": random_best.get("accuracy"), "random_best_layer": random_best.get("layer")}
+                     "random_accuracy": random_best.get("accuracy"), "random_best_layer": random_best.get("layer"),
+                     "random_span_f1": random_best.get("span_f1")}
     tree = report["tasks"].get("structural", {})
     if "pretrained" in tree:
         out["structural"] = {enc: [round(r["uuas"], 4) for r in tree[enc]["layers"]]
@@ -121,15 +122,16 @@ def _cell(value: float | None, digits: int = 2, scale: float = 100.0) -> str:
 
 
 def markdown(table: dict) -> str:
-    lines = ["| model | task | best layer (dev) | test acc | span F1 | selectivity | random enc. | mix acc "
-             "| E[layer] |",
-             "|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| model | task | best layer (dev) | test acc | span F1 | selectivity | random enc. acc | random enc. F1 "
+             "| mix acc | E[layer] |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for model, cells in table["models"].items():
         for task in WORD_TASKS:
             c = cells.get(task)
             if c:
                 lines.append(f"| {model} | {task} | {c['best_layer']} | {_cell(c['accuracy'])} | "
                              f"{_cell(c['span_f1'])} | {_cell(c['selectivity'])} | {_cell(c['random_accuracy'])} | "
+                             f"{_cell(c.get('random_span_f1'))} | "
                              f"{_cell(c['mix_accuracy'])} | {_cell(c['expected_layer'], 2, 1.0)} |")
     trees = {m: c["structural"] for m, c in table["models"].items() if c.get("structural")}
     if trees:
