@@ -28,7 +28,7 @@ fill), then stops it.
 **Which thread.** By default the worker is a thread of its own. Given ``executor`` (a
 one-thread executor), the worker loop runs on that executor's thread instead: the server loads
 the model on the same thread, so all of torch's work happens on one thread (see
-:func:`muppets.serve.app.build_app` for why that matters on CPU).
+:func:`muppets.serve.app._load_on_model_thread` for why that matters on CPU).
 """
 
 from __future__ import annotations
