@@ -316,24 +316,35 @@ def st_baseline(args, sentences: list[str]) -> dict | None:
 
 def engine_ceiling(args, sentences: list[str], n: int = 512, batch: int = 64) -> dict:
     """The served model's own forward passes in this process (no HTTP, no queue): sentences/s
-    at batch 1 and at batch ``batch`` in arrival order. Their ratio bounds what any batching
+    at batch 1, 16 and ``batch`` in arrival order. Their ratio bounds what any batching
     server can gain over batch-1 serving on this machine."""
+    import numpy as np
     import torch
 
     from muppets.serve.config import ServeConfig
     from muppets.serve.engines import load_engine
 
     torch.set_num_threads(args.threads)
-    engine = load_engine(ServeConfig(model_dir=args.model, threads=args.threads, backend="torch"))
+    engine = load_engine(ServeConfig(model_dir=args.model, threads=args.threads, backend="torch",
+                                     precision=args.precision))
     rows = [w.payload for w in engine.embedding_items(sentences[:n], True)]
-    out = {}
-    for size in (1, batch):
+    out = {"precision": args.precision}
+    if args.precision != "float32":  # how far the served vectors are from float32 ones
+        reference = load_engine(ServeConfig(model_dir=args.model, threads=args.threads, backend="torch"))
+        a = torch.tensor(np.stack(engine.embed_rows(rows)))
+        b = torch.tensor(np.stack(reference.embed_rows(rows)))
+        cos = torch.nn.functional.cosine_similarity(a, b, dim=-1)  # (n,)
+        out["cosine_to_float32"] = {"min": round(cos.min().item(), 7), "mean": round(cos.mean().item(), 7),
+                                    "sentences": len(rows)}
+        del reference
+    for size in (1, 16, batch):  # 16: the largest batch a closed loop of 16 clients can form
         engine.embed_rows(rows[:size])  # warm up
         t0 = time.perf_counter()
         for start in range(0, len(rows), size):
             engine.embed_rows(rows[start:start + size])
         out[f"batch_{size}_sps"] = round(len(rows) / (time.perf_counter() - t0), 2)
     out["ratio"] = round(out[f"batch_{batch}_sps"] / out["batch_1_sps"], 3)
+    out["ratio_16"] = round(out["batch_16_sps"] / out["batch_1_sps"], 3)
     print(f"[engine in-process] {out}", file=sys.stderr)
     return out
 
@@ -494,8 +505,9 @@ def summary(results: dict) -> str:
         lines.append(f"\nsentence-transformers in-process: {results['sentence_transformers']['throughput_sps']} sentences/s")
     if results.get("engine_ceiling"):
         e = results["engine_ceiling"]
-        lines.append(f"engine in-process (no server): batch 1 {e['batch_1_sps']} / batch 64 {e['batch_64_sps']} "
-                     f"sentences/s = {e['ratio']}x")
+        lines.append(f"engine in-process (no server, {e.get('precision', 'float32')}): batch 1 {e['batch_1_sps']} / "
+                     f"16 {e['batch_16_sps']} / 64 {e['batch_64_sps']} sentences/s = {e['ratio_16']}x / {e['ratio']}x"
+                     + (f"; cosine to float32 min {e['cosine_to_float32']['min']}" if "cosine_to_float32" in e else ""))
     if results.get("overload"):
         o = results["overload"]
         lines.append(f"half peak: p95 {o['half_peak']['p95_ms']} ms; overload: {json.dumps(o['overload'])}; "
@@ -517,6 +529,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--concurrency", default="1,4,16,64", help="closed-loop client counts")
     p.add_argument("--duration", type=float, default=20.0, help="measured seconds per concurrency level")
     p.add_argument("--warmup", type=float, default=3.0, help="unmeasured seconds before each level")
+    p.add_argument("--precision", choices=["float32", "bf16"], default="float32",
+                   help="the server's --precision (both servers) and the engine phase's")
     p.add_argument("--max-batch-tokens", type=int, default=8192)
     p.add_argument("--max-wait-ms", type=float, default=5.0)
     p.add_argument("--queue-size", type=int, default=256)
@@ -545,7 +559,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     args.concurrency = [int(c) for c in args.concurrency.split(",")]
     args.gen_concurrency = [int(c) for c in args.gen_concurrency.split(",")]
     args.server_options = ["--max-batch-tokens", str(args.max_batch_tokens), "--max-wait-ms", str(args.max_wait_ms),
-                           "--queue-size", str(args.queue_size)]
+                           "--queue-size", str(args.queue_size), "--precision", args.precision]
     return args
 
 

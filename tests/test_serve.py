@@ -459,11 +459,12 @@ def test_cli_entry_parses_every_option():
     add_parser(parser.add_subparsers(dest="command"))
     args = parser.parse_args(["serve", "runs/x", "--port", "9000", "--max-batch-tokens", "4096", "--max-wait-ms",
                               "2.5", "--queue-size", "10", "--threads", "2", "--api-key", "k", "--max-batch-size",
-                              "1", "--pooling", "cls", "--no-normalize"])
+                              "1", "--pooling", "cls", "--no-normalize", "--precision", "bf16", "--backend", "torch"])
     c = config_from_args(args)
     assert (c.model_dir, c.port, c.max_batch_tokens, c.max_wait_ms, c.queue_size, c.threads, c.api_key) == \
         ("runs/x", 9000, 4096, 2.5, 10, 2, "k")
     assert c.max_batch_size == 1 and c.pooling == "cls" and c.normalize is False and c.host == "127.0.0.1"
+    assert (c.precision, c.backend) == ("bf16", "torch")
 
 
 # ----------------------------------------------------------------------------- other model kinds

@@ -205,3 +205,27 @@ def test_heap_trimmer_trims_at_most_once_per_interval():
     trimmer.maybe()
     trimmer.maybe()
     assert calls == [0] and trimmer.count == 1
+
+
+def test_bf16_linear_pads_rows_to_few_buckets_and_returns_the_real_ones():
+    import torch
+
+    from muppets.serve.engines import Bf16Linear, bucket_rows, to_bf16_linears
+
+    sizes = {bucket_rows(n) for n in range(1, 8193)}
+    assert len(sizes) == 39 and all(bucket_rows(n) >= n for n in range(1, 8193))
+    assert all(bucket_rows(n) <= 1.25 * n for n in range(129, 8193))
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 5), torch.nn.LayerNorm(5))
+    reference = torch.nn.Linear(8, 5)
+    reference.load_state_dict(model[0].state_dict())
+    to_bf16_linears(model)
+    assert type(model[0]) is Bf16Linear and model[0].weight.dtype == torch.bfloat16
+    assert model[1].weight.dtype == torch.float32
+    x = torch.randn(3, 7, 8)  # 21 rows -> a bucket of 32
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        got = model[0](x)
+        want = torch.nn.functional.linear(x.reshape(-1, 8), model[0].weight, model[0].bias).reshape(3, 7, 5)
+    assert got.shape == (3, 7, 5) and got.dtype == torch.bfloat16
+    torch.testing.assert_close(got.float(), want.float(), rtol=0, atol=1e-2)
+    torch.testing.assert_close(got.float(), reference(x), rtol=0.05, atol=0.05)

@@ -83,3 +83,34 @@ def test_equal_to_transformers_mean_pooling(served):
     mean = (h * m).sum(1) / m.sum(1)
     reference = torch.nn.functional.normalize(mean, dim=-1).numpy()
     assert cosines(served[0], reference).min() >= 0.9999
+
+
+def test_bf16_precision_stays_within_cosine_1e_4_of_float32_and_keeps_fill_mask_shapes():
+    """``--precision bf16``: linear weights are stored in bf16 (cast once), everything else stays
+    float32, and the vectors (served, batched) stay within cosine 1e-4 of sentence-transformers'
+    float32 ones."""
+    st = pytest.importorskip("sentence_transformers")
+    reference = st.SentenceTransformer(str(resolve_model_path("minilm")), device="cpu").encode(
+        SENTENCES, convert_to_numpy=True)
+    engine = load_engine(ServeConfig("minilm", precision="bf16"))
+    for name, module in engine.backbone.named_modules():
+        for p in module.parameters(recurse=False):
+            assert p.dtype == (torch.bfloat16 if isinstance(module, torch.nn.Linear) else torch.float32), name
+    offline = np.stack(engine.embed_rows(engine.token_ids(SENTENCES, truncate=False)))
+    assert offline.dtype == np.float32
+    assert cosines(offline, reference).min() >= 0.9999
+    assert not np.allclose(offline, reference, atol=1e-7)  # it did run in bf16
+    with running_server(ServeConfig("minilm", port=0, log_level="warning", precision="bf16")) as url:
+        served = post(url + "/v1/embeddings", {"input": SENTENCES})[1]
+        health = request(url + "/health")[2]
+    assert health["precision"] == "bf16"
+    assert cosines(np.array([d["embedding"] for d in served["data"]]), reference).min() >= 0.9999
+
+
+def test_bf16_precision_is_refused_where_it_does_not_apply():
+    from muppets.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="ONNX backend is float32"):
+        ServeConfig("minilm", precision="bf16", backend="onnx")
+    with pytest.raises(ConfigError, match="not one of"):
+        ServeConfig("minilm", precision="fp16")

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 from muppets.errors import MuppetsError
-from muppets.serve.config import BACKENDS, POOLINGS, ServeConfig
+from muppets.serve.config import BACKENDS, POOLINGS, PRECISIONS, ServeConfig
 
 def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Add ``serve`` to the ``muppets`` subcommands; returns its parser."""
@@ -35,6 +35,10 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     s.add_argument("--backend", choices=BACKENDS, default=d.backend,
                    help="forward passes in torch, in onnxruntime (an export from 'muppets export onnx', in "
                         "MODEL_DIR or MODEL_DIR/onnx), or auto: the faster of the two, measured at startup")
+    s.add_argument("--precision", choices=PRECISIONS, default=d.precision,
+                   help="BERT encoders: bf16 keeps the linear layers' weights in bf16 and runs them in autocast "
+                        "(faster on CPUs with AVX512-BF16 / AMX; the vectors differ slightly from float32, "
+                        "BENCHMARKS.md has the measured gap); implies the torch backend")
     s.add_argument("--api-key", default="", help="require 'Authorization: Bearer KEY' (or set MUPPETS_API_KEY)")
     s.add_argument("--max-inputs", type=int, default=d.max_inputs, help="inputs per request at most (413 beyond)")
     s.add_argument("--max-chars", type=int, default=d.max_chars, help="characters per input at most (413 beyond)")
@@ -55,7 +59,7 @@ def config_from_args(args: argparse.Namespace) -> ServeConfig:
     return ServeConfig(model_dir=args.model_dir, host=args.host, port=args.port, model_name=args.model_name,
                        max_batch_tokens=args.max_batch_tokens, max_batch_size=args.max_batch_size,
                        max_wait_ms=args.max_wait_ms, queue_size=args.queue_size, threads=args.threads,
-                       backend=args.backend,
+                       backend=args.backend, precision=args.precision,
                        api_key=args.api_key, max_inputs=args.max_inputs, max_chars=args.max_chars,
                        max_body_bytes=args.max_body_bytes, max_new_tokens=args.max_new_tokens,
                        pooling=args.pooling or "", normalize=args.normalize,

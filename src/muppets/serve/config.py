@@ -9,6 +9,7 @@ from muppets.errors import ConfigError
 
 POOLINGS = ("cls", "mean", "max", "mean_sqrt_len", "last")  # sentence vectors (sentence-transformers' names)
 BACKENDS = ("auto", "torch", "onnx")  # what runs the forward pass (muppets.serve.onnx_backend)
+PRECISIONS = ("float32", "bf16")  # BERT encoders' linear layers (muppets.serve.engines.Encoder)
 
 
 @dataclass
@@ -23,6 +24,7 @@ class ServeConfig:
     queue_size: int = 1024  # inputs waiting at most; beyond, requests get 503 + Retry-After
     threads: int = 0  # torch (and onnxruntime) intra-op threads (0 = the default: one per core)
     backend: str = "auto"  # torch | onnx (an export: muppets export onnx) | auto (the faster of both, measured at startup)
+    precision: str = "float32"  # BERT encoders: float32 | bf16 (linear weights in bf16 under autocast; torch backend only)
     api_key: str = ""  # if set, every route but /health needs "Authorization: Bearer <key>" (env MUPPETS_API_KEY)
     max_inputs: int = 256  # inputs one request may carry (413 beyond)
     max_chars: int = 20000  # characters one input may have (413 beyond)
@@ -46,5 +48,9 @@ class ServeConfig:
                               "wait and threads must be >= 0, the port within 0 … 65535")
         if self.backend not in BACKENDS:
             raise ConfigError(f"backend {self.backend!r} is not one of {', '.join(BACKENDS)}")
+        if self.precision not in PRECISIONS:
+            raise ConfigError(f"precision {self.precision!r} is not one of {', '.join(PRECISIONS)}")
+        if self.precision == "bf16" and self.backend == "onnx":
+            raise ConfigError("precision bf16 runs in torch: the ONNX backend is float32 (use --backend torch or auto)")
         if self.pooling and self.pooling not in POOLINGS:
             raise ConfigError(f"pooling {self.pooling!r} is not one of {', '.join(POOLINGS)}")

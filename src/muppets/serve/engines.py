@@ -56,7 +56,8 @@ class Engine:
         self.source = source
 
     def describe(self) -> dict[str, Any]:
-        out = {"kind": self.kind, "source": str(self.source), "routes": list(self.routes), "backend": self.backend}
+        out = {"kind": self.kind, "source": str(self.source), "routes": list(self.routes), "backend": self.backend,
+               "precision": "bf16" if getattr(self, "bf16", False) else "float32"}
         return out | ({"backend_ms": self.backend_ms} if self.backend_ms else {})
 
     def run(self, key: Hashable, items: list[Work]) -> list[Any]:
@@ -137,6 +138,9 @@ class Encoder(SentenceEncoder):
         from muppets.tokenizers.wordpiece import WordPieceTokenizer
 
         self.model = load_hf_bert(source).eval()
+        self.bf16 = cfg.precision == "bf16"
+        if self.bf16:
+            to_bf16_linears(self.model.backbone)
         self.tok = WordPieceTokenizer.load(source)
         self.has_mlm = "cls.predictions.transform.dense.weight" in read_shapes(source)
         self.routes = (EMBED, FILL) if self.has_mlm else (EMBED,)
@@ -155,7 +159,9 @@ class Encoder(SentenceEncoder):
                 for i, ids in enumerate(self.tok.encode_batch(texts))]
 
     def forward(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        return self.backbone(ids, torch.zeros_like(ids), mask, unpad=True).layers[-1]
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.bf16):
+            top = self.backbone(ids, torch.zeros_like(ids), mask, unpad=True).layers[-1]  # (B, T, H)
+        return top.float()  # heads and pooling stay float32
 
     def run(self, key: Hashable, items: list[Work]) -> list[Any]:
         if key[0] == FILL:
@@ -163,6 +169,57 @@ class Encoder(SentenceEncoder):
 
             return fill_masks(self, items)
         return super().run(key, items)
+
+
+def bucket_rows(n: int) -> int:
+    """``n`` rounded up to a multiple of 16 up to 128, then to the next of a geometric series of
+    step 1/8 (in multiples of 32): 39 sizes up to 8,192 rows; beyond 128 rows, at most a quarter
+    of the rows are padding."""
+    if n <= 128:
+        return -(-n // 16) * 16
+    size = 128
+    while size < n:
+        size = max(size + 32, -(-int(size * 1.125) // 32) * 32)
+    return size
+
+
+class Bf16Linear(torch.nn.Linear):
+    """A linear layer with bf16 weights whose inputs are padded to :func:`bucket_rows` rows.
+
+    bf16 matmuls run in oneDNN, which builds (and caches, 1,024 by default) a primitive per input
+    shape; the unpadded encoder feeds every token count there is, so without buckets the cache
+    fills with thousands of shapes and resident memory grows by hundreds of MB, while a smaller
+    cache rebuilds primitives on nearly every batch. Padding rows to a few sizes bounds both."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # (..., in) -> (..., out)
+        rows = x.reshape(-1, x.shape[-1])  # (N, in)
+        n = rows.shape[0]
+        padded = torch.nn.functional.pad(rows, (0, 0, 0, bucket_rows(n) - n))  # (bucket, in)
+        out = torch.nn.functional.linear(padded, self.weight, self.bias)[:n]  # (N, out)
+        return out.reshape(*x.shape[:-1], out.shape[-1])
+
+
+def to_bf16_linears(module: torch.nn.Module) -> None:
+    """Turn every linear layer into a :class:`Bf16Linear` (weights cast to bf16 once: under
+    autocast they are then used as they are, where autocast would cast them on every forward
+    pass, which costs more than bf16 gains on small batches); embeddings, layer norms and the
+    residual stream stay float32."""
+    if not cpu_has_bf16():
+        log.warning("precision bf16: this CPU has no bf16 instructions (avx512_bf16 / amx_bf16 in "
+                    "/proc/cpuinfo), so forward passes will be slower than in float32, not faster")
+    for layer in module.modules():
+        if type(layer) is torch.nn.Linear:
+            layer.to(torch.bfloat16)
+            layer.__class__ = Bf16Linear
+
+
+def cpu_has_bf16() -> bool:
+    """Whether this CPU computes bf16 in hardware (AVX512-BF16 or AMX), from ``/proc/cpuinfo``."""
+    try:
+        flags = Path("/proc/cpuinfo").read_text().split()
+    except OSError:
+        return False
+    return "avx512_bf16" in flags or "amx_bf16" in flags
 
 
 class LMEngine(SentenceEncoder):
@@ -251,8 +308,8 @@ _TASK_ARCHS = ("BertForSequenceClassification", "BertForTokenClassification", "B
 
 def load_engine(cfg: ServeConfig) -> Engine:
     """The engine for ``cfg.model_dir`` (see the module docstring's table) on ``cfg.backend``
-    (``onnx`` / ``auto``: :func:`muppets.serve.onnx_backend.load_with_backend`)."""
-    if cfg.backend == "torch":
+    (``onnx`` / ``auto``: :func:`muppets.serve.onnx_backend.load_with_backend`; bf16 runs in torch)."""
+    if cfg.backend == "torch" or cfg.precision != "float32":
         return load_torch_engine(cfg)
     from muppets.serve.onnx_backend import load_with_backend
 
@@ -265,7 +322,12 @@ def load_torch_engine(cfg: ServeConfig) -> Engine:
 
     kind, path = locate_model(cfg.model_dir)
     meta = _config(path) if path.is_dir() else {}
-    if "muppets_task" in meta or any(a in _TASK_ARCHS for a in meta.get("architectures", [])):
+    task = "muppets_task" in meta or any(a in _TASK_ARCHS for a in meta.get("architectures", []))
+    if cfg.precision != "float32" and (task or kind != "bert"):
+        what = "a fine-tuned task model" if task else f"a {kind} model"
+        raise ConfigError(f"--precision {cfg.precision}: only BERT encoders run in it; {cfg.model_dir!r} "
+                          f"is {what} (serve it in float32)")
+    if task:
         from muppets.serve.tasks import TaskEngine
 
         return TaskEngine(path, cfg)
