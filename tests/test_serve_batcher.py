@@ -229,3 +229,4 @@ def test_bf16_linear_pads_rows_to_few_buckets_and_returns_the_real_ones():
     assert got.shape == (3, 7, 5) and got.dtype == torch.bfloat16
     torch.testing.assert_close(got.float(), want.float(), rtol=0, atol=1e-2)
     torch.testing.assert_close(got.float(), reference(x), rtol=0.05, atol=0.05)
+    torch.testing.assert_close(model[0](x), got)  # outside autocast too (it casts its input)

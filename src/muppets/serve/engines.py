@@ -194,7 +194,7 @@ class Bf16Linear(torch.nn.Linear):
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # (..., in) -> (..., out)
         rows = x.reshape(-1, x.shape[-1])  # (N, in)
         n = rows.shape[0]
-        padded = torch.nn.functional.pad(rows, (0, 0, 0, bucket_rows(n) - n))  # (bucket, in)
+        padded = torch.nn.functional.pad(rows.to(self.weight.dtype), (0, 0, 0, bucket_rows(n) - n))  # (bucket, in)
         out = torch.nn.functional.linear(padded, self.weight, self.bias)[:n]  # (N, out)
         return out.reshape(*x.shape[:-1], out.shape[-1])
 
