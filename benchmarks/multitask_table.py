@@ -135,6 +135,22 @@ def table(suite: str, found: dict[str, dict[str, dict[int, float]]]) -> dict[str
     return result
 
 
+def markdown(result: dict[str, Any]) -> str:
+    """One row per task and variant: mean ± std over seeds, and the paired difference to the
+    single-task runs of the same seeds (mean ± std, 95% t interval, wins-losses)."""
+    lines = [f"| task ({result['split']}) | run | mean ± std | seeds | paired vs single | 95% t interval | wins-losses |",
+             "|---|---|---|---|---|---|---|"]
+    for task, rows in result["table"].items():
+        label = f"{task} {result['metrics'][task]}"
+        for row, e in rows.items():
+            p = e.get("paired")
+            interval = f"{p['t95'][0]:+.2f} … {p['t95'][1]:+.2f}" if p and len(p["seeds"]) > 1 else "—"
+            paired = f"**{p['mean']:+.2f}** ± {p['std']:.2f} | {interval} | {p['wins']}-{p['losses']}" if p else "— | — | —"
+            seeds = ",".join(str(x) for x in e["seeds"])
+            lines.append(f"| {label} | {row} | {e['mean']:.2f} ± {e['std']:.2f} | {seeds} | {paired} |")
+    return "\n".join(lines) + "\n"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("suite", choices=list(SUITES))
@@ -166,6 +182,7 @@ def main() -> None:
               "table": table(args.suite, scores(args.suite, variants, args.seeds))}
     out = Path(args.out or ROOT / f"benchmarks/results/multitask_{args.suite}.json")
     out.write_text(json.dumps(result, indent=1) + "\n")
+    out.with_suffix(".md").write_text(markdown(result))
     for task, rows in result["table"].items():
         print(f"\n{task} ({s['split']} {s['metrics'][task]}):")
         for row, e in rows.items():
