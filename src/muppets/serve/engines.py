@@ -50,6 +50,7 @@ class Engine:
     kind = ""
     routes: tuple[str, ...] = ()
     backend = "torch"  # what runs the forward pass: torch | onnx (:mod:`~muppets.serve.onnx_backend`)
+    bf16 = False  # linear layers in bf16 (``--precision bf16``, BERT encoders: :func:`to_bf16_linears`)
     backend_ms: dict[str, float] | None = None  # --backend auto: each backend's measured forward passes
 
     def __init__(self, source: Path) -> None:
@@ -57,7 +58,7 @@ class Engine:
 
     def describe(self) -> dict[str, Any]:
         out = {"kind": self.kind, "source": str(self.source), "routes": list(self.routes), "backend": self.backend,
-               "precision": "bf16" if getattr(self, "bf16", False) else "float32"}
+               "precision": "bf16" if self.bf16 else "float32"}
         return out | ({"backend_ms": self.backend_ms} if self.backend_ms else {})
 
     def run(self, key: Hashable, items: list[Work]) -> list[Any]:
@@ -204,22 +205,15 @@ def to_bf16_linears(module: torch.nn.Module) -> None:
     autocast they are then used as they are, where autocast would cast them on every forward
     pass, which costs more than bf16 gains on small batches); embeddings, layer norms and the
     residual stream stay float32."""
-    if not cpu_has_bf16():
+    from muppets.train.precision import cpu_has_native_bf16
+
+    if not cpu_has_native_bf16():
         log.warning("precision bf16: this CPU has no bf16 instructions (avx512_bf16 / amx_bf16 in "
                     "/proc/cpuinfo), so forward passes will be slower than in float32, not faster")
     for layer in module.modules():
         if type(layer) is torch.nn.Linear:
             layer.to(torch.bfloat16)
             layer.__class__ = Bf16Linear
-
-
-def cpu_has_bf16() -> bool:
-    """Whether this CPU computes bf16 in hardware (AVX512-BF16 or AMX), from ``/proc/cpuinfo``."""
-    try:
-        flags = Path("/proc/cpuinfo").read_text().split()
-    except OSError:
-        return False
-    return "avx512_bf16" in flags or "amx_bf16" in flags
 
 
 class LMEngine(SentenceEncoder):
