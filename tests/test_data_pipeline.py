@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -403,6 +405,26 @@ def test_prepare_interrupted_leaves_no_output(tmp_path: Path, workers: int) -> N
         prepare_corpus([inputs], failing, tmp_path / "out", workers=workers, batch_docs=1,
                        progress=False)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in"]
+
+
+def fail_repeatedly(root: str, times: int) -> None:
+    """The worker-error path ``times`` times in a row (run in a child process by the test below)."""
+    for i in range(times):
+        work = Path(root) / str(i)
+        inputs = make_inputs(work / "in")
+        FailingTokenizer.calls = 0
+        failing = FailingTokenizer.from_vocab(tiny_vocab())
+        with pytest.raises(RuntimeError, match="boom"):
+            prepare_corpus([inputs], failing, work / "out", workers=2, batch_docs=1, progress=False)
+        assert not (work / "out").exists()
+
+
+def test_prepare_worker_error_never_hangs(tmp_path: Path) -> None:
+    # multiprocessing.Pool's terminate() on the way out of a worker error deadlocked now and then
+    # (within a few hundred repetitions on 2 busy cores); a hang here fails by the timeout.
+    code = f"import sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); " \
+           f"import test_data_pipeline as t; t.fail_repeatedly({str(tmp_path)!r}, 300)"
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=240)
 
 
 def test_prepare_reader_error_midway_leaves_no_output(tmp_path: Path,

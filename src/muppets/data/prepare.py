@@ -7,9 +7,12 @@ The pipeline streams in one direction::
         → ShardWriter (main process, appends) → tokens.bin / sentences.bin / documents.bin
                                                    (+ units.bin: masking units, when asked)
 
-Chunks go to a ``multiprocessing.Pool`` in order with at most ``2 × workers`` chunks in flight,
-so memory stays flat however large the input is. (``Pool.imap`` is not used because its feeder
-thread drains the input iterator eagerly — the whole corpus would end up queued in memory.)
+Chunks go to a ``ProcessPoolExecutor`` in order with at most ``2 × workers`` chunks in flight,
+so memory stays flat however large the input is. (``Executor.map`` and ``Pool.imap`` are not
+used because they drain the input iterator eagerly — the whole corpus would end up queued in
+memory.) On an error the chunks not yet started are cancelled and the workers exit normally;
+``multiprocessing.Pool`` is not used because its ``terminate()`` on the way out of an error can
+deadlock when its task-handler thread is blocked writing to the workers' queue.
 Chunking depends only on the input, and results are written in input order, so the output is
 byte-identical for any number of workers.
 """
@@ -23,6 +26,7 @@ import os
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Executor, Future, ProcessPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
@@ -241,20 +245,25 @@ def _encoder(tokenizer: CorpusTokenizer, tokenizer_json: str,
         yield partial(map, partial(encode_chunk, tokenizer, marker=marker))
         return
     factory = factory or _default_factory(tokenizer)
-    with multiprocessing.Pool(workers, _init_worker, (factory, tokenizer_json, units)) as pool:
-        yield partial(_bounded_imap, pool, _encode_in_worker, max_in_flight=2 * workers)
+    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context(),
+                             initializer=_init_worker, initargs=(factory, tokenizer_json, units)) as pool:
+        try:
+            yield partial(_bounded_imap, pool, _encode_in_worker, max_in_flight=2 * workers)
+        except BaseException:
+            pool.shutdown(wait=True, cancel_futures=True)  # queued chunks are dropped, not encoded
+            raise
 
 
-def _bounded_imap(pool: Any, func: Callable[[Chunk], Encoded], items: Iterable[Chunk], *,
+def _bounded_imap(pool: Executor, func: Callable[[Chunk], Encoded], items: Iterable[Chunk], *,
                   max_in_flight: int) -> Iterator[Encoded]:
-    """Like ``pool.imap(func, items)`` (ordered) but never more than max_in_flight queued."""
-    pending: deque = deque()
+    """Like ``pool.map(func, items)`` (ordered) but never more than max_in_flight submitted."""
+    pending: deque[Future[Encoded]] = deque()
     for item in items:
-        pending.append(pool.apply_async(func, (item,)))
+        pending.append(pool.submit(func, item))
         if len(pending) >= max_in_flight:
-            yield pending.popleft().get()
+            yield pending.popleft().result()
     while pending:
-        yield pending.popleft().get()
+        yield pending.popleft().result()
 
 
 def _default_factory(tokenizer: CorpusTokenizer) -> Callable[[str], CorpusTokenizer]:
