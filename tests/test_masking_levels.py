@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 import yaml
 
+from muppets import cli
 from muppets.config import apply_overrides
 from muppets.data.prepare import prepare_corpus
 from muppets.data.shards import TokenCorpus
@@ -115,6 +116,12 @@ def test_lexicon_from_wikiextractor_titles(tmp_path: Path) -> None:
                      '<doc id="2" url="u" title="上海 (电视剧)">\n上海\n</doc>\n<doc id="3" url="u" title="京">\n'
                      '</doc>\n<doc id="4" url="u" title="AT&amp;T">\n</doc>\n', encoding="utf-8")
     assert list(wiki_titles([shard])) == [("北京大学", "TITLE"), ("上海", "TITLE"), ("AT&T", "TITLE")]
+    out = tmp_path / "lex.txt"
+    assert cli.main(["data", "lexicon", "--wiki-titles", str(tmp_path), "--out", str(out)]) == 0
+    assert out.read_text(encoding="utf-8") == "北京大学\tTITLE\n上海\tTITLE\nAT&T\tTITLE\n"
+    assert cli.main(["data", "lexicon", "--wiki-titles", str(shard), "--out", str(out)]) == 2  # never overwritten
+    assert cli.main(["data", "lexicon", "--task", "msra-ner", "--out", str(out), "--overwrite"]) == 0
+    assert Lexicon.read(out).find("北京大学") == [(0, 4)]  # an ORG of MSRA's training slice
 
 
 def _unit_ids(flags: np.ndarray, bit: int) -> np.ndarray:

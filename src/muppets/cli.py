@@ -75,6 +75,29 @@ def _data_task_text(args: argparse.Namespace) -> int:
     return 0
 
 
+def _data_lexicon(args: argparse.Namespace) -> int:
+    from muppets.data.readers import list_files
+    from muppets.data.units import tagged_entities, wiki_titles, write_lexicon
+    from muppets.errors import ConfigError
+    from muppets.paths import resolve_data_path
+
+    out = Path(args.out)
+    if out.exists() and not args.overwrite:
+        raise ConfigError(f"{out} exists: pass --overwrite to replace it")
+    if args.task:
+        from muppets.tasks import load_task
+
+        entities = tagged_entities(load_task(args.task)[args.split])
+        source = f"the entities of {args.task}/{args.split}"
+    else:
+        files = list_files([resolve_data_path(p) for p in args.wiki_titles])
+        entities = wiki_titles(files)
+        source = f"the article titles of {len(files)} WikiExtractor files"
+    n = write_lexicon(entities, out)
+    print(f"wrote {n} entities ({source}) to {out}")
+    return 0
+
+
 def _weak_matrix(args: argparse.Namespace):
     from muppets.weak import apply_lfs, load_lfs
     from muppets.weak.pipeline import load_weak_input
@@ -511,6 +534,16 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--split", default="train", help="the split to read (default train; never the one you report)")
     t.add_argument("--overwrite", action="store_true")
     t.set_defaults(func=_data_task_text)
+    lx = data.add_parser("lexicon", help="an entity lexicon for entity masking (corpus.entity_lexicon): "
+                         "a corpus's Wikipedia article titles, or a tagging task's entities")
+    src = lx.add_mutually_exclusive_group(required=True)
+    src.add_argument("--wiki-titles", nargs="+", metavar="PATH",
+                     help="WikiExtractor files or folders (e.g. data:chinese/corpus)")
+    src.add_argument("--task", help="a registered tagging task (e.g. msra-ner); see --split")
+    lx.add_argument("--split", default="train", help="with --task: the split to read (never the one you report)")
+    lx.add_argument("--out", required=True, help="the lexicon file (one entity<TAB>type per line)")
+    lx.add_argument("--overwrite", action="store_true")
+    lx.set_defaults(func=_data_lexicon)
 
     weak = sub.add_parser("weak", help="weak supervision: labeling functions → label model → "
                           "probabilistic labels").add_subparsers(dest="action", required=True)
