@@ -36,7 +36,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from tapt_table import t_interval  # noqa: E402
+from paired import paired, summary  # noqa: E402
 
 SUITES: dict[str, dict[str, Any]] = {
     "glue": {
@@ -114,23 +114,15 @@ def scores(suite: str, variants: list[str], seeds: list[int]) -> dict[str, dict[
 
 def table(suite: str, found: dict[str, dict[str, dict[int, float]]]) -> dict[str, Any]:
     """Per task and row: mean ± std, and the paired difference to ``single`` with its 95% t interval."""
-    import statistics
-
     result: dict[str, Any] = {}
     for task, rows in found.items():
         single = rows.get("single", {})
         result[task] = {}
         for row, by_seed in rows.items():
-            values = list(by_seed.values())
-            entry = {"mean": statistics.mean(values), "std": statistics.stdev(values) if len(values) > 1 else 0.0,
-                     "seeds": sorted(by_seed), "values": [by_seed[s] for s in sorted(by_seed)]}
-            common = sorted(set(by_seed) & set(single))
-            if row != "single" and common:
-                diffs = [by_seed[s] - single[s] for s in common]
-                entry["paired"] = {"mean": statistics.mean(diffs),
-                                   "std": statistics.stdev(diffs) if len(diffs) > 1 else 0.0,
-                                   "t95": t_interval(diffs), "seeds": common,
-                                   "wins": sum(d > 0 for d in diffs), "losses": sum(d < 0 for d in diffs)}
+            entry = summary(by_seed)
+            diff = paired(by_seed, single) if row != "single" else None
+            if diff:
+                entry["paired"] = diff
             result[task][row] = entry
     return result
 

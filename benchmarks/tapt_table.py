@@ -18,6 +18,8 @@ import statistics
 import time
 from pathlib import Path
 
+from paired import t_interval
+
 
 def seed_scores(directory: Path, split: str, metric: str) -> dict[int, float]:
     out = {}
@@ -26,17 +28,6 @@ def seed_scores(directory: Path, split: str, metric: str) -> dict[int, float]:
         if split in m and metric in m[split]:
             out[int(path.parent.name.split("-")[1])] = 100 * float(m[split][metric])
     return out
-
-
-def t_interval(diffs: list[float]) -> tuple[float, float]:
-    """95% t interval of the mean paired difference (two-sided; n ≤ 10 table)."""
-    n = len(diffs)
-    if n < 2:
-        return (math.nan, math.nan)
-    table = {2: 12.706, 3: 4.303, 4: 3.182, 5: 2.776, 6: 2.571, 7: 2.447, 8: 2.365, 9: 2.306, 10: 2.262}
-    t = table.get(n, 2.262 if n <= 30 else 1.96)  # beyond 10 seeds: the n = 10 value, conservative
-    half = t * statistics.stdev(diffs) / math.sqrt(n)
-    return (statistics.mean(diffs) - half, statistics.mean(diffs) + half)
 
 
 def pretrain_facts(run: Path) -> dict:

@@ -342,6 +342,22 @@ def test_prepare_once_reprepares_its_own_corpus_for_units_and_refuses_a_named_on
     with pytest.raises(ConfigError, match="does not store the masking units"):
         prepare_once(named, zh_tok, tmp_path / "other-run")
 
+    # a lexicon is the same when its content is: a copy elsewhere reuses the corpus, an edit does not
+    lexicon = tmp_path / "entities.txt"
+    lexicon.write_text("北京\tLOC\n", encoding="utf-8")
+    first = prepare_once(CorpusSection(inputs=[str(root / "raw")], workers=1, segmenter="jieba",
+                                       entity_lexicon=str(lexicon), prepared=str(tmp_path / "lex-corpus")),
+                         zh_tok, tmp_path / "run-a")
+    copy = tmp_path / "copy" / "entities.txt"
+    copy.parent.mkdir()
+    copy.write_bytes(lexicon.read_bytes())
+    again = CorpusSection(inputs=[str(root / "raw")], workers=1, segmenter="jieba", entity_lexicon=str(copy),
+                          prepared=str(tmp_path / "lex-corpus"))
+    assert prepare_once(again, zh_tok, tmp_path / "run-b").meta["created"] == first.meta["created"]
+    copy.write_text("上海\tLOC\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match="does not store the masking units"):
+        prepare_once(again, zh_tok, tmp_path / "run-b")
+
 
 # ============================================================================ the recipe
 

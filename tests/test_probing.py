@@ -20,7 +20,7 @@ import torch
 
 from muppets.analysis import structural_probe as sp
 from muppets.analysis.probe_cli import add_parser, run, summary_lines
-from muppets.analysis.probe_data import ProbeCorpus, WordTask, control_table, control_task
+from muppets.analysis.probe_data import ProbeCorpus, WordTask, control_table, control_task, load_ud_trees
 from muppets.analysis.probe_features import ProbeFeatureSource, load_split
 from muppets.analysis.probe_models import MixProbe, expected_layer
 from muppets.analysis.probing import ProbeConfig, choose_layers, probe_model
@@ -320,3 +320,46 @@ def test_mix_probe_puts_its_weight_on_the_informative_layer():
     assert mix["accuracy"] > 0.97
     assert mix["weights"][2] > 0.6 and mix["expected_layer"] > 1.5
     assert fit_word_probe(task, data, [0], seed=0)["accuracy"] < 0.6  # layer 0 alone: chance
+
+
+def _write_gsd(root: Path) -> None:
+    """A tiny UD Chinese GSDSimp folder: dev (20 sentences) and test (10), no train, as staged."""
+    rng = random.Random(1)
+    (root / "ud-chinese-gsdsimp").mkdir(parents=True)
+    words = ["北京", "大学", "的", "学生", "在", "上海", "工作", "。"]
+    for split, n in (("dev", 20), ("test", 10)):
+        blocks = []
+        for k in range(n):
+            sent = [rng.choice(words) for _ in range(rng.randint(3, 7))]
+            rows = [f"{i + 1}\t{w}\t{w}\t{'PUNCT' if w == '。' else 'PART' if w == '的' else 'NOUN'}\t_\t_\t{h}\t"
+                    f"{'root' if h == 0 else 'punct' if w == '。' else 'nmod'}\t_\tSpaceAfter=No"
+                    for i, (w, h) in enumerate(zip(sent, _random_tree(rng, len(sent))))]
+            blocks.append(f"# sent_id = {split}-{k}\n" + "\n".join(rows) + "\n")
+        (root / "ud-chinese-gsdsimp" / f"zh_gsdsimp-ud-{split}.conllu").write_text("\n".join(blocks), encoding="utf-8")
+
+
+def test_gsd_probes_train_on_four_fifths_of_dev_select_on_the_rest_and_report_test(tmp_path):
+    _write_gsd(tmp_path / "data")
+    trees = load_ud_trees("gsd", tmp_path / "data")
+    assert [len(trees[s]) for s in ("train", "dev", "test")] == [16, 4, 10]
+    staged = load_ud_trees("gsd", tmp_path / "data")["train"] + trees["dev"]
+    assert len({tuple(t.words) + (i,) for i, t in enumerate(staged)}) == 20  # every dev sentence once
+    model = tiny_bert(tmp_path / "bert")
+    parser = argparse.ArgumentParser()
+    add_parser(parser.add_subparsers(dest="command"))
+    out = tmp_path / "out"
+    args = parser.parse_args(["probe", str(model), "--tasks", "zh-upos,zh-deprel,zh-structural", "--out", str(out),
+                              "--data-dir", str(tmp_path / "data"), "--cache-dir", str(tmp_path / "cache"),
+                              "--epochs", "2", "--rank", "4", "--threads", "1", "--no-random-baseline"])
+    assert run(args) == 0
+    report = json.loads((out / "probe.json").read_text())
+    assert set(report["tasks"]) == {"zh-upos", "zh-deprel", "zh-structural"}
+    assert report["tasks"]["zh-structural"]["corpus"] == "gsd" and report["data"]["gsd"]["test"]["sentences"] == 10
+    assert "uuas" in report["tasks"]["zh-structural"]["pretrained"]["layers"][0]
+    assert report["tasks"]["zh-upos"]["labels"] == 3  # NOUN, PART, PUNCT
+    assert (out / "probe_layers.png").stat().st_size > 1000
+
+
+def test_real_gsd_split_sizes():
+    trees = load_ud_trees("gsd")
+    assert [len(trees[s]) for s in ("train", "dev", "test")] == [400, 100, 500]

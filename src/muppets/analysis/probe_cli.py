@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import argparse
 
-from muppets.analysis.probe_data import TASKS
+from muppets.analysis.probe_data import CHINESE_TASKS, ENGLISH_TASKS, STRUCTURAL, TASKS
 
 
 def add_parser(sub) -> argparse.ArgumentParser:
@@ -24,7 +24,9 @@ def add_parser(sub) -> argparse.ArgumentParser:
                        "relations and the structural probe (UD EWT); mix weights, expected layer, random encoder, "
                        "control tasks")
     p.add_argument("model", help="HF BERT/GPT directory, 'minilm', an ELMo/NNLM/word2vec run, or a vector file")
-    p.add_argument("--tasks", default=",".join(TASKS), help=f"comma-separated, from {','.join(TASKS)}")
+    p.add_argument("--tasks", default=",".join(ENGLISH_TASKS),
+                   help=f"comma-separated, from {','.join(TASKS)} (default: the English ones; a Chinese model: "
+                        f"{','.join(CHINESE_TASKS)})")
     p.add_argument("--layers", default="all", help="layers to probe: all, or numbers like 0,2,-1")
     p.add_argument("--random-baseline", action=argparse.BooleanOptionalAction, default=True,
                    help="also probe a randomly initialised encoder of the same architecture")
@@ -68,7 +70,7 @@ def summary_lines(report: dict) -> list[str]:
         trained, random = result.get("pretrained"), result.get("random_encoder")
         if trained is None:
             continue
-        key = "uuas" if name == "structural" else "accuracy"
+        key = "uuas" if name in STRUCTURAL else "accuracy"
         best = trained["best_layer"]
         text = f"{name:>10}  best layer {best['layer']}: {key} {best[key]:.4f}"
         if "selectivity" in best:

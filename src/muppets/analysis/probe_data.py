@@ -1,6 +1,6 @@
 """What the probes read: word-level tasks on shared sentences, and the control tasks.
 
-Two corpora, each embedded once for all of its tasks:
+Three corpora, each embedded once for all of its tasks:
 
 ==============  ==========================================  ===================================
 corpus          tasks (one label per word)                  splits (train / select / report)
@@ -10,7 +10,13 @@ corpus          tasks (one label per word)                  splits (train / sele
 ``ewt``         ``upos``, ``deprel`` (the relation to the   en_ewt train / dev / test
                 head, subtype dropped: ``nmod:poss`` ->
                 ``nmod``), ``structural`` (the tree itself)
+``gsd``         ``zh-upos``, ``zh-deprel``,                  zh_gsdsimp dev (4 of every 5
+                ``zh-structural``: the same on UD Chinese   sentences) / dev (every 5th) / test
+                GSDSimp (words as its segmentation gives)
 ==============  ==========================================  ===================================
+
+GSDSimp's train file is not in the shared data (data README §16), so its probes train on four
+fifths of its dev sentences, select on the other fifth (every fifth sentence) and report test.
 
 Probes are chosen on dev (early stopping, best layer) and reported on test: never selected on
 the split they report (:mod:`muppets.transfer.selection`, mode ``dev``).
@@ -44,20 +50,25 @@ from muppets.tasks.conllu import UDSentence, load_ud
 log = logging.getLogger(__name__)
 
 SPLITS = ("train", "dev", "test")  # train the probe / select it (early stopping, best layer) / report
-WORD_TASKS = ("pos", "chunk", "ner", "upos", "deprel")
-TASKS = (*WORD_TASKS, "structural")
+WORD_TASKS = ("pos", "chunk", "ner", "upos", "deprel", "zh-upos", "zh-deprel")
+STRUCTURAL = {"structural": "ewt", "zh-structural": "gsd"}  # the tree probe of each UD corpus
+TASKS = (*WORD_TASKS, *STRUCTURAL)
+ENGLISH_TASKS = ("pos", "chunk", "ner", "upos", "deprel", "structural")  # the default set
+CHINESE_TASKS = ("zh-upos", "zh-deprel", "zh-structural")
 CORPUS_OF = {"pos": "conll2003", "chunk": "conll2003", "ner": "conll2003",
-             "upos": "ewt", "deprel": "ewt", "structural": "ewt"}
+             "upos": "ewt", "deprel": "ewt", "zh-upos": "gsd", "zh-deprel": "gsd", **STRUCTURAL}
 _CONLL_TASKS = {"pos": "conll2003-pos", "chunk": "conll2003-chunk", "ner": "conll2003"}
 EWT_DIR = "ud-english-ewt"  # under the shared data folder
+GSD_DIR = "ud-chinese-gsdsimp"  # dev and test only
+GSD_SELECT_EVERY = 5  # GSDSimp: every 5th dev sentence selects, the other four train the probe
 
 
 @dataclass
 class WordTask:
     """One label per word of a corpus's sentences."""
 
-    name: str  # pos | chunk | ner | upos | deprel
-    corpus: str  # conll2003 | ewt
+    name: str  # one of WORD_TASKS
+    corpus: str  # conll2003 | ewt | gsd
     labels: list[str]  # the output classes (every label seen in any split, train's first)
     tags: dict[str, list[list[str]]]  # split -> per sentence, per word
     spans: bool  # BIO tags: span F1 is reported beside accuracy
@@ -70,7 +81,7 @@ class ProbeCorpus:
     name: str
     sentences: dict[str, list[list[str]]]
     tasks: dict[str, WordTask] = field(default_factory=dict)
-    trees: dict[str, list[UDSentence]] | None = None  # ewt: heads and UPOS for the structural probe
+    trees: dict[str, list[UDSentence]] | None = None  # UD corpora: heads and UPOS for the structural probe
     dropped: dict[str, int] = field(default_factory=dict)  # split -> sentences left out (too long)
 
     def subset(self, keep: Mapping[str, Sequence[int]]) -> ProbeCorpus:
@@ -87,6 +98,11 @@ class ProbeCorpus:
     def stats(self) -> dict:
         return {s: {"sentences": len(v), "words": sum(map(len, v)), "dropped_too_long": self.dropped.get(s, 0)}
                 for s, v in self.sentences.items()}
+
+
+def tree_task(corpus: str) -> str:
+    """The structural-probe task of a corpus with trees (``structural`` for EWT and any other)."""
+    return next((task for task, name in STRUCTURAL.items() if name == corpus), "structural")
 
 
 def _label_set(tags: Mapping[str, list[list[str]]], first: Sequence[str] = ()) -> list[str]:
@@ -119,23 +135,42 @@ def load_conll2003_corpus(names: Sequence[str], data_dir: str | Path | None = No
     return corpus
 
 
-def load_ewt_corpus(names: Sequence[str], data_dir: str | Path | None = None,
-                    deprel_subtypes: bool = False) -> ProbeCorpus:
-    """UD English EWT with the ``names`` tasks (upos, deprel, structural)."""
-    root = (Path(data_dir) if data_dir is not None else shared_data_dir()) / EWT_DIR
-    trees = load_ud(root, SPLITS)
+def load_ud_trees(corpus: str, data_dir: str | Path | None = None) -> dict[str, list[UDSentence]]:
+    """The train / dev / test trees of a UD corpus: ``ewt`` as published; ``gsd`` from its dev
+    (four of every five sentences train, every fifth selects) and test files."""
+    base = Path(data_dir) if data_dir is not None else shared_data_dir()
+    if corpus == "ewt":
+        return load_ud(base / EWT_DIR, SPLITS)
+    staged = load_ud(base / GSD_DIR, ("dev", "test"))
+    dev = staged["dev"]
+    return {"train": [t for i, t in enumerate(dev) if i % GSD_SELECT_EVERY != GSD_SELECT_EVERY - 1],
+            "dev": [t for i, t in enumerate(dev) if i % GSD_SELECT_EVERY == GSD_SELECT_EVERY - 1],
+            "test": staged["test"]}
+
+
+def load_ud_corpus(corpus: str, names: Sequence[str], data_dir: str | Path | None = None,
+                   deprel_subtypes: bool = False) -> ProbeCorpus:
+    """A UD corpus (``ewt`` or ``gsd``) with the ``names`` tasks (its UPOS, relation and tree tasks)."""
+    trees = load_ud_trees(corpus, data_dir)
     sentences = {s: [t.words for t in trees[s]] for s in SPLITS}
-    corpus = ProbeCorpus("ewt", sentences, trees=trees)
+    out = ProbeCorpus(corpus, sentences, trees=trees)
     for name in names:
-        if name == "upos":
+        kind = name.removeprefix("zh-")
+        if kind == "upos":
             tags = {s: [list(t.upos) for t in trees[s]] for s in SPLITS}
-        elif name == "deprel":
+        elif kind == "deprel":
             tags = {s: [[r if deprel_subtypes else r.split(":")[0] for r in t.deprels] for t in trees[s]]
                     for s in SPLITS}
         else:
-            continue
-        corpus.tasks[name] = WordTask(name, "ewt", _label_set(tags), tags, spans=False)
-    return corpus
+            continue  # the tree task reads ``trees``
+        out.tasks[name] = WordTask(name, corpus, _label_set(tags), tags, spans=False)
+    return out
+
+
+def load_ewt_corpus(names: Sequence[str], data_dir: str | Path | None = None,
+                    deprel_subtypes: bool = False) -> ProbeCorpus:
+    """UD English EWT with the ``names`` tasks (upos, deprel, structural)."""
+    return load_ud_corpus("ewt", names, data_dir, deprel_subtypes)
 
 
 def load_corpora(tasks: Sequence[str], data_dir: str | Path | None = None,
@@ -146,11 +181,12 @@ def load_corpora(tasks: Sequence[str], data_dir: str | Path | None = None,
         raise ConfigError(f"probe tasks {list(tasks)}: choose from {', '.join(TASKS)}")
     out = {}
     conll = [t for t in tasks if CORPUS_OF[t] == "conll2003"]
-    ewt = [t for t in tasks if CORPUS_OF[t] == "ewt"]
     if conll:
         out["conll2003"] = load_conll2003_corpus(conll, data_dir)
-    if ewt:
-        out["ewt"] = load_ewt_corpus(ewt, data_dir, deprel_subtypes)
+    for corpus in ("ewt", "gsd"):
+        names = [t for t in tasks if CORPUS_OF[t] == corpus]
+        if names:
+            out[corpus] = load_ud_corpus(corpus, names, data_dir, deprel_subtypes)
     return out
 
 

@@ -14,12 +14,13 @@ from __future__ import annotations
 from pathlib import Path
 
 from muppets.analysis.layer_weights import layer_labels, plot_layer_weights
+from muppets.analysis.probe_data import STRUCTURAL
 
 ENCODER_STYLE = {"pretrained": "-", "random_encoder": "--"}
 
 
 def _word_tasks(report: dict) -> list[str]:
-    return [t for t, r in report["tasks"].items() if t != "structural" and "pretrained" in r]
+    return [t for t, r in report["tasks"].items() if t not in STRUCTURAL and "pretrained" in r]
 
 
 def _line(ax, rows: list[dict], key: str, color: str, style: str, label: str | None) -> None:
@@ -37,14 +38,15 @@ def plot_layers(report: dict, path: Path) -> Path:
 
     tasks = _word_tasks(report)
     has_control = any("selectivity" in r for t in tasks for r in report["tasks"][t]["pretrained"]["layers"])
-    has_tree = "pretrained" in report["tasks"].get("structural", {})
+    trees = [t for t in STRUCTURAL if "pretrained" in report["tasks"].get(t, {})]
+    has_tree = bool(trees)
     panels = [p for p, on in (("accuracy", bool(tasks)), ("selectivity", has_control), ("uuas", has_tree)) if on]
     fig = Figure(figsize=(4.2 * max(len(panels), 1) + 1.0, 3.6), layout="constrained")
     FigureCanvasAgg(fig)
     axes = fig.subplots(1, max(len(panels), 1), squeeze=False)[0]
-    colors = {t: f"C{i}" for i, t in enumerate([*tasks, "structural"])}
+    colors = {t: f"C{i}" for i, t in enumerate([*tasks, *trees])}
     for ax, panel in zip(axes, panels):
-        names = ["structural"] if panel == "uuas" else tasks
+        names = trees if panel == "uuas" else tasks
         for name in names:
             for encoder, style in ENCODER_STYLE.items():
                 result = report["tasks"][name].get(encoder)

@@ -40,8 +40,8 @@ import torch.nn.functional as F
 from muppets.config import write_json_atomic
 from muppets.errors import ConfigError
 from muppets.metrics import entity_f1
-from muppets.analysis.probe_data import (SPLITS, TASKS, ProbeCorpus, WordTask, control_task,
-                                         load_corpora, sample_indices)
+from muppets.analysis.probe_data import (ENGLISH_TASKS, SPLITS, STRUCTURAL, TASKS, ProbeCorpus, WordTask, control_task,
+                                         load_corpora, sample_indices, tree_task)
 from muppets.analysis.probe_features import ProbeFeatureSource, SplitFeatures, Standardizer, fits, load_split
 from muppets.analysis.probe_models import (MixProbe, Stopping, expected_layer, make_probe,
                                            train_early_stopping)
@@ -55,7 +55,7 @@ ENCODERS = ("pretrained", "random_encoder")
 @dataclass
 class ProbeConfig:
     model: str = "minilm"  # backbone: HF BERT/GPT dir, minilm, ELMo/NNLM/word2vec run, or a vector file
-    tasks: str = ",".join(TASKS)  # comma-separated: pos, chunk, ner (CoNLL-2003), upos, deprel, structural (EWT)
+    tasks: str = ",".join(ENGLISH_TASKS)  # comma-separated: pos, chunk, ner (CoNLL-2003), upos, deprel, structural (EWT); zh-upos, zh-deprel, zh-structural (UD Chinese GSDSimp)
     layers: str = "all"  # layers probed one by one: all, or numbers like 0,2,-1 (the mix uses the same ones)
     random_baseline: bool = True  # also probe a randomly initialised encoder of the same architecture
     control: bool = True  # word tasks: also train on the control task -> selectivity (pretrained model)
@@ -317,15 +317,17 @@ def _probe_corpus(corpus: ProbeCorpus, source: ProbeFeatureSource, encoder: str,
         if cfg.control and encoder == "pretrained":
             control = control_task(task, corpus.sentences, _seed(cfg.seed, "control", name))
         report["tasks"][name][encoder] = probe_word_task(task, control, data, slots, f"{encoder}/{corpus.name}")
-    if "structural" in report["tasks"] and corpus.trees is not None:
-        report["tasks"]["structural"][encoder] = probe_structure(corpus, data, slots, f"{encoder}/{corpus.name}")
+    tree = tree_task(corpus.name)
+    if tree in report["tasks"] and corpus.trees is not None:
+        report["tasks"][tree][encoder] = probe_structure(corpus, data, slots, f"{encoder}/{corpus.name}")
 
 
 def _task_headers(tasks: Sequence[str], corpora: Mapping[str, ProbeCorpus]) -> dict:
     out = {}
     for name in tasks:
-        if name == "structural":
-            out[name] = {"corpus": "ewt", "metric": "uuas"}
+        if name in STRUCTURAL:
+            out[name] = {"corpus": next((c for c in corpora if tree_task(c) == name), STRUCTURAL[name]),
+                         "metric": "uuas"}
             continue
         task = next(c.tasks[name] for c in corpora.values() if name in c.tasks)
         out[name] = {"corpus": task.corpus, "metric": "accuracy", "labels": len(task.labels), "spans": task.spans}
@@ -337,7 +339,7 @@ def probe_model(cfg: ProbeConfig, corpora: Mapping[str, ProbeCorpus]) -> dict:
     asked and a corpus has trees): per encoder, per corpus, per task."""
     start = time.time()
     tasks = [t for t in cfg.task_list() if any(t in c.tasks for c in corpora.values())
-             or (t == "structural" and any(c.trees is not None for c in corpora.values()))]
+             or any(c.trees is not None and tree_task(name) == t for name, c in corpora.items())]
     if cfg.probe not in ("linear", "mlp"):
         raise ConfigError(f"probe={cfg.probe!r}: expected linear or mlp")
     report: dict = {"model": cfg.model, "config": dataclasses.asdict(cfg), "encoders": {}, "data": {},

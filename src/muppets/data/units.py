@@ -110,6 +110,14 @@ class UnitSpec:
                 "phrase_chunker": chunker, "max_phrase_words": MAX_PHRASE_WORDS,
                 "levels": self.levels, **lexicon}
 
+    def matches(self, stored: dict[str, Any] | None) -> bool:
+        """Whether a corpus whose ``meta.json`` records ``stored`` holds these units: the same
+        settings and the same lexicon content (its hash), wherever the lexicon file lives."""
+        if stored is None:
+            return False
+        mine = {k: v for k, v in self.describe().items() if k != "entity_lexicon"}
+        return mine == {k: v for k, v in stored.items() if k != "entity_lexicon"}
+
 
 def _sha256(path: Path) -> str:
     try:

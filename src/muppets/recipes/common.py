@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import logging
+import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -228,7 +229,7 @@ def prepare_once(sec: CorpusSection, tok: CorpusTokenizer, run_dir: Path) -> Tok
     meta = prepared_meta(out)
     found = meta.get("tokenizer_sha256") if meta is not None else None
     old_text = found == fingerprint and not reads_specials_as_text(meta, tok)
-    other_units = units is not None and meta is not None and meta.get("units") != units.describe()
+    other_units = units is not None and meta is not None and not units.matches(meta.get("units"))
     if found == fingerprint and not old_text and not other_units:
         return TokenCorpus(out)
     is_own = out.resolve() == own.resolve()
@@ -238,7 +239,8 @@ def prepare_once(sec: CorpusSection, tok: CorpusTokenizer, run_dir: Path) -> Tok
         log.warning("%s was prepared %s; preparing it again", out, _BEFORE_TEXT if old_text else
                     "with another tokenizer" if found != fingerprint else "without these masking units")
     prepare_corpus([resolve_data_path(p) for p in sec.inputs], tok, out, fmt=sec.format,
-                   workers=sec.workers or None, errors=sec.errors, overwrite=is_own, units=units)
+                   workers=sec.workers or None, errors=sec.errors, overwrite=is_own, units=units,
+                   progress=sys.stderr.isatty())  # no bar redrawn into a log file
     return TokenCorpus(out)
 
 

@@ -1,0 +1,213 @@
+"""Chinese masking levels at fixed compute (issue 19): piece vs whole word vs ERNIE vs no pretraining.
+
+Every pretrained variant is ``configs/bert-mini-chinese.yaml`` (bert-mini, the bert-base-chinese
+vocabulary, the shared Chinese Wikipedia) with the same steps, batch, schedule and thread count;
+only ``data.masking.level`` differs, and all read ONE prepared corpus whose masking units (jieba
+words, noun-phrase chunks, article-title entities) were stored once, so the token stream is the
+same. Variants:
+
+* ``piece``      — single pieces (characters): BERT's own Chinese masking;
+* ``whole_word`` — jieba words (Chinese-BERT-wwm);
+* ``ernie``      — ``level=mixture``: pieces, words, phrases and entities drawn alike per
+  sequence (ERNIE 1.0's three levels; it published no mixing ratio);
+* ``none``       — no pretraining: the same architecture and vocabulary, weights drawn afresh.
+
+Then each model is fine-tuned on ChnSentiCorp (accuracy), MSRA NER (entity F1) and CMRC 2018
+(CMRC's EM / F1), the same settings for every variant, one thread, seeds paired across variants.
+Every task selects its best epoch on its own dev split and reports test (MSRA's dev is a held-out
+slice of its training file; CMRC's splits are by article: ``muppets.tasks.chinese``).
+
+    OMP_NUM_THREADS=1 python benchmarks/chinese_masking.py --parallel 2
+    python benchmarks/chinese_masking.py --table-only
+
+Runs live in ``runs/zh/``; a finished run (``final/`` or ``metrics.json``) is reused, and a killed
+pretraining resumes from its last checkpoint, so the same command continues an interrupted table.
+``--smoke`` runs the whole chain in minutes on tiny settings (not a result).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from paired import paired, summary  # noqa: E402
+
+CONFIG = "configs/bert-mini-chinese.yaml"
+VARIANTS: dict[str, list[str]] = {
+    "piece": ["data.masking.level=piece"],
+    "whole_word": ["data.masking.level=whole_word"],
+    "ernie": ["data.masking.level=mixture"],
+    "none": [],  # fine-tuned from random weights of the piece model's architecture
+}
+TASKS: dict[str, dict[str, Any]] = {  # reported split test; metric keys in points
+    "chnsenticorp": {"metrics": ["accuracy"], "overrides": ["max_seq_len=256"]},
+    "msra-ner": {"metrics": ["f1"], "overrides": ["max_seq_len=256"]},
+    "cmrc2018": {"metrics": ["em", "f1"], "overrides": ["max_seq_len=384", "doc_stride=128"]},
+}
+FINETUNE = ["lr=1e-4", "epochs=3", "batch_size=32", "threads=1", "progress=false"]
+CORPUS_ROOT = ROOT / "runs/zh"  # the prepared corpus and the lexicon (--corpus-root)
+log = logging.getLogger("chinese_masking")
+
+
+def muppets(args: list[str], log_to: Path) -> None:
+    """One muppets command in a child process (one thread), its output in ``log_to``."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    with open(log_to, "a") as out:
+        subprocess.run([str(ROOT / ".venv/bin/muppets"), *args], stdout=out, stderr=subprocess.STDOUT,
+                       check=True, cwd=ROOT, env=env)
+
+
+def prepare(root: Path, smoke: list[str]) -> None:
+    """The entity lexicon and the prepared corpus with its units, once, before any run starts
+    (the variants share them; two runs must not prepare the same directory at once)."""
+    from muppets.data.readers import list_files
+    from muppets.data.units import wiki_titles, write_lexicon
+    from muppets.paths import resolve_data_path
+    from muppets.recipes import bert_pretrain
+    from muppets.recipes.common import prepare_once
+
+    cfg = bert_pretrain.load_config(ROOT / CONFIG, [*common_overrides(root), *smoke])
+    lexicon = Path(cfg.corpus.entity_lexicon)
+    if not lexicon.is_file():
+        n = write_lexicon(wiki_titles(list_files([resolve_data_path(p) for p in cfg.corpus.inputs])), lexicon)
+        log.info("entity lexicon: %d article titles -> %s", n, lexicon)
+    tok = bert_pretrain.ensure_tokenizer(cfg, Path(cfg.run_dir))
+    prepare_once(cfg.corpus, tok, Path(cfg.run_dir))
+
+
+def common_overrides(root: Path) -> list[str]:
+    return [f"corpus.prepared={CORPUS_ROOT / 'corpus'}", f"corpus.entity_lexicon={CORPUS_ROOT / 'entities.txt'}",
+            f"run_dir={root / 'prepare'}"]
+
+
+def pretrain(variant: str, root: Path, smoke: list[str]) -> Path:
+    run = root / f"bert-mini-{variant}"
+    if not (run / "final" / "config.json").is_file():
+        muppets(["pretrain", str(ROOT / CONFIG), *common_overrides(root), f"run_dir={run}", "train.progress=false",
+                 *VARIANTS[variant], *smoke], root / f"bert-mini-{variant}.log")
+    return run
+
+
+def finetune(variant: str, task: str, seeds: list[int], root: Path, smoke: list[str]) -> Path:
+    model = root / ("bert-mini-piece" if variant == "none" else f"bert-mini-{variant}")
+    run = root / f"ft-{task}-{variant}"
+    todo = [s for s in seeds if not (run / f"seed-{s}" / "metrics.json").is_file()]
+    if todo:
+        init = ["init=random"] if variant == "none" else []
+        muppets(["finetune", task, "--seeds", ",".join(map(str, todo)), f"model={model}", *init, *FINETUNE,
+                 *TASKS[task]["overrides"], f"run_dir={run}", *smoke], root / f"ft-{task}-{variant}.log")
+    return run
+
+
+def pretrain_facts(run: Path) -> dict:
+    """Steps, wall time and the held-out MLM accuracy curve of a finished pretraining run."""
+    rows = [json.loads(line) for line in open(run / "log.jsonl") if line.strip()]
+    timed = [r for r in rows if "elapsed_s" in r]
+    evals = [{"step": r["step"], "mlm_accuracy": r["eval/mlm_accuracy"]} for r in rows if "eval/mlm_accuracy" in r]
+    return {"steps": timed[-1]["step"] if timed else 0, "train_s": timed[-1]["elapsed_s"] if timed else None,
+            "eval": evals}
+
+
+def collect(root: Path, variants: list[str], seeds: list[int]) -> dict:
+    """``{task/metric: {variant: {seed: points}}}`` from the finished fine-tuning runs."""
+    found: dict[str, dict[str, dict[int, float]]] = {}
+    for task, spec in TASKS.items():
+        for metric in spec["metrics"]:
+            key = f"{task}/{metric}"
+            found[key] = {}
+            for variant in variants:
+                for seed in seeds:
+                    path = root / f"ft-{task}-{variant}" / f"seed-{seed}" / "metrics.json"
+                    if path.is_file():
+                        m = json.loads(path.read_text())
+                        found[key].setdefault(variant, {})[seed] = 100 * float(m["test"][metric])
+    return found
+
+
+def table(found: dict) -> dict:
+    """Per task/metric and variant: mean ± std, and paired differences to ``none`` and ``piece``."""
+    out: dict[str, Any] = {}
+    for key, rows in found.items():
+        out[key] = {}
+        for variant, by_seed in rows.items():
+            entry = summary(by_seed)
+            for base in ("none", "piece"):
+                diff = paired(by_seed, rows.get(base, {})) if variant != base else None
+                if diff:
+                    entry[f"vs_{base}"] = diff
+            out[key][variant] = entry
+    return out
+
+
+def markdown(result: dict) -> str:
+    lines = ["| task (test) | variant | mean ± std | seeds | − none (paired) | − piece (paired) |",
+             "|---|---|---|---|---|---|"]
+    for key, rows in result["table"].items():
+        for variant, e in rows.items():
+            cells = []
+            for base in ("none", "piece"):
+                p = e.get(f"vs_{base}")
+                cells.append(f"{p['mean']:+.2f} ± {p['std']:.2f} ({p['wins']}-{p['losses']})" if p else "—")
+            seeds = ",".join(map(str, e["seeds"]))
+            lines.append(f"| {key} | {variant} | {e['mean']:.2f} ± {e['std']:.2f} | {seeds} | {cells[0]} | {cells[1]} |")
+    lines += ["", "| variant | steps | pretraining wall s | held-out MLM accuracy (15%, by step) |", "|---|---|---|---|"]
+    for variant, facts in result["pretraining"].items():
+        curve = ", ".join(f"{e['step']}: {100 * e['mlm_accuracy']:.2f}%" for e in facts["eval"])
+        lines.append(f"| {variant} | {facts['steps']} | {facts['train_s'] or 0:.0f} | {curve} |")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
+    ap.add_argument("--tasks", nargs="+", default=list(TASKS), choices=list(TASKS))
+    ap.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
+    ap.add_argument("--parallel", type=int, default=1, help="runs at a time (one thread each)")
+    ap.add_argument("--root", default="runs/zh")
+    ap.add_argument("--corpus-root", default="", help="where the prepared corpus and the lexicon are (default: --root)")
+    ap.add_argument("--table-only", action="store_true")
+    ap.add_argument("--smoke", action="store_true", help="tiny settings end to end (not a result)")
+    ap.add_argument("--out", default="")
+    args = ap.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    root = (ROOT / args.root).resolve()
+    root.mkdir(parents=True, exist_ok=True)
+    global CORPUS_ROOT
+    CORPUS_ROOT = (ROOT / args.corpus_root).resolve() if args.corpus_root else root
+    smoke_pt = ["train.steps=20", "train.warmup_steps=2", "train.eval_every=10", "train.checkpoint_every=10",
+                "data.eval_examples=64"] if args.smoke else []
+    smoke_ft = ["epochs=1", "max_train_examples=64", "max_eval_examples=32"] if args.smoke else []
+    start = time.time()
+    pretrained = [v for v in args.variants if v != "none"]
+    if not args.table_only:
+        prepare(root, smoke_pt)
+        with ThreadPoolExecutor(args.parallel) as pool:  # each job is a child process
+            for run in pool.map(lambda v: pretrain(v, root, smoke_pt), [*pretrained, *(
+                    ["piece"] if "none" in args.variants and "piece" not in pretrained else [])]):
+                log.info("pretrained: %s", run)
+            jobs = [(v, t) for t in args.tasks for v in args.variants]
+            for run in pool.map(lambda j: finetune(j[0], j[1], args.seeds, root, smoke_ft), jobs):
+                log.info("fine-tuned: %s", run)
+    result = {"config": CONFIG, "finetune": FINETUNE, "tasks": {t: TASKS[t] for t in args.tasks},
+              "seeds": args.seeds, "smoke": args.smoke, "wall_s": time.time() - start,
+              "pretraining": {v: pretrain_facts(root / f"bert-mini-{v}") for v in pretrained
+                              if (root / f"bert-mini-{v}" / "log.jsonl").is_file()},
+              "table": table(collect(root, args.variants, args.seeds))}
+    out = Path(args.out or ROOT / "benchmarks/results/chinese_masking.json")
+    out.write_text(json.dumps(result, indent=1) + "\n")
+    out.with_suffix(".md").write_text(markdown(result))
+    print(markdown(result))
+
+
+if __name__ == "__main__":
+    main()
