@@ -49,10 +49,10 @@ VARIANTS: dict[str, list[str]] = {
     "ernie": ["data.masking.level=mixture"],
     "none": [],  # fine-tuned from random weights of the piece model's architecture
 }
-TASKS: dict[str, dict[str, Any]] = {  # reported split test; metric keys in points
-    "chnsenticorp": {"metrics": ["accuracy"], "overrides": ["max_seq_len=256"]},
-    "msra-ner": {"metrics": ["f1"], "overrides": ["max_seq_len=256"]},
-    "cmrc2018": {"metrics": ["em", "f1"], "overrides": ["max_seq_len=384", "doc_stride=128"]},
+TASKS: dict[str, dict[str, Any]] = {  # reported split test; metric -> factor to points
+    "chnsenticorp": {"metrics": {"accuracy": 100}, "overrides": ["max_seq_len=256"]},
+    "msra-ner": {"metrics": {"f1": 100}, "overrides": ["max_seq_len=256"]},
+    "cmrc2018": {"metrics": {"exact_match": 1, "f1": 1}, "overrides": ["max_seq_len=384", "doc_stride=128"]},
 }
 FINETUNE = ["lr=1e-4", "epochs=3", "batch_size=32", "threads=1", "progress=false"]
 CORPUS_ROOT = ROOT / "runs/zh"  # the prepared corpus and the lexicon (--corpus-root)
@@ -122,7 +122,7 @@ def collect(root: Path, variants: list[str], seeds: list[int]) -> dict:
     """``{task/metric: {variant: {seed: points}}}`` from the finished fine-tuning runs."""
     found: dict[str, dict[str, dict[int, float]]] = {}
     for task, spec in TASKS.items():
-        for metric in spec["metrics"]:
+        for metric, factor in spec["metrics"].items():
             key = f"{task}/{metric}"
             found[key] = {}
             for variant in variants:
@@ -130,7 +130,7 @@ def collect(root: Path, variants: list[str], seeds: list[int]) -> dict:
                     path = root / f"ft-{task}-{variant}" / f"seed-{seed}" / "metrics.json"
                     if path.is_file():
                         m = json.loads(path.read_text())
-                        found[key].setdefault(variant, {})[seed] = 100 * float(m["test"][metric])
+                        found[key].setdefault(variant, {})[seed] = factor * float(m["test"][metric])
     return found
 
 
