@@ -294,6 +294,8 @@ def test_joint_aligned_tags_share_one_batch_and_one_encoder_pass(model_dir, tmp_
     assert all({"loss/task:ner", "loss/task:pos", "loss/weighting"} <= r.keys() for r in records if "loss" in r)
     weights = [r["eval/weight/pos"] for r in records if "eval/weight/pos" in r]
     assert weights[-1] != 1.0  # the learned weights moved
+    path = [r["weight/pos"] for r in records if "loss" in r]  # every step's weight, not only at evaluations
+    assert len(path) == summary["steps"] and path[0] != path[-1] and path[-1] == pytest.approx(weights[-1])
     assert "accuracy" in summary["per_task"]["pos"]["dev"]
 
 

@@ -41,7 +41,7 @@ from muppets.multitask.data import GroupData, MultiTaskData, TaskFeatures
 from muppets.multitask.model import MultiTaskModel
 from muppets.multitask.plots import write_multitask_plot
 from muppets.multitask.samplers import TaskSchedule
-from muppets.multitask.weighting import TaskWeighting
+from muppets.multitask.weighting import ADAPTIVE, TaskWeighting
 from muppets.nn.block import init_weights
 from muppets.tasks.spec import TaskData, TaskSpec
 from muppets.train import Trainer, seed_everything
@@ -139,6 +139,14 @@ def _epoch_steps(cfg: MultitaskConfig, groups: list[GroupData]) -> int:
     return sum(sizes) if cfg.mode == "alternating" else max(sizes)
 
 
+def _weights_now(model: MultiTaskModel, names: list[str]):
+    """``weight/<task>`` after each update, so an adaptive weighting's path is in ``log.jsonl``."""
+    def extras() -> dict[str, float]:
+        weights = model.weighting.weights()
+        return {f"weight/{name}": float(weights[i]) for i, name in enumerate(names)}
+    return extras
+
+
 def _evaluator(tasks: list[_Task], tok: Any):
     """Every task's metric on its selection examples (``<task>/<metric>``), their mean of the
     primary scores (``mean``), and the current weights (``weight/<task>``)."""
@@ -207,7 +215,8 @@ def run(cfg: MultitaskConfig, resume: bool = True, datas: dict[str, TaskData] | 
     trainer = Trainer(model, data, ft.train_config(base, steps, epoch_steps), run_dir,
                       evaluate=_evaluator(tasks, tok), run_config=to_dict(cfg),
                       should_stop=keepers,
-                      eval_also_at=lambda step: step % epoch_steps == 0)
+                      eval_also_at=lambda step: step % epoch_steps == 0,
+                      step_extras=_weights_now(model, cfg.names) if cfg.weighting in ADAPTIVE else None)
     result = trainer.train(resume=resume)
     if result.interrupted:
         raise TrainingInterrupted(f"{run_dir}: stopped by a signal after step {result.step} (checkpoint "

@@ -198,6 +198,8 @@ class Trainer:
             any rank, training checkpoints and returns (``TrainResult.stopped_early``).
         eval_also_at: optional ``eval_also_at(step) -> bool``: further steps to evaluate at
             besides ``config.eval_every`` and the last step (e.g. every epoch end).
+        step_extras: optional ``step_extras() -> {name: value}``, called after every update
+            and added to that step's ``log.jsonl`` record (e.g. learned task weights).
 
     Under ``torchrun`` the constructor joins the process group (:func:`init_distributed`) and
     wraps the model in DistributedDataParallel; build the same model on every rank.
@@ -214,11 +216,13 @@ class Trainer:
         save_model: Callable[[nn.Module, Path], None] | None = None,
         should_stop: Callable[[int, dict[str, float]], bool] | None = None,
         eval_also_at: Callable[[int], bool] | None = None,
+        step_extras: Callable[[], dict[str, float]] | None = None,
     ) -> None:
         self.model, self.data, self.config = model, data, config
         self.run_dir = Path(run_dir)
         self.evaluate, self.save_model = evaluate, save_model
         self.should_stop, self.eval_also_at = should_stop, eval_also_at
+        self.step_extras = step_extras
         self.run_config = run_config if run_config is not None else {"train": to_dict(config)}
         self.dist = init_distributed()
         _check_split(config, self.dist.world)
@@ -488,6 +492,8 @@ class Trainer:
         tokens_per_s = stats.tokens / max(stats.seconds, 1e-9)
         record.update(lr=stats.lr, grad_norm=stats.grad_norm, real_tokens=stats.tokens, tokens_per_s=tokens_per_s,
                       elapsed_s=self._elapsed())
+        if self.step_extras is not None:
+            record.update(self.step_extras())
         every = self.config.log_every
         periodic = every > 0 and self.step % every == 0
         self._log.log(record, tensorboard=periodic)
