@@ -107,8 +107,17 @@ def test_bf16_precision_stays_within_cosine_1e_4_of_float32_and_keeps_fill_mask_
     assert cosines(np.array([d["embedding"] for d in served["data"]]), reference).min() >= 0.9999
 
 
-def test_bf16_precision_is_refused_where_it_does_not_apply():
+def test_bf16_precision_is_refused_where_it_does_not_apply(tmp_path):
     from muppets.errors import ConfigError
+    from muppets.interop.onnx_export import MANIFEST
+    from muppets.serve.engines import load_engine
+
+    export = tmp_path / "export"  # an ONNX export alone: nothing torch could run in bf16
+    export.mkdir()
+    (export / MANIFEST).write_text("{}")
+    (export / "model.onnx").write_bytes(b"")
+    with pytest.raises(ConfigError, match="holds only an ONNX export"):
+        load_engine(ServeConfig(str(export), precision="bf16"))
 
     with pytest.raises(ConfigError, match="ONNX backend is float32"):
         ServeConfig("minilm", precision="bf16", backend="onnx")

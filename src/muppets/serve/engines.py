@@ -314,7 +314,16 @@ def load_torch_engine(cfg: ServeConfig) -> Engine:
     """The torch engine for ``cfg.model_dir`` (see the module docstring's table)."""
     from muppets.transfer.embedders import locate_model
 
-    kind, path = locate_model(cfg.model_dir)
+    try:
+        kind, path = locate_model(cfg.model_dir)
+    except ConfigError:
+        from muppets.serve.onnx_backend import find_export
+
+        if cfg.precision != "float32" and find_export(cfg.model_dir) is not None:
+            raise ConfigError(f"--precision {cfg.precision} runs the torch model, but {cfg.model_dir!r} holds only an "
+                              "ONNX export (float32): serve it without --precision, or serve the model directory "
+                              "it was exported from with --precision") from None
+        raise
     meta = _config(path) if path.is_dir() else {}
     task = "muppets_task" in meta or any(a in _TASK_ARCHS for a in meta.get("architectures", []))
     if cfg.precision != "float32" and (task or kind != "bert"):
