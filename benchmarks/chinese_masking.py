@@ -41,6 +41,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from paired import paired, summary  # noqa: E402
+from tapt_table import pretrain_facts  # noqa: E402
 
 CONFIG = "configs/bert-mini-chinese.yaml"
 VARIANTS: dict[str, list[str]] = {
@@ -55,7 +56,6 @@ TASKS: dict[str, dict[str, Any]] = {  # reported split test; metric -> factor to
     "cmrc2018": {"metrics": {"exact_match": 1, "f1": 1}, "overrides": ["max_seq_len=384", "doc_stride=128"]},
 }
 FINETUNE = ["lr=1e-4", "epochs=3", "batch_size=32", "threads=1", "progress=false"]
-CORPUS_ROOT = ROOT / "runs/zh"  # the prepared corpus and the lexicon (--corpus-root)
 log = logging.getLogger("chinese_masking")
 
 
@@ -67,7 +67,7 @@ def muppets(args: list[str], log_to: Path) -> None:
                        check=True, cwd=ROOT, env=env)
 
 
-def prepare(root: Path, smoke: list[str]) -> None:
+def prepare(root: Path, corpus_root: Path, smoke: list[str]) -> None:
     """The entity lexicon and the prepared corpus with its units, once, before any run starts
     (the variants share them; two runs must not prepare the same directory at once)."""
     from muppets.data.readers import list_files
@@ -76,7 +76,7 @@ def prepare(root: Path, smoke: list[str]) -> None:
     from muppets.recipes import bert_pretrain
     from muppets.recipes.common import prepare_once
 
-    cfg = bert_pretrain.load_config(ROOT / CONFIG, [*common_overrides(root), *smoke])
+    cfg = bert_pretrain.load_config(ROOT / CONFIG, [*common_overrides(root, corpus_root), *smoke])
     lexicon = Path(cfg.corpus.entity_lexicon)
     if not lexicon.is_file():
         n = write_lexicon(wiki_titles(list_files([resolve_data_path(p) for p in cfg.corpus.inputs])), lexicon)
@@ -85,15 +85,16 @@ def prepare(root: Path, smoke: list[str]) -> None:
     prepare_once(cfg.corpus, tok, Path(cfg.run_dir))
 
 
-def common_overrides(root: Path) -> list[str]:
-    return [f"corpus.prepared={CORPUS_ROOT / 'corpus'}", f"corpus.entity_lexicon={CORPUS_ROOT / 'entities.txt'}",
+def common_overrides(root: Path, corpus_root: Path) -> list[str]:
+    """The shared prepared corpus and lexicon (under ``corpus_root``) for every run under ``root``."""
+    return [f"corpus.prepared={corpus_root / 'corpus'}", f"corpus.entity_lexicon={corpus_root / 'entities.txt'}",
             f"run_dir={root / 'prepare'}"]
 
 
-def pretrain(variant: str, root: Path, smoke: list[str]) -> Path:
+def pretrain(variant: str, root: Path, corpus_root: Path, smoke: list[str]) -> Path:
     run = root / f"bert-mini-{variant}"
     if not (run / "final" / "config.json").is_file():
-        muppets(["pretrain", str(ROOT / CONFIG), *common_overrides(root), f"run_dir={run}", "train.progress=false",
+        muppets(["pretrain", str(ROOT / CONFIG), *common_overrides(root, corpus_root), f"run_dir={run}", "train.progress=false",
                  *VARIANTS[variant], *smoke], root / f"bert-mini-{variant}.log")
     return run
 
@@ -107,15 +108,6 @@ def finetune(variant: str, task: str, seeds: list[int], root: Path, smoke: list[
         muppets(["finetune", task, "--seeds", ",".join(map(str, todo)), f"model={model}", *init, *FINETUNE,
                  *TASKS[task]["overrides"], f"run_dir={run}", *smoke], root / f"ft-{task}-{variant}.log")
     return run
-
-
-def pretrain_facts(run: Path) -> dict:
-    """Steps, wall time and the held-out MLM accuracy curve of a finished pretraining run."""
-    rows = [json.loads(line) for line in open(run / "log.jsonl") if line.strip()]
-    timed = [r for r in rows if "elapsed_s" in r]
-    evals = [{"step": r["step"], "mlm_accuracy": r["eval/mlm_accuracy"]} for r in rows if "eval/mlm_accuracy" in r]
-    return {"steps": timed[-1]["step"] if timed else 0, "train_s": timed[-1]["elapsed_s"] if timed else None,
-            "eval": evals}
 
 
 def collect(root: Path, variants: list[str], seeds: list[int]) -> dict:
@@ -160,10 +152,10 @@ def markdown(result: dict) -> str:
                 cells.append(f"{p['mean']:+.2f} ± {p['std']:.2f} ({p['wins']}-{p['losses']})" if p else "—")
             seeds = ",".join(map(str, e["seeds"]))
             lines.append(f"| {key} | {variant} | {e['mean']:.2f} ± {e['std']:.2f} | {seeds} | {cells[0]} | {cells[1]} |")
-    lines += ["", "| variant | steps | pretraining wall s | held-out MLM accuracy (15%, by step) |", "|---|---|---|---|"]
+    lines += ["", "| variant | steps | pretraining minutes | held-out MLM accuracy (15%, by step) |", "|---|---|---|---|"]
     for variant, facts in result["pretraining"].items():
-        curve = ", ".join(f"{e['step']}: {100 * e['mlm_accuracy']:.2f}%" for e in facts["eval"])
-        lines.append(f"| {variant} | {facts['steps']} | {facts['train_s'] or 0:.0f} | {curve} |")
+        curve = ", ".join(f"{e['step']}: {100 * e['eval/mlm_accuracy']:.2f}%" for e in facts["eval_curve"])
+        lines.append(f"| {variant} | {facts['steps']} | {facts['train_minutes']} | {curve} |")
     return "\n".join(lines) + "\n"
 
 
@@ -182,17 +174,16 @@ def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     root = (ROOT / args.root).resolve()
     root.mkdir(parents=True, exist_ok=True)
-    global CORPUS_ROOT
-    CORPUS_ROOT = (ROOT / args.corpus_root).resolve() if args.corpus_root else root
+    corpus_root = (ROOT / args.corpus_root).resolve() if args.corpus_root else root
     smoke_pt = ["train.steps=20", "train.warmup_steps=2", "train.eval_every=10", "train.checkpoint_every=10",
                 "data.eval_examples=64"] if args.smoke else []
     smoke_ft = ["epochs=1", "max_train_examples=64", "max_eval_examples=32"] if args.smoke else []
     start = time.time()
     pretrained = [v for v in args.variants if v != "none"]
     if not args.table_only:
-        prepare(root, smoke_pt)
+        prepare(root, corpus_root, smoke_pt)
         with ThreadPoolExecutor(args.parallel) as pool:  # each job is a child process
-            for run in pool.map(lambda v: pretrain(v, root, smoke_pt), [*pretrained, *(
+            for run in pool.map(lambda v: pretrain(v, root, corpus_root, smoke_pt), [*pretrained, *(
                     ["piece"] if "none" in args.variants and "piece" not in pretrained else [])]):
                 log.info("pretrained: %s", run)
             jobs = [(v, t) for t in args.tasks for v in args.variants]
@@ -201,7 +192,7 @@ def main() -> None:
     result = {"config": CONFIG, "finetune": FINETUNE, "tasks": {t: TASKS[t] for t in args.tasks},
               "seeds": args.seeds, "smoke": args.smoke, "wall_s": time.time() - start,
               "pretraining": {v: pretrain_facts(root / f"bert-mini-{v}") for v in pretrained
-                              if (root / f"bert-mini-{v}" / "log.jsonl").is_file()},
+                              if (root / f"bert-mini-{v}" / "summary.json").is_file()},
               "table": table(collect(root, args.variants, args.seeds))}
     out = Path(args.out or ROOT / "benchmarks/results/chinese_masking.json")
     out.write_text(json.dumps(result, indent=1) + "\n")

@@ -167,12 +167,6 @@ def load_ud_corpus(corpus: str, names: Sequence[str], data_dir: str | Path | Non
     return out
 
 
-def load_ewt_corpus(names: Sequence[str], data_dir: str | Path | None = None,
-                    deprel_subtypes: bool = False) -> ProbeCorpus:
-    """UD English EWT with the ``names`` tasks (upos, deprel, structural)."""
-    return load_ud_corpus("ewt", names, data_dir, deprel_subtypes)
-
-
 def load_corpora(tasks: Sequence[str], data_dir: str | Path | None = None,
                  deprel_subtypes: bool = False) -> dict[str, ProbeCorpus]:
     """The corpora the ``tasks`` need, each with those of its tasks that were asked for."""
