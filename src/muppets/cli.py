@@ -37,25 +37,27 @@ def _tokenizer_train(args: argparse.Namespace) -> int:
     inputs = [resolve_data_path(p) for p in args.input]
     texts = (p for doc in iter_documents(inputs, args.format, errors=args.errors) for p in doc.paragraphs)
     tok = WordPieceTokenizer.train(texts, args.vocab_size, lowercase=not args.cased,
+                                   chinese_script=args.chinese_script,
                                    min_frequency=args.min_frequency, show_progress=sys.stderr.isatty())
     tok.save(args.out)
     print(f"tokenizer: {tok.vocab_size} tokens -> {args.out}")
     return 0
 
 
-def _load_tokenizer(path: str):
+def _load_tokenizer(path: str, chinese_script: str = ""):
     from muppets.paths import resolve_data_path
     from muppets.tokenizers.wordpiece import WordPieceTokenizer
 
     p = resolve_data_path(path)
-    return WordPieceTokenizer.from_vocab(p) if p.is_file() else WordPieceTokenizer.load(p)
+    tok = WordPieceTokenizer.from_vocab(p) if p.is_file() else WordPieceTokenizer.load(p)
+    return tok.with_chinese_script(chinese_script, p)
 
 
 def _data_prepare(args: argparse.Namespace) -> int:
     from muppets.data.prepare import prepare_corpus
     from muppets.paths import resolve_data_path
 
-    s = prepare_corpus([resolve_data_path(p) for p in args.input], _load_tokenizer(args.tokenizer),
+    s = prepare_corpus([resolve_data_path(p) for p in args.input], _load_tokenizer(args.tokenizer, args.chinese_script),
                        args.out, fmt=args.format, workers=args.workers, errors=args.errors,
                        overwrite=args.overwrite, progress=sys.stderr.isatty())
     print(f"prepared {s.out_dir}: {s.files} files, {s.documents} documents, {s.sentences} sentences, "
@@ -502,6 +504,8 @@ def _add_task_args(p: argparse.ArgumentParser, config: str = "FinetuneConfig", e
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from muppets.tokenizers.script import SCRIPTS
+
     parser = argparse.ArgumentParser(prog="muppets", description=__doc__.split("\n")[0])
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -513,6 +517,8 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--vocab-size", type=int, default=30522)
     t.add_argument("--min-frequency", type=int, default=2)
     t.add_argument("--cased", action="store_true", help="keep case and accents")
+    t.add_argument("--chinese-script", default="", choices=SCRIPTS[1:],
+                   help="convert Chinese text to one script first (OpenCC), now and whenever the tokenizer is used")
     t.add_argument("--format", default="auto")
     t.add_argument("--errors", default="strict", choices=["strict", "skip", "replace"])
     t.set_defaults(func=_tokenizer_train)
@@ -521,6 +527,8 @@ def build_parser() -> argparse.ArgumentParser:
     d = data.add_parser("prepare", help="tokenize a raw corpus into memory-mapped shards")
     d.add_argument("--input", nargs="+", required=True)
     d.add_argument("--tokenizer", required=True, help="tokenizer directory or vocab.txt")
+    d.add_argument("--chinese-script", default="", choices=SCRIPTS[1:],
+                   help="convert Chinese text to this script first (a tokenizer that converts already keeps its own)")
     d.add_argument("--out", required=True)
     d.add_argument("--format", default="auto")
     d.add_argument("--workers", type=int, default=None)

@@ -227,7 +227,12 @@ def _init_worker(factory: Callable[[str], CorpusTokenizer], tokenizer_json: str,
     global _WORKER_TOKENIZER, _WORKER_MARKER
     os.environ["TOKENIZERS_PARALLELISM"] = "false"  # one thread per worker process
     _WORKER_TOKENIZER = factory(tokenizer_json)
-    _WORKER_MARKER = None if units is None else UnitMarker(units)
+    _WORKER_MARKER = None if units is None else UnitMarker(units, _script_converter(_WORKER_TOKENIZER))
+
+
+def _script_converter(tokenizer: CorpusTokenizer) -> Callable[[str], str] | None:
+    """The tokenizer's script conversion, if it has one (WordPiece's ``chinese_script``)."""
+    return getattr(tokenizer, "script_converter", None)
 
 
 def _encode_in_worker(chunk: Chunk) -> Encoded:
@@ -241,7 +246,7 @@ def _encoder(tokenizer: CorpusTokenizer, tokenizer_json: str,
              units: UnitSpec | None = None) -> Iterator[Callable[[Iterable[Chunk]], Iterator[Encoded]]]:
     """Yield ``encode_all(chunks) -> results in order``: in-process or over a worker pool."""
     if workers <= 1:
-        marker = None if units is None else UnitMarker(units)
+        marker = None if units is None else UnitMarker(units, _script_converter(tokenizer))
         yield partial(map, partial(encode_chunk, tokenizer, marker=marker))
         return
     factory = factory or _default_factory(tokenizer)

@@ -44,7 +44,7 @@ import html
 import logging
 import re
 import unicodedata
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -271,9 +271,15 @@ def _chunk_runs(content: Sequence[bool]) -> list[tuple[int, int]]:
 class UnitMarker:
     """Computes the ``units.bin`` flags of sentences; one per worker process (jieba loads once)."""
 
-    def __init__(self, spec: UnitSpec) -> None:
+    def __init__(self, spec: UnitSpec, convert: Callable[[str], str] | None = None) -> None:
+        """``convert``: the tokenizer's script conversion (``WordPieceTokenizer.script_converter``),
+        applied to each sentence before segmenting and to the lexicon's entries, so that words and
+        entities are found in the text the model reads; it keeps every character's position."""
         self.spec = spec
+        self.convert = convert
         self.lexicon = Lexicon.read(spec.entity_lexicon) if spec.entity_lexicon else None
+        if self.lexicon is not None and convert is not None:
+            self.lexicon = Lexicon(map(convert, self.lexicon.entries), spec.entity_lexicon)
 
     @cached_property
     def _jieba(self) -> tuple[Any, dict[str, str]]:
@@ -290,6 +296,8 @@ class UnitMarker:
         """``(L,)`` uint8 unit-start bits of one sentence's ``L`` tokens (offsets into ``text``)."""
         if not offsets:
             return np.zeros(0, dtype=np.uint8)
+        if self.convert is not None:
+            text = self.convert(text)
         starts = np.array([s for s, _ in offsets], dtype=np.int64)
         ends = np.maximum(np.array([e for _, e in offsets], dtype=np.int64), starts + 1)
         ids = np.array([-1 if w is None else w for w in word_ids], dtype=np.int64)

@@ -44,6 +44,7 @@ class BertModelSection(PretrainedModelSection):
 class WordPieceSection(TokenizerSection):
     path: str = ""  # tokenizer directory or vocab.txt ("" = train one into <run_dir>/tokenizer, once)
     lowercase: bool = True  # lower-case (and strip accents) before WordPiece
+    chinese_script: str = ""  # "" (as written) | simplified | traditional: convert Chinese text first (OpenCC)
 
 
 @dataclass
@@ -59,10 +60,14 @@ class PretrainConfig(RunSection):
 
 def ensure_tokenizer(cfg: PretrainConfig, run_dir: Path) -> WordPieceTokenizer:
     """Load the configured tokenizer, or train one on the corpus (reused if already trained)."""
+    script = cfg.tokenizer.chinese_script
+
     def load(path: Path) -> WordPieceTokenizer:  # a vocab.txt or a tokenizer directory
         if path.is_file():
-            return WordPieceTokenizer.from_vocab(path, lowercase=cfg.tokenizer.lowercase)
-        return WordPieceTokenizer.load(path)
+            tok = WordPieceTokenizer.from_vocab(path, lowercase=cfg.tokenizer.lowercase)
+        else:
+            tok = WordPieceTokenizer.load(path)
+        return tok.with_chinese_script(script, path)
 
     return (checkpoint_tokenizer(cfg.model, cfg.tokenizer.path, load)
             or tokenizer_stage(cfg.tokenizer.path, run_dir, load, lambda: _train_tokenizer(cfg)))
@@ -76,7 +81,7 @@ def _train_tokenizer(cfg: PretrainConfig) -> WordPieceTokenizer:
     else:
         texts = corpus_texts(cfg.corpus, sec.max_documents)
     log.info("training a %d-token WordPiece vocabulary on %s", sec.vocab_size, cfg.corpus.languages or cfg.corpus.inputs)
-    tok = WordPieceTokenizer.train(texts, sec.vocab_size,
+    tok = WordPieceTokenizer.train(texts, sec.vocab_size, chinese_script=sec.chinese_script,
                                    lowercase=sec.lowercase, min_frequency=sec.min_frequency,
                                    model_max_length=cfg.data.max_seq_len)
     if cfg.corpus.languages:

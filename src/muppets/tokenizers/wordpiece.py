@@ -37,7 +37,7 @@ import dataclasses
 import json
 import logging
 from collections import Counter
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -52,6 +52,7 @@ from tqdm.auto import tqdm
 
 from muppets.config import parse_json, write_json_atomic
 from muppets.errors import ConfigError, DataError
+from muppets.tokenizers.script import SCRIPTS, check_script, script_converter
 
 logger = logging.getLogger(__name__)
 
@@ -63,6 +64,7 @@ CONTINUATION_PREFIX = "##"
 _JSON_FORMAT = "muppets.wordpiece/1"  # tag of :meth:`WordPieceTokenizer.to_json` strings
 _ROLES = ("pad", "unk", "cls", "sep", "mask")  # trained vocabularies give these ids 0..4
 _UNSET_MAX_LENGTH = 10**12  # transformers writes int(1e30) when no length is known
+SCRIPT_KEY = "muppets_chinese_script"  # tokenizer_config.json key of WordPieceSettings.chinese_script
 
 
 @dataclass(frozen=True)
@@ -72,6 +74,7 @@ class WordPieceSettings:
     lowercase: bool = True  # lowercase before WordPiece ("uncased" models)
     strip_accents: bool | None = None  # None: strip exactly when lowercasing (BERT's rule)
     tokenize_chinese_chars: bool = True  # put spaces around CJK ideographs: one token each
+    chinese_script: str = ""  # "" (as written) | simplified | traditional: convert first (OpenCC)
     model_max_length: int | None = None  # longest input the paired model accepts, if known
     pad_token: str = "[PAD]"  # padding
     unk_token: str = "[UNK]"  # replaces words that WordPiece cannot split
@@ -97,6 +100,8 @@ class WordPieceSettings:
         config.update({f"{role}_token": tok for role, tok in self.special_tokens().items()})
         if self.model_max_length is not None:
             config["model_max_length"] = self.model_max_length
+        if self.chinese_script:  # muppets converts; transformers ignores the key (see script.py)
+            config[SCRIPT_KEY] = self.chinese_script
         return config
 
     @classmethod
@@ -113,6 +118,7 @@ class WordPieceSettings:
             strip_accents=config.get("strip_accents", fallback.get("strip_accents")),
             tokenize_chinese_chars=bool(config.get(
                 "tokenize_chinese_chars", fallback.get("handle_chinese_chars", True))),
+            chinese_script=config.get(SCRIPT_KEY, ""),
             model_max_length=max_length,
             **tokens,
         )
@@ -192,6 +198,8 @@ def _read_configs(directory: Path) -> dict[str, Any]:
             if key in data and not isinstance(data[key], bool) and not (
                     key == "strip_accents" and data[key] is None):
                 raise DataError(f"{key} must be true or false", path=path, value=data[key])
+        if SCRIPT_KEY in data and data[SCRIPT_KEY] not in SCRIPTS:
+            raise DataError(f"{SCRIPT_KEY} must be one of {list(SCRIPTS)}", path=path, value=data[SCRIPT_KEY])
         length = data.get("model_max_length")
         if isinstance(length, int) and length < 1:
             raise DataError("model_max_length must be at least 1", path=path, value=length)
@@ -283,6 +291,7 @@ class WordPieceTokenizer:
     def __init__(self, backend: Tokenizer, settings: WordPieceSettings) -> None:
         self._backend = backend
         self._settings = settings
+        self._convert = script_converter(check_script(settings.chinese_script))
         self._special_ids = {role: backend.token_to_id(tok)
                              for role, tok in settings.special_tokens().items()}
         assert None not in self._special_ids.values(), "backend was not assembled"
@@ -297,6 +306,7 @@ class WordPieceTokenizer:
         lowercase: bool = True,
         strip_accents: bool | None = None,
         tokenize_chinese_chars: bool = True,
+        chinese_script: str = "",
         min_frequency: int = 2,
         limit_alphabet: int = 1000,
         show_progress: bool = False,
@@ -308,13 +318,16 @@ class WordPieceTokenizer:
         once. The same texts give the same vocabulary in every run (see :func:`_train_vocab`).
         The trainer always keeps the whole alphabet (the ``limit_alphabet`` most frequent
         characters, plus the ``##`` form of those seen inside words), so with a tiny
-        ``vocab_size`` the result can be larger; a warning says so.
+        ``vocab_size`` the result can be larger; a warning says so. With ``chinese_script``
+        the texts are converted first (:mod:`muppets.tokenizers.script`), as every later input is.
         """
         _check_train_args(texts, vocab_size, min_frequency, limit_alphabet)
         settings = WordPieceSettings(lowercase=lowercase, strip_accents=strip_accents,
                                      tokenize_chinese_chars=tokenize_chinese_chars,
+                                     chinese_script=check_script(chinese_script),
                                      model_max_length=model_max_length)
-        counts = _count_words(texts, settings, show_progress)
+        convert = script_converter(chinese_script)
+        counts = _count_words(texts if convert is None else map(convert, texts), settings, show_progress)
         if not counts:
             raise DataError("training texts are empty: they contain no word")
         vocab = _train_vocab(counts, settings, vocab_size, min_frequency, limit_alphabet,
@@ -336,6 +349,7 @@ class WordPieceTokenizer:
         lowercase: bool = True,
         strip_accents: bool | None = None,
         tokenize_chinese_chars: bool = True,
+        chinese_script: str = "",
         model_max_length: int | None = None,
     ) -> WordPieceTokenizer:
         """Load a BERT ``vocab.txt`` (one token per line, line number = id).
@@ -345,7 +359,7 @@ class WordPieceTokenizer:
         """
         settings = WordPieceSettings(lowercase=lowercase, strip_accents=strip_accents,
                                      tokenize_chinese_chars=tokenize_chinese_chars,
-                                     model_max_length=model_max_length)
+                                     chinese_script=chinese_script, model_max_length=model_max_length)
         return cls._from_vocab_settings(Path(path), settings)
 
     @classmethod
@@ -399,11 +413,30 @@ class WordPieceTokenizer:
             raise DataError(f"malformed {_JSON_FORMAT} string: {err}") from err
         return cls(_backend_from_str(backend_text, None), settings)
 
+    def with_chinese_script(self, script: str, source: str | Path | None = None) -> WordPieceTokenizer:
+        """This tokenizer converting Chinese text to ``script`` first (``""``: as it is).
+
+        A tokenizer that converts already keeps its own script when ``script`` is ``""``
+        (unset); asking it for the other script is a :class:`ConfigError` naming ``source``.
+        """
+        own = self._settings.chinese_script
+        if not check_script(script, "tokenizer.chinese_script") or script == own:
+            return self
+        if own:
+            raise ConfigError(f"tokenizer.chinese_script={script}: the tokenizer at {source or '(given)'} converts "
+                              f"to {own}; a model reads one script")
+        logger.info("tokenizer %s: Chinese text is converted to %s script before tokenizing", source or "", script)
+        return WordPieceTokenizer(self._backend, dataclasses.replace(self._settings, chinese_script=script))
+
     def to_json(self) -> str:
-        """Serialise everything (settings + the Rust tokenizer) to one string for workers."""
-        return json.dumps({"format": _JSON_FORMAT,
-                           "settings": dataclasses.asdict(self._settings),
-                           "backend": self._backend.to_str()})
+        """Serialise everything (settings + the Rust tokenizer) to one string for workers.
+
+        ``chinese_script`` is left out when unset, so the string (and the fingerprint of the
+        corpora prepared with it) is what it was before the setting existed."""
+        settings = dataclasses.asdict(self._settings)
+        if not settings["chinese_script"]:
+            del settings["chinese_script"]
+        return json.dumps({"format": _JSON_FORMAT, "settings": settings, "backend": self._backend.to_str()})
 
     # ------------------------------------------------------------------ saving
     def save(self, directory: str | Path) -> Path:
@@ -508,13 +541,22 @@ class WordPieceTokenizer:
         return self._backend.decode(list(ids), skip_special_tokens=skip_special_tokens)
 
     # ------------------------------------------------------------------ encoding
+    @property
+    def script_converter(self) -> Callable[[str], str] | None:
+        """The length-preserving conversion every text goes through before the normalizer
+        (``settings.chinese_script``; None when the text is read as written)."""
+        return self._convert
+
+    def _texts(self, texts: Sequence[str]) -> list[str]:
+        return list(texts) if self._convert is None else [self._convert(t) for t in texts]
+
     def encode(self, text: str) -> list[int]:
         """Ids of ``text`` without ``[CLS]``/``[SEP]``."""
-        return self._backend.encode(text, add_special_tokens=False).ids
+        return self._backend.encode(self._texts([text])[0], add_special_tokens=False).ids
 
     def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
         """Ids of each text without special tokens, via the parallel Rust batch encoder."""
-        encodings = self._backend.encode_batch_fast(list(texts), add_special_tokens=False)
+        encodings = self._backend.encode_batch_fast(self._texts(texts), add_special_tokens=False)
         return [enc.ids for enc in encodings]
 
     def encode_text_batch(self, texts: Sequence[str]) -> list[list[int]]:
@@ -522,13 +564,13 @@ class WordPieceTokenizer:
         special token's string in it (``[MASK]``, ``[SEP]``) is encoded as the characters it
         is (``[`` ``mask`` ``]``), never as that token, which :meth:`encode_batch` gives (as
         transformers does, for inputs that mean it)."""
-        encodings = self._text_backend.encode_batch_fast(list(texts), add_special_tokens=False)
+        encodings = self._text_backend.encode_batch_fast(self._texts(texts), add_special_tokens=False)
         return [enc.ids for enc in encodings]
 
     def encode_text_with_words(self, texts: Sequence[str]) -> list[Encoding]:
         """:meth:`encode_text_batch`'s encodings with their offsets and word ids (what a corpus
         needs to store masking units: :mod:`muppets.data.units`)."""
-        return self._text_backend.encode_batch(list(texts), add_special_tokens=False)
+        return self._text_backend.encode_batch(self._texts(texts), add_special_tokens=False)
 
     @cached_property
     def _text_backend(self) -> Tokenizer:
@@ -541,12 +583,21 @@ class WordPieceTokenizer:
         CJK character); all WordPiece pieces of a word share its index — whole-word masking
         masks them together.
         """
-        encodings = self._backend.encode_batch(list(texts), add_special_tokens=False)
+        encodings = self._backend.encode_batch(self._texts(texts), add_special_tokens=False)
         return [(enc.ids, _word_ids(enc)) for enc in encodings]
+
+    def encodings(self, texts: Sequence[str]) -> list[Encoding]:
+        """Full encodings (ids, offsets into each text, word ids) without special tokens."""
+        return self._backend.encode_batch(self._texts(texts), add_special_tokens=False)
+
+    def encode_words(self, sentences: Sequence[Sequence[str]]) -> list[Encoding]:
+        """Encodings of sentences already split into words (``word_ids`` index the words)."""
+        words = [self._texts(ws) for ws in sentences]
+        return self._backend.encode_batch(words, is_pretokenized=True, add_special_tokens=False)
 
     def encode_with_offsets(self, texts: Sequence[str]) -> list[tuple[list[int], list[tuple[int, int]]]]:
         """(ids, (start, end) character span of each token in the original text) per text."""
-        encodings = self._backend.encode_batch(list(texts), add_special_tokens=False)
+        encodings = self._backend.encode_batch(self._texts(texts), add_special_tokens=False)
         return [(enc.ids, list(enc.offsets)) for enc in encodings]
 
     def encode_for_model(self, text: str, text_pair: str | None = None,

@@ -161,8 +161,7 @@ def text_features(examples: Sequence[TextExample], tok: WordPieceTokenizer, max_
 
 def word_pieces(tok: WordPieceTokenizer, sentences: Sequence[Sequence[str]]) -> list[list[list[int]]]:
     """Per sentence, per word, its WordPiece ids (a word may give none, e.g. a control char)."""
-    encodings = tok.backend.encode_batch([list(words) for words in sentences],
-                                         is_pretokenized=True, add_special_tokens=False)
+    encodings = tok.encode_words(sentences)
     out = []
     for words, enc in zip(sentences, encodings):
         pieces: list[list[int]] = [[] for _ in words]
@@ -251,7 +250,7 @@ def span_features(examples: Sequence[SpanExample], tok: WordPieceTokenizer,
     """Sliding windows over each context; see the module docstring."""
     _check_type(examples, SpanExample, "span")
     contexts = list(dict.fromkeys(ex.context for ex in examples))  # SQuAD shares contexts
-    encodings = tok.backend.encode_batch(contexts, add_special_tokens=False)
+    encodings = tok.encodings(contexts)
     encoded = {c: (e.ids, e.offsets, e.word_ids) for c, e in zip(contexts, encodings)}
     questions = tok.encode_batch([ex.question for ex in examples])
     out = []

@@ -88,6 +88,15 @@ class GPTTaskTokenizer:
     def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
         return self.bpe.encode_batch(texts)
 
+    def encodings(self, texts: Sequence[str]) -> list:
+        """Full encodings (ids, offsets, word ids) of texts, as the WordPiece tokenizer's."""
+        return self.bpe.backend.encode_batch(list(texts), add_special_tokens=False)
+
+    def encode_words(self, sentences: Sequence[Sequence[str]]) -> list:
+        """Encodings of sentences already split into words, as the WordPiece tokenizer's."""
+        return self.bpe.backend.encode_batch([list(ws) for ws in sentences], is_pretokenized=True,
+                                             add_special_tokens=False)
+
     def decode(self, ids: Sequence[int], skip_special_tokens: bool = False) -> str:
         return self.bpe.decode(ids, skip_special_tokens)
 
