@@ -10,7 +10,10 @@ same. Variants:
 * ``whole_word`` — jieba words (Chinese-BERT-wwm);
 * ``ernie``      — ``level=mixture``: pieces, words, phrases and entities drawn alike per
   sequence (ERNIE 1.0's three levels; it published no mixing ratio);
-* ``none``       — no pretraining: the same architecture and vocabulary, weights drawn afresh.
+* ``none``       — no pretraining: the same architecture and vocabulary, weights drawn afresh;
+* ``simplified`` — ``piece`` with every text converted to Simplified script first
+  (``tokenizer.chinese_script=simplified``: the corpus, which mixes scripts, and later every
+  task input), on its own prepared corpus: is converting worth it? (paired with ``piece``).
 
 Then each model is fine-tuned on ChnSentiCorp (accuracy), MSRA NER (entity F1) and CMRC 2018
 (CMRC's EM / F1), the same settings for every variant, one thread, seeds paired across variants.
@@ -49,7 +52,9 @@ VARIANTS: dict[str, list[str]] = {
     "whole_word": ["data.masking.level=whole_word"],
     "ernie": ["data.masking.level=mixture"],
     "none": [],  # fine-tuned from random weights of the piece model's architecture
+    "simplified": ["data.masking.level=piece", "tokenizer.chinese_script=simplified"],
 }
+SCRIPT_CORPUS = {"simplified": "corpus-simplified"}  # variants whose tokenizer converts: their own corpus
 TASKS: dict[str, dict[str, Any]] = {  # reported split test; metric -> factor to points
     "chnsenticorp": {"metrics": {"accuracy": 100}, "overrides": ["max_seq_len=256"]},
     "msra-ner": {"metrics": {"f1": 100}, "overrides": ["max_seq_len=256"]},
@@ -67,34 +72,37 @@ def muppets(args: list[str], log_to: Path) -> None:
                        check=True, cwd=ROOT, env=env)
 
 
-def prepare(root: Path, corpus_root: Path, smoke: list[str]) -> None:
-    """The entity lexicon and the prepared corpus with its units, once, before any run starts
-    (the variants share them; two runs must not prepare the same directory at once)."""
+def prepare(root: Path, corpus_root: Path, smoke: list[str], variants: list[str]) -> None:
+    """The entity lexicon and the prepared corpora with their units, once each, before any run
+    starts (the variants share them; two runs must not prepare the same directory at once)."""
     from muppets.data.readers import list_files
     from muppets.data.units import wiki_titles, write_lexicon
     from muppets.paths import resolve_data_path
     from muppets.recipes import bert_pretrain
     from muppets.recipes.common import prepare_once
 
-    cfg = bert_pretrain.load_config(ROOT / CONFIG, [*common_overrides(root, corpus_root), *smoke])
-    lexicon = Path(cfg.corpus.entity_lexicon)
-    if not lexicon.is_file():
-        n = write_lexicon(wiki_titles(list_files([resolve_data_path(p) for p in cfg.corpus.inputs])), lexicon)
-        log.info("entity lexicon: %d article titles -> %s", n, lexicon)
-    tok = bert_pretrain.ensure_tokenizer(cfg, Path(cfg.run_dir))
-    prepare_once(cfg.corpus, tok, Path(cfg.run_dir))
+    for variant in dict.fromkeys("piece" if v == "none" else v for v in variants):  # one per distinct corpus
+        cfg = bert_pretrain.load_config(ROOT / CONFIG, [*common_overrides(root, corpus_root, variant),
+                                                        *VARIANTS[variant], *smoke])
+        lexicon = Path(cfg.corpus.entity_lexicon)
+        if not lexicon.is_file():
+            n = write_lexicon(wiki_titles(list_files([resolve_data_path(p) for p in cfg.corpus.inputs])), lexicon)
+            log.info("entity lexicon: %d article titles -> %s", n, lexicon)
+        tok = bert_pretrain.ensure_tokenizer(cfg, Path(cfg.run_dir))
+        prepare_once(cfg.corpus, tok, Path(cfg.run_dir))
 
 
-def common_overrides(root: Path, corpus_root: Path) -> list[str]:
-    """The shared prepared corpus and lexicon (under ``corpus_root``) for every run under ``root``."""
-    return [f"corpus.prepared={corpus_root / 'corpus'}", f"corpus.entity_lexicon={corpus_root / 'entities.txt'}",
+def common_overrides(root: Path, corpus_root: Path, variant: str) -> list[str]:
+    """The variant's prepared corpus and the shared lexicon (under ``corpus_root``) for its runs under ``root``."""
+    corpus = corpus_root / SCRIPT_CORPUS.get(variant, "corpus")
+    return [f"corpus.prepared={corpus}", f"corpus.entity_lexicon={corpus_root / 'entities.txt'}",
             f"run_dir={root / 'prepare'}"]
 
 
 def pretrain(variant: str, root: Path, corpus_root: Path, smoke: list[str]) -> Path:
     run = root / f"bert-mini-{variant}"
     if not (run / "final" / "config.json").is_file():
-        muppets(["pretrain", str(ROOT / CONFIG), *common_overrides(root, corpus_root), f"run_dir={run}", "train.progress=false",
+        muppets(["pretrain", str(ROOT / CONFIG), *common_overrides(root, corpus_root, variant), f"run_dir={run}", "train.progress=false",
                  *VARIANTS[variant], *smoke], root / f"bert-mini-{variant}.log")
     return run
 
@@ -181,7 +189,7 @@ def main() -> None:
     start = time.time()
     pretrained = [v for v in args.variants if v != "none"]
     if not args.table_only:
-        prepare(root, corpus_root, smoke_pt)
+        prepare(root, corpus_root, smoke_pt, args.variants)
         with ThreadPoolExecutor(args.parallel) as pool:  # each job is a child process
             for run in pool.map(lambda v: pretrain(v, root, corpus_root, smoke_pt), [*pretrained, *(
                     ["piece"] if "none" in args.variants and "piece" not in pretrained else [])]):
