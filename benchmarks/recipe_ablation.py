@@ -104,6 +104,7 @@ VARIANTS.update({
                                 "train.batch_size=128", "train.accumulation=4", warmup=0.06),
     "fast-lr1e-3-vocab8k": one("fast-lr1e-3 with an 8k WordPiece vocabulary", *FAST, "train.lr=1e-3",
                                warmup=0.06, vocab="8k"),
+    "fast-lr1e-3-warm2": one("fast-lr1e-3 with warmup 2% of the steps", *FAST, "train.lr=1e-3", warmup=0.02),
 })
 
 
