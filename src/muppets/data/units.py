@@ -278,8 +278,8 @@ class UnitMarker:
         self.spec = spec
         self.convert = convert
         self.lexicon = Lexicon.read(spec.entity_lexicon) if spec.entity_lexicon else None
-        if self.lexicon is not None and convert is not None:
-            self.lexicon = Lexicon(map(convert, self.lexicon.entries), spec.entity_lexicon)
+        if self.lexicon is not None and convert is not None:  # an entry converted alone may differ in context: keep both
+            self.lexicon = Lexicon({*self.lexicon.entries, *map(convert, self.lexicon.entries)}, spec.entity_lexicon)
 
     @cached_property
     def _jieba(self) -> tuple[Any, dict[str, str]]:

@@ -592,7 +592,16 @@ class WordPieceTokenizer:
 
     def encode_words(self, sentences: Sequence[Sequence[str]]) -> list[Encoding]:
         """Encodings of sentences already split into words (``word_ids`` index the words)."""
-        words = [self._texts(ws) for ws in sentences]
+        if self._convert is None:
+            words = [list(ws) for ws in sentences]
+        else:  # convert each sentence whole (phrase rules see the context), then cut it back into its words
+            words = []
+            for ws in sentences:
+                joined, at, cut = self._convert("".join(ws)), 0, []
+                for w in ws:
+                    cut.append(joined[at:at + len(w)])
+                    at += len(w)
+                words.append(cut)
         return self._backend.encode_batch(words, is_pretokenized=True, add_special_tokens=False)
 
     def encode_with_offsets(self, texts: Sequence[str]) -> list[tuple[list[int], list[tuple[int, int]]]]:

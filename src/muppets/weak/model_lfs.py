@@ -51,7 +51,7 @@ __all__ = ["BatchLabelingFunction", "predictor_lf", "tagger_lf", "prototype_lf",
 logger = logging.getLogger(__name__)
 
 _MODEL_FILES = ("*.safetensors", "config.json", "vocab.txt", "vocab.json", "merges.txt",
-                "tokenizer.json", "muppets_finetune.json")
+                "tokenizer.json", "tokenizer_config.json", "muppets_finetune.json")
 
 
 def model_digest(directory: str | Path) -> str:
