@@ -7,8 +7,8 @@ is a setting of the tokenizer (``WordPieceSettings.chinese_script``), so that a 
 input it ever reads agree.
 
 The conversion is OpenCC's (``t2s`` to Simplified; ``s2tw`` to Traditional in Taiwan's standard
-forms, which ``bert-base-chinese``'s vocabulary knows better than OpenCC's own ``s2t`` forms: on
-400 k characters of zhwiki, 42 more ``[UNK]`` than the Simplified text against 87). Phrase
+forms, which ``bert-base-chinese``'s vocabulary covers better than OpenCC's own ``s2t`` forms,
+so fewer characters become ``[UNK]``). Phrase
 tables come first, then characters, and every entry of these tables maps a string to one of the
 same length, so each character stays where it was; should a future table break that for some
 text, the text is converted character by character instead. So token offsets, answer spans and
