@@ -7,6 +7,7 @@ JSON and plots."""
 from __future__ import annotations
 
 import argparse
+import doctest
 import json
 import math
 import random
@@ -22,7 +23,7 @@ from muppets.analysis import structural_probe as sp
 from muppets.analysis.probe_cli import add_parser, run, summary_lines
 from muppets.analysis.probe_data import ProbeCorpus, WordTask, control_table, control_task, load_ud_trees
 from muppets.analysis.probe_features import ProbeFeatureSource, load_split
-from muppets.analysis.probe_models import MixProbe, expected_layer
+from muppets.analysis.probe_models import MixProbe, differential_expected_layer, expected_layer
 from muppets.analysis.probing import ProbeConfig, choose_layers, probe_model
 from muppets.errors import ConfigError, DataError
 from muppets.tasks.conllu import UDSentence, parse_conllu_text
@@ -320,6 +321,47 @@ def test_mix_probe_puts_its_weight_on_the_informative_layer():
     assert mix["accuracy"] > 0.97
     assert mix["weights"][2] > 0.6 and mix["expected_layer"] > 1.5
     assert fit_word_probe(task, data, [0], seed=0)["accuracy"] < 0.6  # layer 0 alone: chance
+
+
+def test_differential_expected_layer_by_hand():
+    r = differential_expected_layer([0.50, 0.70, 0.65, 0.85], [0, 1, 2, 3])
+    assert r["delta"] == pytest.approx([0.20, -0.05, 0.20])  # a negative gain is kept, as in the paper
+    assert r["expected_layer"] == pytest.approx((1 * 0.20 + 2 * -0.05 + 3 * 0.20) / 0.35)
+    assert math.isnan(differential_expected_layer([0.6, 0.6, 0.5])["expected_layer"])  # no gain: undefined
+    with pytest.raises(ConfigError, match="at least two"):
+        differential_expected_layer([0.5])
+
+
+def test_probe_models_doctests():
+    from muppets.analysis import probe_models
+
+    assert doctest.testmod(probe_models).failed == 0
+
+
+def test_cumulative_scoring_finds_the_layer_that_adds_the_information():
+    from muppets.analysis.probe_features import SplitFeatures, Standardizer
+    from muppets.analysis.probing import WordSplits, probe_word_task
+
+    gen = torch.Generator().manual_seed(1)
+    features, tags = {}, {}
+    for split, n in (("train", 2000), ("dev", 400), ("test", 400)):
+        y = torch.randint(0, 2, (n,), generator=gen)
+        x = torch.randn(4, n, 4, generator=gen)
+        x[2, :, 0] += 3.0 * (2 * y - 1)  # layer 2 knows the label; layer 3 copies it
+        x[3] = x[2]
+        features[split] = SplitFeatures(x, [0, 1, 2, 3], [n])
+        tags[split] = [["AB"[int(v)] for v in y]]
+    task = WordTask("t", "toy", ["A", "B"], tags, spans=False)
+    cfg = ProbeConfig(batch_size=64, max_epochs=10, patience=3, lr=1e-2, mix_lr=5e-2)
+    out = probe_word_task(task, None, WordSplits(features, Standardizer(features["train"]), cfg), [0, 1, 2, 3],
+                          "toy", cumulative=True)
+    cum = out["cumulative"]["accuracy"]
+    assert cum["layers"] == [0, 1, 2, 3] and cum["scores"][0] == out["layers"][0]["accuracy"]
+    assert cum["scores"][-1] == out["mix"]["accuracy"]  # the full mix is reused, not refitted
+    assert cum["delta"][1] > 0.4 and abs(cum["delta"][0]) < 0.1 and abs(cum["delta"][2]) < 0.05
+    assert cum["expected_layer"] == pytest.approx(2.0, abs=0.3)
+    assert "cumulative" not in probe_word_task(task, None, WordSplits(features, Standardizer(features["train"]), cfg),
+                                               [0, 1], "toy")
 
 
 def _write_gsd(root: Path) -> None:

@@ -33,6 +33,9 @@ def add_parser(sub) -> argparse.ArgumentParser:
     p.add_argument("--control", action=argparse.BooleanOptionalAction, default=True,
                    help="control tasks (Hewitt & Liang 2019) for selectivity")
     p.add_argument("--mix", action=argparse.BooleanOptionalAction, default=True, help="scalar-mix probe")
+    p.add_argument("--cumulative", action="store_true",
+                   help="also Tenney et al.'s cumulative scoring: a mix over layers 0..l for every l, the gain of each "
+                        "layer and its expected layer E_Δ (needs --mix)")
     p.add_argument("--probe", choices=["linear", "mlp"], default="linear", help="probe kind")
     p.add_argument("--hidden", type=int, default=256, help="mlp probe: hidden units")
     p.add_argument("--rank", type=int, default=128, help="structural probe: rank of B")
@@ -56,7 +59,8 @@ def config_of(args: argparse.Namespace):
     from muppets.analysis.probing import ProbeConfig
 
     return ProbeConfig(model=args.model, tasks=args.tasks, layers=args.layers, random_baseline=args.random_baseline,
-                       control=args.control, mix=args.mix, probe=args.probe, hidden=args.hidden, rank=args.rank,
+                       control=args.control, mix=args.mix, cumulative=args.cumulative, probe=args.probe,
+                       hidden=args.hidden, rank=args.rank,
                        max_epochs=args.epochs, pooling=args.pooling, deprel_subtypes=args.deprel_subtypes,
                        out=args.out or "", cache_dir=args.cache_dir,
                        max_train_sentences=args.max_train_sentences, max_eval_sentences=args.max_eval_sentences,
@@ -77,6 +81,8 @@ def summary_lines(report: dict) -> list[str]:
             text += f" (selectivity {best['selectivity']:+.4f})"
         if "mix" in trained:
             text += f"  mix {trained['mix']['accuracy']:.4f}, E[l] = {trained['mix']['expected_layer']:.2f}"
+        if "cumulative" in trained:
+            text += f", E_Δ[l] = {trained['cumulative']['accuracy']['expected_layer']:.2f}"
         if random is not None:
             text += f"  random encoder {random['best_layer'][key]:.4f}"
         lines.append(text)

@@ -7,6 +7,9 @@
   ``γ · Σ_k softmax(w)_k · h_k`` (:class:`~muppets.nn.scalar_mix.ScalarMix`), then the same
   classifier; the learned ``s = softmax(w)`` says which layers the task draws on, and
   :func:`expected_layer` is their centre of gravity ``E[l] = Σ_l l · s_l``;
+  :func:`differential_expected_layer` is their second measure, from cumulative scoring: the
+  gain ``Δ(l)`` of a mix over layers ``0..l`` against one over ``0..l-1``, and
+  ``E_Δ[l] = Σ_l l · Δ(l) / Σ_l Δ(l)``;
 * :func:`train_early_stopping` — Adam, one pass over shuffled batches per epoch, a dev score
   after each epoch; the best state is kept and training stops after ``patience`` epochs
   without improvement (optionally dividing the learning rate by 10 at each, as Hewitt &
@@ -43,6 +46,30 @@ def expected_layer(weights: Sequence[float], layers: Sequence[int] | None = None
     if not math.isclose(total, 1.0, abs_tol=1e-4):
         raise ConfigError(f"expected_layer: the mix weights sum to {total}, not 1")
     return float(sum(l * s for l, s in zip(layers, weights)))
+
+
+def differential_expected_layer(scores: Sequence[float], layers: Sequence[int] | None = None) -> dict:
+    """Tenney et al. (2019a) cumulative scoring: ``scores[i]`` is the score of a probe on the
+    layers ``layers[0..i]`` (the first one alone); the differential scores are
+    ``Δ(l_i) = scores[i] - scores[i-1]`` for ``i >= 1`` and the expected layer is
+    ``E_Δ[l] = Σ_i l_i · Δ(l_i) / Σ_i Δ(l_i)``: where, above the lowest layer, the task's gain
+    comes from. A negative ``Δ`` (a probe that did worse with one more layer) is kept, as in the
+    paper; when the total gain is not positive the expected layer is undefined (``nan``).
+
+    >>> r = differential_expected_layer([0.5, 0.7, 0.8, 0.8])
+    >>> [round(d, 6) for d in r["delta"]], round(r["expected_layer"], 6)
+    ([0.2, 0.1, 0.0], 1.333333)
+    >>> differential_expected_layer([0.5, 0.6], [2, 6])["expected_layer"]
+    6.0
+    """
+    layers = list(range(len(scores))) if layers is None else list(layers)
+    if len(layers) != len(scores) or len(scores) < 2:
+        raise ConfigError(f"differential_expected_layer: {len(scores)} scores for {len(layers)} layers "
+                          "(at least two needed)")
+    delta = [float(b - a) for a, b in zip(scores[:-1], scores[1:])]
+    total = sum(delta)
+    value = sum(l * d for l, d in zip(layers[1:], delta)) / total if total > 0 else float("nan")
+    return {"layers": layers, "scores": [float(s) for s in scores], "delta": delta, "expected_layer": float(value)}
 
 
 class WordProbe(nn.Module):

@@ -15,7 +15,10 @@ For a model (BERT / MiniLM, GPT, ELMo, static vectors: anything ``muppets embed`
    test; the best layer is the one with the best dev accuracy; the mix gives its weights, ``γ``
    and the expected layer ``E[l] = Σ_l l · s_l``; with ``control`` each probe is trained again
    on the task's control task (Hewitt & Liang 2019) and ``selectivity = accuracy − control
-   accuracy``; BIO tasks (chunk, NER) also report span F1 of the word-level tags;
+   accuracy``; BIO tasks (chunk, NER) also report span F1 of the word-level tags; with
+   ``cumulative`` also Tenney et al.'s cumulative scoring: a mix probe over the lowest layers
+   ``0..l`` for every ``l``, the test gain ``Δ(l)`` of each added layer and the expected layer
+   ``E_Δ[l]`` (on accuracy, and on span F1 for BIO tasks);
 4. structural: the structural probe per layer (Hewitt & Manning 2019,
    :mod:`~muppets.analysis.structural_probe`): test UUAS and DSpr.;
 5. writes ``probe.json`` and the plots (:mod:`~muppets.analysis.probe_plots`) in ``out``.
@@ -43,8 +46,8 @@ from muppets.metrics import entity_f1
 from muppets.analysis.probe_data import (ENGLISH_TASKS, SPLITS, STRUCTURAL, TASKS, ProbeCorpus, WordTask, control_task,
                                          load_corpora, sample_indices, tree_task)
 from muppets.analysis.probe_features import ProbeFeatureSource, SplitFeatures, Standardizer, fits, load_split
-from muppets.analysis.probe_models import (MixProbe, Stopping, expected_layer, make_probe,
-                                           train_early_stopping)
+from muppets.analysis.probe_models import (MixProbe, Stopping, differential_expected_layer, expected_layer,
+                                           make_probe, train_early_stopping)
 from muppets.analysis import structural_probe as sp
 
 log = logging.getLogger(__name__)
@@ -60,6 +63,7 @@ class ProbeConfig:
     random_baseline: bool = True  # also probe a randomly initialised encoder of the same architecture
     control: bool = True  # word tasks: also train on the control task -> selectivity (pretrained model)
     mix: bool = True  # word tasks: a scalar-mix probe over the layers (weights, gamma, expected layer)
+    cumulative: bool = False  # word tasks: cumulative scoring (a mix over layers 0..l for every l; Δ(l), E_Δ[l])
     probe: str = "linear"  # linear (softmax classifier) | mlp (one hidden ReLU layer)
     hidden: int = 256  # mlp: hidden units
     dropout: float = 0.0  # mlp: dropout after the hidden layer
@@ -187,9 +191,10 @@ def fit_word_probe(task: WordTask, data: WordSplits, slots: Sequence[int], seed:
 
 
 def probe_word_task(task: WordTask, control: WordTask | None, data: WordSplits, slots: Sequence[int],
-                    tag: str) -> dict:
+                    tag: str, cumulative: bool = False) -> dict:
     """Per layer (and the mix) of one encoder: test accuracy, and with a ``control`` task the
-    control accuracy and selectivity; the best layer by dev accuracy."""
+    control accuracy and selectivity; the best layer by dev accuracy; with ``cumulative`` the
+    cumulative scores (:func:`cumulative_scores`)."""
     cfg = data.cfg
     layers = data.features["train"].layers
     per_layer = []
@@ -210,6 +215,28 @@ def probe_word_task(task: WordTask, control: WordTask | None, data: WordSplits, 
         out["mix"] = mix
         log.info("%s %s mix: test accuracy %.4f, expected layer %.2f", tag, task.name, mix["accuracy"],
                  mix["expected_layer"])
+        if cumulative:
+            out["cumulative"] = cumulative_scores(task, data, slots, per_layer[0], mix, tag)
+    return out
+
+
+def cumulative_scores(task: WordTask, data: WordSplits, slots: Sequence[int], lowest: dict, full: dict,
+                      tag: str) -> dict:
+    """Tenney et al. (2019a) cumulative scoring: a mix probe over ``slots[:i+1]`` for every ``i``
+    (the lowest layer's own probe and the full mix are reused), and the expected layer of the
+    test gains (:func:`~muppets.analysis.probe_models.differential_expected_layer`)."""
+    cfg = data.cfg
+    layers = [data.features["train"].layers[k] for k in slots]
+    probes = [lowest]
+    for i in range(1, len(slots) - 1):
+        seed = _seed(cfg.seed, tag, task.name, "cumulative", layers[i])
+        probes.append(fit_word_probe(task, data, slots[:i + 1], seed))
+    probes.append(full)
+    out = {"accuracy": differential_expected_layer([p["accuracy"] for p in probes], layers)}
+    if task.spans:
+        out["span_f1"] = differential_expected_layer([p["span_f1"] for p in probes], layers)
+    log.info("%s %s cumulative: E_Δ[l] %.2f (accuracy)%s", tag, task.name, out["accuracy"]["expected_layer"],
+             f", {out['span_f1']['expected_layer']:.2f} (span F1)" if task.spans else "")
     return out
 
 
@@ -316,7 +343,8 @@ def _probe_corpus(corpus: ProbeCorpus, source: ProbeFeatureSource, encoder: str,
         control = None
         if cfg.control and encoder == "pretrained":
             control = control_task(task, corpus.sentences, _seed(cfg.seed, "control", name))
-        report["tasks"][name][encoder] = probe_word_task(task, control, data, slots, f"{encoder}/{corpus.name}")
+        report["tasks"][name][encoder] = probe_word_task(task, control, data, slots, f"{encoder}/{corpus.name}",
+                                                         cumulative=cfg.cumulative and encoder == "pretrained")
     tree = tree_task(corpus.name)
     if tree in report["tasks"] and corpus.trees is not None:
         report["tasks"][tree][encoder] = probe_structure(corpus, data, slots, f"{encoder}/{corpus.name}")

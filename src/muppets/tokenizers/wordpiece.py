@@ -583,8 +583,7 @@ class WordPieceTokenizer:
         CJK character); all WordPiece pieces of a word share its index — whole-word masking
         masks them together.
         """
-        encodings = self._backend.encode_batch(self._texts(texts), add_special_tokens=False)
-        return [(enc.ids, _word_ids(enc)) for enc in encodings]
+        return [(enc.ids, _word_ids(enc)) for enc in self.encodings(texts)]
 
     def encodings(self, texts: Sequence[str]) -> list[Encoding]:
         """Full encodings (ids, offsets into each text, word ids) without special tokens."""
@@ -606,8 +605,7 @@ class WordPieceTokenizer:
 
     def encode_with_offsets(self, texts: Sequence[str]) -> list[tuple[list[int], list[tuple[int, int]]]]:
         """(ids, (start, end) character span of each token in the original text) per text."""
-        encodings = self._backend.encode_batch(self._texts(texts), add_special_tokens=False)
-        return [(enc.ids, list(enc.offsets)) for enc in encodings]
+        return [(enc.ids, list(enc.offsets)) for enc in self.encodings(texts)]
 
     def encode_for_model(self, text: str, text_pair: str | None = None,
                          max_length: int | None = None) -> dict[str, list[int]]:
