@@ -447,6 +447,24 @@ def test_init_random_draws_fresh_weights_with_the_same_architecture(model_dir, t
         cfg_for(model_dir, tmp_path, init="zeros")
 
 
+def test_dropout_setting_replaces_every_dropout_of_backbone_and_head(model_dir, tmp_path):
+    from muppets.transfer.finetune import _setup
+
+    data = text_task("classify", n=8)
+
+    def rates(**kw) -> set[float]:
+        model = _setup(cfg_for(model_dir, tmp_path, **kw), data, 0).model
+        drops = [m.p for m in model.modules() if isinstance(m, torch.nn.Dropout)]
+        cfg = model.backbone.cfg
+        return {*drops, cfg.hidden_dropout, cfg.attention_dropout}
+
+    saved = json.loads((model_dir / "config.json").read_text())["hidden_dropout_prob"]
+    assert rates() == {saved}  # -1: the checkpoint's own
+    assert rates(dropout=0.0) == {0.0} and rates(dropout=0.3) == {0.3}
+    with pytest.raises(Exception, match="dropout"):
+        cfg_for(model_dir, tmp_path, dropout=1.5)
+
+
 def test_model_may_be_a_pretraining_run_dir(model_dir, tmp_path):
     from muppets.errors import ConfigError
     from muppets.transfer.finetune import resolve_model

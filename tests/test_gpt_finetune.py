@@ -146,6 +146,19 @@ def gpt_dir_no_dropout(tmp_path_factory) -> Path:
     return save_hf_gpt(GPTLanguageModel(cfg), tmp_path_factory.mktemp("tiny-gpt-nodrop"), tok)
 
 
+def test_dropout_setting_turns_on_every_dropout_of_a_model_saved_without(gpt_dir_no_dropout):
+    tok = GPTTaskTokenizer.load(gpt_dir_no_dropout)
+
+    def rates(**kw) -> set[float]:
+        model = build_gpt_task_model(gpt_dir_no_dropout, "classify", 2, tok, **kw)
+        cfg = model.backbone.gpt.cfg
+        return {*(m.p for m in model.modules() if isinstance(m, torch.nn.Dropout)),
+                cfg.hidden_dropout, cfg.embedding_dropout, cfg.attention_dropout}
+
+    assert rates() == {0.0}
+    assert rates(dropout=0.1) == {0.1}
+
+
 def test_lm_term_is_a_token_sum_over_one_ordering(gpt_dir_no_dropout):
     """The auxiliary LM loss is its own term: lm_coef x the SUM of next-token losses over the
     real tokens of the first ordering only (each text once), normalised by their count."""

@@ -10,6 +10,8 @@ checkpoint's pretrained pooler when there is one (as in BERT fine-tuning).
 
 from __future__ import annotations
 
+import dataclasses
+
 import logging
 from pathlib import Path
 
@@ -62,14 +64,17 @@ def save_hf_task_model(model: TaskModel, directory: str | Path, tokenizer=None,
 
 
 def load_hf_task_model(directory: str | Path, kind: str | None = None, num_labels: int | None = None,
-                       dropout_p: float | None = None, pool: str | None = None) -> TaskModel:
+                       dropout_p: float | None = None, pool: str | None = None,
+                       dropout: float | None = None) -> TaskModel:
     """A task model from an HF BERT directory: backbone always, head when the file has it.
 
     Args:
         kind: task kind (see :data:`muppets.heads.KINDS`); read from the directory when saved
             by muppets or by transformers' ``BertFor…`` classes.
         num_labels: size of a fresh classification/tagging head (default: the config's labels).
-        dropout_p: head dropout (default: the config's hidden dropout).
+        dropout_p: head dropout (default: ``dropout``, else the config's hidden dropout).
+        dropout: the backbone's hidden and attention dropout (default: the config's), and the
+            head's unless ``dropout_p`` is given.
         pool: sentence vector of classify/pair/regress/choice heads (``first`` = BERT's pooler,
             ``mean``; default: as saved, else ``first``). Only ``first`` is what transformers'
             ``BertFor…`` classes compute.
@@ -78,6 +83,8 @@ def load_hf_task_model(directory: str | Path, kind: str | None = None, num_label
     data = _read_config(directory)
     kind = kind or _kind_from_config(data, directory)
     cfg = config_from_hf(data, str(directory / "config.json"))
+    if dropout is not None:
+        cfg = dataclasses.replace(cfg, hidden_dropout=dropout, attention_dropout=dropout)
     labels = data.get("muppets_task", {}).get("labels") or [data["id2label"][k] for k in sorted(data.get("id2label", {}), key=int)]
     n = num_labels or len(labels) or 2
     pool = pool or data.get("muppets_task", {}).get("pool") or "first"

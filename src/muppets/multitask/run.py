@@ -93,7 +93,8 @@ def _build_tasks(cfg: MultitaskConfig, datas: dict[str, TaskData], model_dir: Pa
         if tcfg.orderings == 0:
             tcfg = dataclasses.replace(tcfg, orderings=default_orderings(data.spec.name, data.spec.kind, model_dir))
         model = new_task_model(model_dir, data.spec.kind, data.spec.num_labels or None, tok,
-                               tcfg.orderings, tcfg.lm_coef, tcfg.pool or None)
+                               tcfg.orderings, tcfg.lm_coef, tcfg.pool or None,
+                               dropout=None if tcfg.dropout < 0 else tcfg.dropout)
         if cfg.sharing == "hard" and tasks:
             model.backbone = tasks[0].model.backbone
         if tcfg.init == "random":

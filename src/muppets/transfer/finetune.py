@@ -109,6 +109,7 @@ class FinetuneConfig:
     weight_decay: float = 0.01  # AdamW decoupled weight decay (not on biases / LayerNorm)
     clip_grad_norm: float = 1.0  # clip the global gradient norm (0 = off)
     seed: int = 1  # seeds the head initialisation, dropout and the batch order
+    dropout: float = -1.0  # every dropout of backbone and head while fine-tuning (-1 = the model's config.json); a model pretrained without dropout (Cramming, configs/bert-mini-fast.yaml) is fine-tuned with 0.1 this way
     patience: int = 0  # stop after this many evaluations without a better selection metric (0 = never)
     selection: str = "auto"  # what chooses the best model / stops early, never the reported split: auto | train-slice | dev | last (muppets.transfer.selection)
     selection_fraction: float = 0.1  # train-slice: share of the training examples held out to select on (stratified by label)
@@ -132,6 +133,7 @@ class FinetuneConfig:
                   ("max_answer_len", self.max_answer_len >= 1), ("n_best", self.n_best >= 1),
                   ("init", self.init in ("pretrained", "random")), ("orderings", self.orderings in (0, 1, 2)),
                   ("lm_coef", self.lm_coef >= 0.0), ("pool", self.pool in ("", *POOLS)),
+                  ("dropout", self.dropout == -1.0 or 0.0 <= self.dropout < 1.0),
                   ("selection", self.selection in SELECTIONS), ("weak_labels", self.weak_labels in ("soft", "hard")),
                   ("min_confidence", 0.0 <= self.min_confidence <= 1.0),
                   ("selection_fraction", 0.0 < self.selection_fraction < 1.0)]
@@ -392,7 +394,7 @@ def _setup(cfg: FinetuneConfig, data: TaskData, local_rank: int) -> _Setup:
     spec, tok = data.spec, load_tokenizer(model_dir)
     seed_everything(cfg.seed)  # the fresh head's initialisation
     model = new_task_model(model_dir, spec.kind, spec.num_labels or None, tok, cfg.orderings, cfg.lm_coef,
-                           cfg.pool or None)
+                           cfg.pool or None, dropout=None if cfg.dropout < 0 else cfg.dropout)
     if cfg.init == "random":  # every weight, backbone and head, from the model's own initialiser
         init_weights(model, model.backbone.cfg.initializer_range)
         log.info("init=random: %s's weights replaced by a fresh initialisation", model_dir)

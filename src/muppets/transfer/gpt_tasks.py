@@ -163,9 +163,12 @@ class GPTTaskModel(TaskModel):
 
 def build_gpt_task_model(directory: str | Path, kind: str, num_labels: int, tok: GPTTaskTokenizer,
                          orderings: int = 1, lm_coef: float = 0.5,
-                         dropout_p: float | None = None, pool: str = "last") -> GPTTaskModel:
-    """A fresh task model on an HF GPT-2 / GPT-1 directory, the embeddings grown for ``tok``."""
-    lm = load_hf_gpt(directory)
+                         dropout_p: float | None = None, pool: str = "last",
+                         dropout: float | None = None) -> GPTTaskModel:
+    """A fresh task model on an HF GPT-2 / GPT-1 directory, the embeddings grown for ``tok``;
+    ``dropout`` replaces every dropout of the backbone (and the head's unless ``dropout_p``)."""
+    lm = load_hf_gpt(directory) if dropout is None else load_hf_gpt(
+        directory, hidden_dropout=dropout, embedding_dropout=dropout, attention_dropout=dropout)
     if tok.vocab_size > lm.cfg.vocab_size:
         resize_token_embeddings(lm, tok.vocab_size)
     cfg = lm.cfg

@@ -47,14 +47,15 @@ def default_orderings(task_name: str, kind: str, directory: str | Path) -> int:
 
 def new_task_model(directory: str | Path, kind: str, num_labels: int | None,
                    tok: WordPieceTokenizer | GPTTaskTokenizer, orderings: int = 1,
-                   lm_coef: float = 0.5, pool: str | None = None) -> TaskModel:
+                   lm_coef: float = 0.5, pool: str | None = None, dropout: float | None = None) -> TaskModel:
     """A task model to fine-tune: the directory's backbone (and head, when it fits) + a head.
-    ``pool``: the sentence vector (default: BERT ``first``, GPT ``last``)."""
+    ``pool``: the sentence vector (default: BERT ``first``, GPT ``last``); ``dropout``: every
+    dropout of the backbone and the head (default: the directory's config.json)."""
     if family(directory) == "gpt":
         assert isinstance(tok, GPTTaskTokenizer)
         return build_gpt_task_model(directory, kind, num_labels or 0, tok, orderings, lm_coef,
-                                    pool=pool or "last")
-    return load_hf_task_model(directory, kind=kind, num_labels=num_labels, pool=pool)
+                                    pool=pool or "last", dropout=dropout)
+    return load_hf_task_model(directory, kind=kind, num_labels=num_labels, pool=pool, dropout=dropout)
 
 
 def load_task_model(directory: str | Path, kind: str | None = None,
