@@ -406,6 +406,29 @@ def _split_words(data, steps: int = 10) -> tuple[int, int]:
     return words, partial
 
 
+def test_pretrain_dropout_trains_without_and_exports_the_models_own(pipeline: Pipeline) -> None:
+    from muppets.tokenizers.wordpiece import WordPieceTokenizer
+
+    tok = WordPieceTokenizer.load(pipeline.tokenizer)
+    cfg = bert_pretrain.load_config(pipeline.config, ["model.pretrain_dropout=0.0",
+                                                      "model.overrides={hidden_dropout: 0.2, attention_dropout: 0.3}"])
+    trained = bert_pretrain.build_model(cfg, tok).cfg
+    assert (trained.hidden_dropout, trained.attention_dropout) == (0.0, 0.0)
+    assert bert_pretrain.export_dropout(cfg) == (0.2, 0.3)  # the architecture's, for fine-tuning
+    assert bert_pretrain.export_dropout(bert_pretrain.load_config(pipeline.config, [])) is None
+    init = bert_pretrain.load_config(None, ["model.init_from=minilm", "model.pretrain_dropout=0.0"])
+    assert bert_pretrain.export_dropout(init) == (0.1, 0.1)  # all-MiniLM-L6-v2's config.json
+
+    run_dir = pipeline.root / "nodrop"
+    pipeline.run(run_dir, "train.steps=2", "model.pretrain_dropout=0.0")
+    exported = json.loads((run_dir / "final" / "config.json").read_text())
+    own = bert_pretrain.BertConfig.preset("bert-tiny", **TINY)
+    assert (exported["hidden_dropout_prob"], exported["attention_probs_dropout_prob"]) == (
+        own.hidden_dropout, own.attention_dropout)
+    with pytest.raises(Exception, match="pretrain_dropout"):
+        bert_pretrain.load_config(pipeline.config, ["model.pretrain_dropout=1.0"])
+
+
 def test_whole_word_masking_run(pipeline: Pipeline) -> None:
     from muppets.data.shards import TokenCorpus
     from muppets.objectives.mlm_nsp import BertPretrainingData

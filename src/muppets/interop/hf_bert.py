@@ -9,6 +9,8 @@ heads) and bare ``BertModel`` ones such as all-MiniLM-L6-v2 (no prefix, no heads
 
 from __future__ import annotations
 
+import dataclasses
+
 import logging
 from pathlib import Path
 
@@ -168,12 +170,17 @@ def _with_bert_prefix(hf: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     return {("bert." + k if k.startswith(bare) else k): v for k, v in hf.items()}
 
 
-def save_hf_bert(model: BertForPreTraining, directory: str | Path, tokenizer=None) -> Path:
-    """Write an HF directory: config.json, model.safetensors and (given one) the tokenizer."""
+def save_hf_bert(model: BertForPreTraining, directory: str | Path, tokenizer=None,
+                 dropout: tuple[float, float] | None = None) -> Path:
+    """Write an HF directory: config.json, model.safetensors and (given one) the tokenizer.
+    ``dropout``: the (hidden, attention) dropout config.json states, when the model was trained
+    with other rates than its users should fine-tune with (default: the model's own)."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
+    cfg = model.cfg if dropout is None else dataclasses.replace(model.cfg, hidden_dropout=dropout[0],
+                                                                attention_dropout=dropout[1])
     write_weights(to_hf_state(model), directory / "model.safetensors", metadata={"format": "pt"})
-    write_json_atomic(directory / "config.json", config_to_hf(model.cfg))
+    write_json_atomic(directory / "config.json", config_to_hf(cfg))
     if tokenizer is not None:
         tokenizer.save(directory)
     return directory

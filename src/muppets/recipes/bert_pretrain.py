@@ -18,8 +18,8 @@ import numpy as np
 
 from muppets.data.shards import TokenCorpus
 from muppets.errors import ConfigError
-from muppets.interop.hf_bert import load_hf_bert, save_hf_bert
-from muppets.interop.safetensors_io import read_shapes
+from muppets.interop.hf_bert import config_from_hf, load_hf_bert, save_hf_bert
+from muppets.interop.safetensors_io import read_json_object, read_shapes
 from muppets.models.bert import BertConfig, BertForPreTraining
 from muppets.objectives.mlm import IGNORE
 from muppets.objectives.mlm_nsp import BertPretrainingData, PretrainDataConfig, SpecialIds
@@ -38,6 +38,11 @@ log = logging.getLogger(__name__)
 @dataclass
 class BertModelSection(PretrainedModelSection):
     preset: str = "bert-mini"  # bert-tiny | bert-mini | bert-small | bert-medium | bert-base | bert-large
+    pretrain_dropout: float = -1.0  # hidden and attention dropout while pretraining only (-1 = the model's own); final/config.json keeps the model's own, which fine-tuning then uses (Cramming: 0 here, 0.1 there)
+
+    def __post_init__(self) -> None:
+        if not (self.pretrain_dropout == -1.0 or 0.0 <= self.pretrain_dropout < 1.0):
+            raise ConfigError(f"model.pretrain_dropout={self.pretrain_dropout}: expected -1 (off) or a rate in [0, 1)")
 
 
 @dataclass
@@ -100,9 +105,28 @@ def build_model(cfg: PretrainConfig, tok: WordPieceTokenizer) -> BertForPreTrain
     return _new_or_loaded(cfg, tok).train_nsp(cfg.data.nsp)
 
 
+def _pretrain_dropout(cfg: PretrainConfig) -> dict:
+    """The config fields ``model.pretrain_dropout`` sets while pretraining (none when -1)."""
+    rate = cfg.model.pretrain_dropout
+    return {} if rate < 0 else {"hidden_dropout": rate, "attention_dropout": rate}
+
+
+def export_dropout(cfg: PretrainConfig) -> tuple[float, float] | None:
+    """The (hidden, attention) dropout final/config.json states under ``model.pretrain_dropout``:
+    the model's own (the preset with ``model.overrides``, or ``init_from``'s config.json); None
+    when pretraining used the model's own (nothing to restore)."""
+    if cfg.model.pretrain_dropout < 0:
+        return None
+    if cfg.model.init_from:
+        own = config_from_hf(read_json_object(resolve_model_path(cfg.model.init_from) / "config.json"))
+    else:
+        own = BertConfig.preset(cfg.model.preset, **cfg.model.overrides)
+    return own.hidden_dropout, own.attention_dropout
+
+
 def _new_or_loaded(cfg: PretrainConfig, tok: WordPieceTokenizer) -> BertForPreTraining:
     if cfg.model.init_from:
-        model = load_pretrained(cfg.model, load_hf_bert, tok.vocab_size)
+        model = load_pretrained(cfg.model, partial(load_hf_bert, **_pretrain_dropout(cfg)), tok.vocab_size)
         if cfg.data.max_seq_len > model.cfg.max_position_embeddings:
             raise ConfigError(f"data.max_seq_len={cfg.data.max_seq_len} exceeds the "
                               f"{model.cfg.max_position_embeddings} positions of model.init_from={cfg.model.init_from}")
@@ -112,7 +136,8 @@ def _new_or_loaded(cfg: PretrainConfig, tok: WordPieceTokenizer) -> BertForPreTr
                         "embeddings, the transform and output bias start fresh", cfg.model.init_from)
         return model
     overrides = {"vocab_size": tok.vocab_size, "pad_token_id": tok.pad_id,
-                 "max_position_embeddings": max(512, cfg.data.max_seq_len), **cfg.model.overrides}
+                 "max_position_embeddings": max(512, cfg.data.max_seq_len), **cfg.model.overrides,
+                 **_pretrain_dropout(cfg)}
     return BertForPreTraining(BertConfig.preset(cfg.model.preset, **overrides))
 
 
@@ -180,6 +205,6 @@ def run(cfg: PretrainConfig, resume: bool = True) -> dict:
     data = BertPretrainingData(corpus, special_ids(tok), cfg.data, cfg.train.batch_size,
                                cfg.train.accumulation, cfg.train.seed, tok.is_continuation)
     job = Pretraining(model, data, evaluator(data, cfg.eval_batch_size),
-                      export=lambda final: save_hf_bert(model, final, tok),
+                      export=lambda final: save_hf_bert(model, final, tok, export_dropout(cfg)),
                       baseline=lambda: unigram_baseline(data, cfg.eval_batch_size))
     return train_and_export(cfg, corpus, job, resume)

@@ -185,7 +185,7 @@ def run(cfg: Any, resume: bool = True) -> dict:
     if sample.is_file():
         summary["tokenizer_sample"] = json.loads(sample.read_text(encoding="utf-8"))
     job = Pretraining(model, data, bert.evaluator(data, cfg.eval_batch_size),
-                      export=lambda final: save_hf_bert(model, final, tok),
+                      export=lambda final: save_hf_bert(model, final, tok, bert.export_dropout(cfg)),
                       baseline=lambda: unigram_baseline(data, cfg.eval_batch_size), summary=summary)
     corpus = LanguageCorpora(corpora, str(Path(cfg.run_dir) / "languages"))
     return train_and_export(cfg, corpus, job, resume)
