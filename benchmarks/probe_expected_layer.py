@@ -22,7 +22,6 @@ span F1 for chunk and NER), mean ± std over the seeds, and the mean gain of eac
 from __future__ import annotations
 
 import argparse
-import logging
 import math
 import statistics
 import sys
@@ -30,7 +29,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from probe_table import probe_or_reuse  # noqa: E402
+from probe_table import probe_or_reuse, start  # noqa: E402
 
 from muppets.analysis.probing import ProbeConfig  # noqa: E402
 from muppets.config import write_json_atomic  # noqa: E402
@@ -113,12 +112,7 @@ def markdown(table: dict) -> str:
 
 def main() -> int:
     args = parse_args()
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-                        stream=sys.stderr)
-    if args.threads:
-        import torch
-
-        torch.set_num_threads(args.threads)
+    start(args.threads)
     per_seed = {seed: measures(probe_or_reuse(config_for(args, seed))) for seed in args.seeds}
     table = {"model": args.model, "seeds": args.seeds, "per_seed": per_seed, "summary": summarize(per_seed)}
     write_json_atomic(args.out, table)

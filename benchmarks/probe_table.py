@@ -145,14 +145,19 @@ def markdown(table: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main() -> int:
-    args = parse_args()
+def start(threads: int) -> None:
+    """Log to stderr; ``threads`` torch threads (0: leave as is)."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
                         stream=sys.stderr)
-    if args.threads:
+    if threads:
         import torch
 
-        torch.set_num_threads(args.threads)
+        torch.set_num_threads(threads)
+
+
+def main() -> int:
+    args = parse_args()
+    start(args.threads)
     table: dict = {"models": {}, "paths": {}, "missing": [], "seconds": {}}
     for name in [m.strip() for m in args.models.split(",") if m.strip()]:
         path = find_model(name)
