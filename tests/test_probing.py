@@ -284,7 +284,7 @@ def test_probe_command_writes_json_and_plots(tmp_path, capsys):
     out = tmp_path / "out"
     args = parser.parse_args(["probe", str(model), "--out", str(out), "--data-dir", str(tmp_path / "data"),
                               "--cache-dir", str(tmp_path / "cache"), "--epochs", "2", "--rank", "4",
-                              "--max-train-sentences", "20", "--threads", "1"])
+                              "--max-train-sentences", "20", "--threads", "1", "--cumulative"])
     assert run(args) == 0
     report = json.loads((out / "probe.json").read_text())
     assert set(report["tasks"]) == {"pos", "chunk", "ner", "upos", "deprel", "structural"}
@@ -295,10 +295,13 @@ def test_probe_command_writes_json_and_plots(tmp_path, capsys):
     assert report["tasks"]["deprel"]["labels"] == 3  # root, det, nmod (nmod:poss -> nmod)
     assert "uuas" in report["tasks"]["structural"]["random_encoder"]["layers"][0]
     assert report["data"]["conll2003"]["train"]["sentences"] == 20
-    for png in ("probe_layers.png", "probe_mix.png"):
+    cumulative = report["tasks"]["chunk"]["pretrained"]["cumulative"]
+    assert cumulative["accuracy"]["layers"] == [0, 1, 2] and len(cumulative["span_f1"]["delta"]) == 2
+    assert "cumulative" not in report["tasks"]["chunk"]["random_encoder"]  # the model only
+    for png in ("probe_layers.png", "probe_mix.png", "probe_cumulative.png"):
         assert (out / png).stat().st_size > 1000
     printed = capsys.readouterr().out
-    assert "structural" in printed and "E[l]" in printed
+    assert "structural" in printed and "E[l]" in printed and "E_Δ[l]" in printed
     assert len(summary_lines(report)) == 6
 
 

@@ -4,7 +4,9 @@
   dashed: the randomly initialised encoder; dotted: the control task), and selectivity per
   layer in a second panel when control tasks ran; the structural probe's UUAS in a third;
 * ``probe_mix.png`` — the scalar-mix weights per task (bars; the expected layer in each
-  panel's title), drawn by :func:`~muppets.analysis.layer_weights.plot_layer_weights`.
+  panel's title), drawn by :func:`~muppets.analysis.layer_weights.plot_layer_weights`;
+* ``probe_cumulative.png`` (with ``--cumulative``) — per task, the test accuracy each added
+  layer gains, ``Δ(l)`` in points (bars; ``E_Δ[l]`` in each panel's title).
 
 matplotlib draws on an Agg canvas directly (no pyplot, no global backend change).
 """
@@ -82,8 +84,35 @@ def plot_mix(report: dict, path: Path) -> Path | None:
     return plot_layer_weights(panels, path, title=f"{report['model']}: scalar-mix weights per task")
 
 
+def plot_cumulative(report: dict, path: Path) -> Path | None:
+    """Bars of each task's cumulative-scoring gains ``Δ(l)`` (None when none was computed)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    tasks = [t for t in _word_tasks(report) if "cumulative" in report["tasks"][t]["pretrained"]]
+    if not tasks:
+        return None
+    fig = Figure(figsize=(3.2 * len(tasks) + 0.6, 3.2), layout="constrained")
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(1, len(tasks), squeeze=False, sharey=True)[0]
+    for i, (ax, name) in enumerate(zip(axes, tasks)):
+        c = report["tasks"][name]["pretrained"]["cumulative"]["accuracy"]
+        ax.bar([str(l) for l in c["layers"][1:]], [100 * d for d in c["delta"]], color=f"C{i}")
+        ax.axhline(0.0, color="black", linewidth=0.6)
+        ax.set_title(f"{name}: E_Δ[l] = {c['expected_layer']:.2f}", fontsize=9)
+        ax.set_xlabel("layer added to the mix")
+        ax.grid(axis="y", alpha=0.3)
+    axes[0].set_ylabel("Δ test accuracy (points)")
+    fig.suptitle(f"{Path(str(report['model'])).name}: what each layer adds (cumulative scoring)", fontsize=9)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    return path
+
+
 def plot_report(report: dict, out: Path) -> list[Path]:
     """Write every plot of ``report`` into ``out``; returns their paths."""
     paths = [plot_layers(report, out / "probe_layers.png")]
-    mix = plot_mix(report, out / "probe_mix.png")
-    return paths + ([mix] if mix is not None else [])
+    for optional in (plot_mix(report, out / "probe_mix.png"), plot_cumulative(report, out / "probe_cumulative.png")):
+        if optional is not None:
+            paths.append(optional)
+    return paths
