@@ -97,7 +97,8 @@ def plot_cumulative(report: dict, path: Path) -> Path | None:
     axes = fig.subplots(1, len(tasks), squeeze=False, sharey=True)[0]
     for i, (ax, name) in enumerate(zip(axes, tasks)):
         c = report["tasks"][name]["pretrained"]["cumulative"]["accuracy"]
-        ax.bar([str(l) for l in c["layers"][1:]], [100 * d for d in c["delta"]], color=f"C{i}")
+        ax.bar(c["layers"][1:], [100 * d for d in c["delta"]], color=f"C{i}")
+        ax.set_xticks(c["layers"][1:])
         ax.axhline(0.0, color="black", linewidth=0.6)
         ax.set_title(f"{name}: E_Δ[l] = {c['expected_layer']:.2f}", fontsize=9)
         ax.set_xlabel("layer added to the mix")
