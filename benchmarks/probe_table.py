@@ -89,7 +89,8 @@ def probe_or_reuse(cfg: ProbeConfig) -> dict:
     done = cfg.out_dir() / "probe.json"
     if done.is_file():
         report = json.loads(done.read_text(encoding="utf-8"))
-        if report.get("config") == dataclasses.asdict(cfg):
+        # settings added since the report was written count as their defaults (the old behaviour)
+        if {**dataclasses.asdict(ProbeConfig()), **report.get("config", {})} == dataclasses.asdict(cfg):
             log.info("reusing %s", done)
             return report
     return run_probing(cfg)

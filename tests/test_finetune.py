@@ -447,16 +447,32 @@ def test_init_random_draws_fresh_weights_with_the_same_architecture(model_dir, t
         cfg_for(model_dir, tmp_path, init="zeros")
 
 
+def dropout_rates(model: torch.nn.Module) -> set[float]:
+    """Every dropout rate the model's forward reads: the functional ones are float attributes
+    (``dropout`` of embeddings and attention, ``dropout_p`` of heads, a block's
+    ``cfg.hidden_dropout``), and ``nn.Dropout`` modules; at least one of each kind is there."""
+    found: dict[str, list[float]] = {}
+    for m in model.modules():
+        for name in ("dropout", "dropout_p"):
+            if isinstance(getattr(m, name, None), float):
+                found.setdefault(f"{type(m).__name__}.{name}", []).append(getattr(m, name))
+        if isinstance(m, torch.nn.Dropout):
+            found.setdefault("Dropout", []).append(m.p)
+        cfg = getattr(m, "cfg", None)
+        if cfg is not None and type(cfg).__name__ == "BlockConfig":
+            found.setdefault("block.hidden_dropout", []).append(cfg.hidden_dropout)
+    assert {"block.hidden_dropout", "SelfAttention.dropout", "InputEmbeddings.dropout"} <= set(found), found
+    assert any(k.endswith("Head.dropout_p") for k in found), found
+    return {r for rates in found.values() for r in rates}
+
+
 def test_dropout_setting_replaces_every_dropout_of_backbone_and_head(model_dir, tmp_path):
     from muppets.transfer.finetune import _setup
 
     data = text_task("classify", n=8)
 
     def rates(**kw) -> set[float]:
-        model = _setup(cfg_for(model_dir, tmp_path, **kw), data, 0).model
-        drops = [m.p for m in model.modules() if isinstance(m, torch.nn.Dropout)]
-        cfg = model.backbone.cfg
-        return {*drops, cfg.hidden_dropout, cfg.attention_dropout}
+        return dropout_rates(_setup(cfg_for(model_dir, tmp_path, **kw), data, 0).model)
 
     saved = json.loads((model_dir / "config.json").read_text())["hidden_dropout_prob"]
     assert rates() == {saved}  # -1: the checkpoint's own

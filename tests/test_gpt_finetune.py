@@ -25,7 +25,7 @@ from muppets.transfer.models import default_orderings, family
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from test_finetune import CORPUS, TASKS, text_task  # noqa: E402
+from test_finetune import CORPUS, TASKS, dropout_rates, text_task  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -150,10 +150,7 @@ def test_dropout_setting_turns_on_every_dropout_of_a_model_saved_without(gpt_dir
     tok = GPTTaskTokenizer.load(gpt_dir_no_dropout)
 
     def rates(**kw) -> set[float]:
-        model = build_gpt_task_model(gpt_dir_no_dropout, "classify", 2, tok, **kw)
-        cfg = model.backbone.gpt.cfg
-        return {*(m.p for m in model.modules() if isinstance(m, torch.nn.Dropout)),
-                cfg.hidden_dropout, cfg.embedding_dropout, cfg.attention_dropout}
+        return dropout_rates(build_gpt_task_model(gpt_dir_no_dropout, "classify", 2, tok, **kw))
 
     assert rates() == {0.0}
     assert rates(dropout=0.1) == {0.1}

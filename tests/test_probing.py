@@ -276,6 +276,15 @@ def _write_data(root: Path) -> None:
         (root / "ud-english-ewt" / f"en_ewt-ud-{split}.conllu").write_text("\n".join(blocks), encoding="utf-8")
 
 
+def test_cumulative_scoring_needs_the_mix_and_the_layers_from_zero(tmp_path):
+    model = tiny_bert(tmp_path / "bert")
+    corpus = {"toy": _toy_corpus(lambda w: "D" if w in ("the", "a") else "W")}
+    with pytest.raises(ConfigError, match="needs mix"):
+        probe_model(_cfg(model, tmp_path, cumulative=True, mix=False), corpus)
+    with pytest.raises(ConfigError, match="0..l"):
+        probe_model(_cfg(model, tmp_path, cumulative=True, layers="0,2"), corpus)
+
+
 def test_probe_command_writes_json_and_plots(tmp_path, capsys):
     _write_data(tmp_path / "data")
     model = tiny_bert(tmp_path / "bert")
@@ -341,7 +350,8 @@ def test_probe_models_doctests():
     assert doctest.testmod(probe_models).failed == 0
 
 
-def test_cumulative_scoring_finds_the_layer_that_adds_the_information():
+def test_cumulative_scoring_finds_the_layer_that_adds_the_information(monkeypatch):
+    from muppets.analysis import probing
     from muppets.analysis.probe_features import SplitFeatures, Standardizer
     from muppets.analysis.probing import WordSplits, probe_word_task
 
@@ -356,8 +366,18 @@ def test_cumulative_scoring_finds_the_layer_that_adds_the_information():
         tags[split] = [["AB"[int(v)] for v in y]]
     task = WordTask("t", "toy", ["A", "B"], tags, spans=False)
     cfg = ProbeConfig(batch_size=64, max_epochs=10, patience=3, lr=1e-2, mix_lr=5e-2)
+    fitted: list[list[int]] = []
+    fit = probing.fit_word_probe
+
+    def counting_fit(task, data, slots, seed):
+        fitted.append(list(slots))
+        return fit(task, data, slots, seed)
+
+    monkeypatch.setattr(probing, "fit_word_probe", counting_fit)
     out = probe_word_task(task, None, WordSplits(features, Standardizer(features["train"]), cfg), [0, 1, 2, 3],
                           "toy", cumulative=True)
+    # one probe per layer, the full mix, then only the mixes over 0..1 and 0..2: the others are reused
+    assert fitted == [[0], [1], [2], [3], [0, 1, 2, 3], [0, 1], [0, 1, 2]]
     cum = out["cumulative"]["accuracy"]
     assert cum["layers"] == [0, 1, 2, 3] and cum["scores"][0] == out["layers"][0]["accuracy"]
     assert cum["scores"][-1] == out["mix"]["accuracy"]  # the full mix is reused, not refitted

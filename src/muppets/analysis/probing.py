@@ -223,8 +223,9 @@ def probe_word_task(task: WordTask, control: WordTask | None, data: WordSplits, 
 def cumulative_scores(task: WordTask, data: WordSplits, slots: Sequence[int], lowest: dict, full: dict,
                       tag: str) -> dict:
     """Tenney et al. (2019a) cumulative scoring: a mix probe over ``slots[:i+1]`` for every ``i``
-    (the lowest layer's own probe and the full mix are reused), and the expected layer of the
-    test gains (:func:`~muppets.analysis.probe_models.differential_expected_layer`)."""
+    (``slots`` are the layers ``0..l``; the lowest layer's own probe and the full mix are
+    reused), and the expected layer of the test gains
+    (:func:`~muppets.analysis.probe_models.differential_expected_layer`)."""
     cfg = data.cfg
     layers = [data.features["train"].layers[k] for k in slots]
     probes = [lowest]
@@ -338,6 +339,9 @@ def _probe_corpus(corpus: ProbeCorpus, source: ProbeFeatureSource, encoder: str,
     features = {s: load_split(source, corpus.sentences[s], f"{tag}-{s}") for s in SPLITS}
     data = WordSplits(features, Standardizer(features["train"]), cfg)
     slots = choose_layers(cfg.layers, features["train"].layers)
+    if cfg.cumulative and slots != list(range(len(slots))):
+        raise ConfigError(f"cumulative scoring mixes layers 0..l: layers={cfg.layers!r} gives "
+                          f"{[features['train'].layers[k] for k in slots]}; use all layers or 0,1,…,l")
     report["layers"] = features["train"].layers
     for name, task in corpus.tasks.items():
         control = None
@@ -370,6 +374,8 @@ def probe_model(cfg: ProbeConfig, corpora: Mapping[str, ProbeCorpus]) -> dict:
              or any(c.trees is not None and tree_task(name) == t for name, c in corpora.items())]
     if cfg.probe not in ("linear", "mlp"):
         raise ConfigError(f"probe={cfg.probe!r}: expected linear or mlp")
+    if cfg.cumulative and not cfg.mix:
+        raise ConfigError("cumulative scoring is made of mix probes: it needs mix (drop --no-mix)")
     report: dict = {"model": cfg.model, "config": dataclasses.asdict(cfg), "encoders": {}, "data": {},
                     "tasks": _task_headers(tasks, corpora)}
     encoders = [("pretrained", None)] + ([("random_encoder", cfg.seed)] if cfg.random_baseline else [])

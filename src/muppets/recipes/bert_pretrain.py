@@ -202,9 +202,10 @@ def run(cfg: PretrainConfig, resume: bool = True) -> dict:
         return multilingual.run(cfg, resume)
     tok, corpus = open_inputs(cfg.run_dir, cfg.corpus, partial(ensure_tokenizer, cfg))
     model = seeded_model(cfg, lambda: build_model(cfg, tok))
+    dropout = export_dropout(cfg)  # read now: init_from's directory may change during a long run
     data = BertPretrainingData(corpus, special_ids(tok), cfg.data, cfg.train.batch_size,
                                cfg.train.accumulation, cfg.train.seed, tok.is_continuation)
     job = Pretraining(model, data, evaluator(data, cfg.eval_batch_size),
-                      export=lambda final: save_hf_bert(model, final, tok, export_dropout(cfg)),
+                      export=lambda final: save_hf_bert(model, final, tok, dropout),
                       baseline=lambda: unigram_baseline(data, cfg.eval_batch_size))
     return train_and_export(cfg, corpus, job, resume)

@@ -178,6 +178,7 @@ def run(cfg: Any, resume: bool = True) -> dict:
 
     tok, corpora = open_languages(cfg, lambda run_dir: bert.ensure_tokenizer(cfg, run_dir))
     model = seeded_model(cfg, lambda: bert.build_model(cfg, tok))
+    dropout = bert.export_dropout(cfg)
     data = balanced_data(cfg, tok, corpora, bert.special_ids(tok))
     sample = Path(cfg.run_dir) / SAMPLE_REPORT
     summary = {"languages": {lang: {**d, "training_tokens": data.sizes[lang]} for lang, d in data.describe().items()},
@@ -185,7 +186,7 @@ def run(cfg: Any, resume: bool = True) -> dict:
     if sample.is_file():
         summary["tokenizer_sample"] = json.loads(sample.read_text(encoding="utf-8"))
     job = Pretraining(model, data, bert.evaluator(data, cfg.eval_batch_size),
-                      export=lambda final: save_hf_bert(model, final, tok, bert.export_dropout(cfg)),
+                      export=lambda final: save_hf_bert(model, final, tok, dropout),
                       baseline=lambda: unigram_baseline(data, cfg.eval_batch_size), summary=summary)
     corpus = LanguageCorpora(corpora, str(Path(cfg.run_dir) / "languages"))
     return train_and_export(cfg, corpus, job, resume)
