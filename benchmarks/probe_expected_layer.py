@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from probe_table import probe_or_reuse, start  # noqa: E402
 
 from muppets.analysis.probing import ProbeConfig  # noqa: E402
-from muppets.config import write_json_atomic  # noqa: E402
+from tables import write_table  # noqa: E402
 
 TASKS = ("pos", "chunk", "ner")
 
@@ -115,9 +115,7 @@ def main() -> int:
     start(args.threads)
     per_seed = {seed: measures(probe_or_reuse(config_for(args, seed))) for seed in args.seeds}
     table = {"model": args.model, "seeds": args.seeds, "per_seed": per_seed, "summary": summarize(per_seed)}
-    write_json_atomic(args.out, table)
-    args.out.with_suffix(".md").write_text(markdown(table), encoding="utf-8")
-    print(markdown(table))
+    print(write_table(args.out, table, markdown(table)))
     return 0
 
 

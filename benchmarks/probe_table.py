@@ -34,9 +34,11 @@ import time
 from pathlib import Path
 
 from muppets.analysis.probing import ProbeConfig, run_probing
-from muppets.config import write_json_atomic
 from muppets.errors import MuppetsError
 from muppets.transfer.embedders import locate_model
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from tables import write_table  # noqa: E402
 
 log = logging.getLogger("probe_table")
 
@@ -170,11 +172,8 @@ def main() -> int:
         report = probe_or_reuse(config_for(args, name, path))
         table["paths"][name], table["seconds"][name] = path, time.time() - start
         table["models"][name] = summarize(report)
-        write_json_atomic(args.out, table)
-        args.out.with_suffix(".md").write_text(markdown(table), encoding="utf-8")
-    write_json_atomic(args.out, table)
-    args.out.with_suffix(".md").write_text(markdown(table), encoding="utf-8")
-    print(markdown(table))
+        write_table(args.out, table, markdown(table))
+    print(write_table(args.out, table, markdown(table)))
     return 0
 
 

@@ -22,7 +22,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from paired import paired, summary  # noqa: E402
 
-from muppets.config import write_json_atomic  # noqa: E402
+from tables import write_table  # noqa: E402
 
 TASKS = {"sst2": ("dev", "accuracy"), "conll2003": ("test", "f1")}
 # arm -> (fine-tuning run suffix or "results:<backbone>", pretraining run directory or "", description)
@@ -96,9 +96,7 @@ def main() -> int:
     ap.add_argument("--out", type=Path, default=Path("benchmarks/results/small_budget_table.json"))
     args = ap.parse_args()
     table = build(args.runs, json.loads(args.results.read_text()))
-    write_json_atomic(args.out, table)
-    args.out.with_suffix(".md").write_text(markdown(table), encoding="utf-8")
-    print(markdown(table))
+    print(write_table(args.out, table, markdown(table)))
     return 0
 
 
