@@ -37,9 +37,10 @@ import os
 import subprocess
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -107,15 +108,36 @@ def pretrain(variant: str, root: Path, corpus_root: Path, smoke: list[str]) -> P
     return run
 
 
-def finetune(variant: str, task: str, seeds: list[int], root: Path, smoke: list[str]) -> Path:
+def finetune(variant: str, task: str, seed: int, root: Path, smoke: list[str]) -> Path:
+    """One seed of one task for one variant (``ft-<task>-<variant>/seed-N``); a finished seed is kept."""
     model = root / ("bert-mini-piece" if variant == "none" else f"bert-mini-{variant}")
     run = root / f"ft-{task}-{variant}"
-    todo = [s for s in seeds if not (run / f"seed-{s}" / "metrics.json").is_file()]
-    if todo:
+    if not (run / f"seed-{seed}" / "metrics.json").is_file():
         init = ["init=random"] if variant == "none" else []
-        muppets(["finetune", task, "--seeds", ",".join(map(str, todo)), f"model={model}", *init, *FINETUNE,
-                 *TASKS[task]["overrides"], f"run_dir={run}", *smoke], root / f"ft-{task}-{variant}.log")
-    return run
+        muppets(["finetune", task, "--seeds", str(seed), f"model={model}", *init, *FINETUNE,
+                 *TASKS[task]["overrides"], f"run_dir={run}", *smoke], root / f"ft-{task}-{variant}-{seed}.log")
+    return run / f"seed-{seed}"
+
+
+def schedule(jobs: list[tuple[str, Callable[[], Any], list[str]]], parallel: int) -> None:
+    """Run ``(name, fn, dependencies)`` jobs, ``parallel`` at a time, each as soon as its dependencies
+    have finished, earlier jobs first: fine-tuning starts on a free core while a slower
+    pretraining is still running. A failed job raises after the jobs already running end."""
+    pending, running, done = list(jobs), {}, set()
+    with ThreadPoolExecutor(parallel) as pool:  # each job is a child process
+        while pending or running:
+            for job in [j for j in pending if all(d in done for d in j[2])]:
+                if len(running) >= parallel:
+                    break
+                pending.remove(job)
+                running[pool.submit(job[1])] = job[0]
+            if not running:
+                raise RuntimeError(f"jobs wait on dependencies that never run: {[j[0] for j in pending]}")
+            finished, _ = wait(running, return_when=FIRST_COMPLETED)
+            for future in finished:
+                name = running.pop(future)
+                log.info("finished %s: %s", name, future.result())
+                done.add(name)
 
 
 def collect(root: Path, variants: list[str], seeds: list[int]) -> dict:
@@ -173,6 +195,8 @@ def main() -> None:
     ap.add_argument("--tasks", nargs="+", default=list(TASKS), choices=list(TASKS))
     ap.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
     ap.add_argument("--parallel", type=int, default=1, help="runs at a time (one thread each)")
+    ap.add_argument("--pretrain-steps", type=int, default=0,
+                    help="pretraining steps of every variant (warmup 6%% of them, as in the config); default: the config's")
     ap.add_argument("--root", default="runs/zh")
     ap.add_argument("--corpus-root", default="", help="where the prepared corpus and the lexicon are (default: --root)")
     ap.add_argument("--table-only", action="store_true")
@@ -185,19 +209,22 @@ def main() -> None:
     corpus_root = (ROOT / args.corpus_root).resolve() if args.corpus_root else root
     smoke_pt = ["train.steps=20", "train.warmup_steps=2", "train.eval_every=10", "train.checkpoint_every=10",
                 "data.eval_examples=64"] if args.smoke else []
+    budget = [f"train.steps={args.pretrain_steps}", f"train.warmup_steps={round(0.06 * args.pretrain_steps)}"] \
+        if args.pretrain_steps else []
     smoke_ft = ["epochs=1", "max_train_examples=64", "max_eval_examples=32"] if args.smoke else []
     start = time.time()
     pretrained = [v for v in args.variants if v != "none"]
     if not args.table_only:
         prepare(root, corpus_root, smoke_pt, args.variants)
-        with ThreadPoolExecutor(args.parallel) as pool:  # each job is a child process
-            for run in pool.map(lambda v: pretrain(v, root, corpus_root, smoke_pt), [*pretrained, *(
-                    ["piece"] if "none" in args.variants and "piece" not in pretrained else [])]):
-                log.info("pretrained: %s", run)
-            jobs = [(v, t) for t in args.tasks for v in args.variants]
-            for run in pool.map(lambda j: finetune(j[0], j[1], args.seeds, root, smoke_ft), jobs):
-                log.info("fine-tuned: %s", run)
-    result = {"config": CONFIG, "finetune": FINETUNE, "tasks": {t: TASKS[t] for t in args.tasks},
+        # "none" takes its architecture and tokenizer from the piece run
+        to_pretrain = [*pretrained, *(["piece"] if "none" in args.variants and "piece" not in pretrained else [])]
+        jobs: list[tuple[str, Callable[[], Any], list[str]]] = [
+            (f"pretrain {v}", partial(pretrain, v, root, corpus_root, [*budget, *smoke_pt]), []) for v in to_pretrain]
+        jobs += [(f"{t} {v} seed {s}", partial(finetune, v, t, s, root, smoke_ft),
+                  [f"pretrain {'piece' if v == 'none' else v}"])
+                 for s in args.seeds for t in args.tasks for v in args.variants]  # seed 1 of everything first
+        schedule(jobs, args.parallel)
+    result = {"config": CONFIG, "pretrain_overrides": budget, "finetune": FINETUNE, "tasks": {t: TASKS[t] for t in args.tasks},
               "seeds": args.seeds, "smoke": args.smoke, "wall_s": time.time() - start,
               "pretraining": {v: pretrain_facts(root / f"bert-mini-{v}") for v in pretrained
                               if (root / f"bert-mini-{v}" / "summary.json").is_file()},
