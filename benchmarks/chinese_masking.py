@@ -15,22 +15,27 @@ same. Variants:
   (``tokenizer.chinese_script=simplified``: the corpus, which mixes scripts, and later every
   task input), on its own prepared corpus: is converting worth it? (paired with ``piece``).
 
+Every pretrained model is also scored on the same held-out text masked at each level (piece,
+whole word, phrase, entity: ``cross_eval``), since each run's own log scores its own level only.
 Then each model is fine-tuned on ChnSentiCorp (accuracy), MSRA NER (entity F1) and CMRC 2018
 (CMRC's EM / F1), the same settings for every variant, one thread, seeds paired across variants.
 Every task selects its best epoch on its own dev split and reports test (MSRA's dev is a held-out
 slice of its training file; CMRC's splits are by article: ``muppets.tasks.chinese``).
 
-    OMP_NUM_THREADS=1 python benchmarks/chinese_masking.py --parallel 2
+    OMP_NUM_THREADS=1 python benchmarks/chinese_masking.py --parallel 2 [--pretrain-steps N]
     python benchmarks/chinese_masking.py --table-only
 
-Runs live in ``runs/zh/``; a finished run (``final/`` or ``metrics.json``) is reused, and a killed
-pretraining resumes from its last checkpoint, so the same command continues an interrupted table.
+Runs live in ``runs/zh/``; a finished run (``final/`` or a seed's ``metrics.json``) is reused, and a
+killed pretraining resumes from its last checkpoint, so the same command continues an interrupted
+table. Jobs run ``--parallel`` at a time: a variant's fine-tuning starts as soon as its own
+pretraining ends, seed 1 of every task and variant before seed 2.
 ``--smoke`` runs the whole chain in minutes on tiny settings (not a result).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import os
@@ -55,6 +60,7 @@ VARIANTS: dict[str, list[str]] = {
     "none": [],  # fine-tuned from random weights of the piece model's architecture
     "simplified": ["data.masking.level=piece", "tokenizer.chinese_script=simplified"],
 }
+EVAL_LEVELS = ("piece", "whole_word", "phrase", "entity")  # cross_eval: the held-out text masked each way
 SCRIPT_CORPUS = {"simplified": "corpus-simplified"}  # variants whose tokenizer converts: their own corpus
 TASKS: dict[str, dict[str, Any]] = {  # reported split test; metric -> factor to points
     "chnsenticorp": {"metrics": {"accuracy": 100}, "overrides": ["max_seq_len=256"]},
@@ -140,6 +146,43 @@ def schedule(jobs: list[tuple[str, Callable[[], Any], list[str]]], parallel: int
                 done.add(name)
 
 
+def cross_eval(root: Path, variants: list[str]) -> dict:
+    """Held-out MLM accuracy of every pretrained variant under every masking level: the same
+    held-out documents, rate and seeds; only which units are masked changes. A model's own
+    level is what its training log reports; the others show what each objective taught (can
+    a piece-masked model fill a whole masked word?). Cached in ``<run>/cross_eval.json``."""
+    import torch
+    from muppets.config import from_dict
+    from muppets.interop.hf_bert import load_hf_bert
+    from muppets.objectives.mlm_nsp import BertPretrainingData
+    from muppets.recipes.bert_pretrain import PretrainConfig, ensure_corpus, ensure_tokenizer, evaluator, special_ids
+
+    torch.set_num_threads(1)
+    out: dict[str, dict[str, float]] = {}
+    for variant in variants:
+        run = root / f"bert-mini-{variant}"
+        cache = run / "cross_eval.json"
+        if not (run / "final" / "config.json").is_file():
+            continue
+        if cache.is_file():
+            out[variant] = json.loads(cache.read_text())
+            continue
+        cfg = from_dict(PretrainConfig, json.loads((run / "config.json").read_text()))
+        tok = ensure_tokenizer(cfg, run)
+        corpus = ensure_corpus(cfg, tok, run)
+        model = load_hf_bert(run / "final").eval()
+        out[variant] = {}
+        for level in EVAL_LEVELS:
+            data_cfg = dataclasses.replace(cfg.data, masking=dataclasses.replace(cfg.data.masking, level=level))
+            data = BertPretrainingData(corpus, special_ids(tok), data_cfg, cfg.train.batch_size,
+                                       cfg.train.accumulation, cfg.train.seed, tok.is_continuation)
+            with torch.no_grad():
+                out[variant][level] = evaluator(data, cfg.eval_batch_size)(model)["mlm_accuracy"]
+            log.info("%s on %s-masked held-out text: MLM accuracy %.4f", variant, level, out[variant][level])
+        cache.write_text(json.dumps(out[variant], indent=1) + "\n")
+    return out
+
+
 def collect(root: Path, variants: list[str], seeds: list[int]) -> dict:
     """``{task/metric: {variant: {seed: points}}}`` from the finished fine-tuning runs."""
     found: dict[str, dict[str, dict[int, float]]] = {}
@@ -186,6 +229,11 @@ def markdown(result: dict) -> str:
     for variant, facts in result["pretraining"].items():
         curve = ", ".join(f"{e['step']}: {100 * e['eval/mlm_accuracy']:.2f}%" for e in facts["eval_curve"])
         lines.append(f"| {variant} | {facts['steps']} | {facts['train_minutes']} | {curve} |")
+    if result.get("cross_eval"):
+        lines += ["", "| held-out MLM accuracy, text masked by → | " + " | ".join(EVAL_LEVELS) + " |",
+                  "|---|" + "---|" * len(EVAL_LEVELS)]
+        for variant, acc in result["cross_eval"].items():
+            lines.append(f"| {variant} | " + " | ".join(f"{100 * acc[lv]:.2f}%" for lv in EVAL_LEVELS) + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -228,6 +276,7 @@ def main() -> None:
               "seeds": args.seeds, "smoke": args.smoke, "wall_s": time.time() - start,
               "pretraining": {v: pretrain_facts(root / f"bert-mini-{v}") for v in pretrained
                               if (root / f"bert-mini-{v}" / "summary.json").is_file()},
+              "cross_eval": cross_eval(root, pretrained),
               "table": table(collect(root, args.variants, args.seeds))}
     out = Path(args.out or ROOT / "benchmarks/results/chinese_masking.json")
     out.write_text(json.dumps(result, indent=1) + "\n")

@@ -15,10 +15,13 @@ Models (first existing path wins)::
     bert-mini  runs/bert-mini-4, runs/bert-mini, runs/bert-mini-fast, runs/abl/fast-lr1e-3-seq64-0
     gpt-mini   runs/gpt-mini
     elmo       runs/elmo-small, runs/elmo
+    zh-piece / zh-whole-word / zh-ernie   runs/zh/bert-mini-<level> (benchmarks/chinese_masking.py)
 
 A model whose ``<runs>/<model>/probe.json`` exists with the same settings is read back, not re-run.
 
     python benchmarks/probe_table.py --threads 2                                   # the full table
+    python benchmarks/probe_table.py --models zh-piece,zh-ernie --tasks zh-upos,zh-deprel,zh-structural \
+        --out benchmarks/results/probe_table_zh.json                               # Chinese models, UD GSDSimp
     python benchmarks/probe_table.py --models minilm --max-train-sentences 200 \\
         --max-eval-sentences 100 --epochs 3 --runs /tmp/probe-smoke              # a smoke test
 """
@@ -47,8 +50,14 @@ CANDIDATES = {
     "bert-mini": ["runs/bert-mini-4", "runs/bert-mini", "runs/bert-mini-fast", "runs/abl/fast-lr1e-3-seq64-0"],
     "gpt-mini": ["runs/gpt-mini"],
     "elmo": ["runs/elmo-small", "runs/elmo"],
+    # Chinese bert-mini of benchmarks/chinese_masking.py, per masking level (--tasks zh-upos,zh-deprel,zh-structural)
+    "zh-piece": ["runs/zh/bert-mini-piece"],
+    "zh-whole-word": ["runs/zh/bert-mini-whole_word"],
+    "zh-ernie": ["runs/zh/bert-mini-ernie"],
 }
-WORD_TASKS = ("pos", "chunk", "ner", "upos", "deprel")
+ENGLISH_MODELS = ("minilm", "bert-mini", "gpt-mini", "elmo")
+WORD_TASKS = ("pos", "chunk", "ner", "upos", "deprel", "zh-upos", "zh-deprel")
+TREE_TASKS = {"structural": "EWT", "zh-structural": "GSDSimp"}  # structural probe -> its UD treebank
 
 
 def find_model(name: str) -> str | None:
@@ -64,7 +73,7 @@ def find_model(name: str) -> str | None:
 
 def parse_args() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--models", default=",".join(CANDIDATES), help="comma-separated: " + ", ".join(CANDIDATES))
+    ap.add_argument("--models", default=",".join(ENGLISH_MODELS), help="comma-separated: " + ", ".join(CANDIDATES))
     ap.add_argument("--tasks", default="pos,chunk,ner,upos,deprel,structural")
     ap.add_argument("--runs", type=Path, default=Path("runs/probe"), help="per-model output folders")
     ap.add_argument("--cache-dir", default="runs/probe/cache")
@@ -112,11 +121,12 @@ def summarize(report: dict) -> dict:
                      "mix_accuracy": mix.get("accuracy"), "expected_layer": mix.get("expected_layer"),
                      "random_accuracy": random_best.get("accuracy"), "random_best_layer": random_best.get("layer"),
                      "random_span_f1": random_best.get("span_f1")}
-    tree = report["tasks"].get("structural", {})
-    if "pretrained" in tree:
-        out["structural"] = {enc: [round(r["uuas"], 4) for r in tree[enc]["layers"]]
-                             for enc in ("pretrained", "random_encoder") if enc in tree}
-        out["structural"]["dspr"] = [round(r["dspr"], 4) for r in tree["pretrained"]["layers"]]
+    for name in TREE_TASKS:
+        tree = report["tasks"].get(name, {})
+        if "pretrained" in tree:
+            out[name] = {enc: [round(r["uuas"], 4) for r in tree[enc]["layers"]]
+                         for enc in ("pretrained", "random_encoder") if enc in tree}
+            out[name]["dspr"] = [round(r["dspr"], 4) for r in tree["pretrained"]["layers"]]
     return out
 
 
@@ -136,13 +146,15 @@ def markdown(table: dict) -> str:
                              f"{_cell(c['span_f1'])} | {_cell(c['selectivity'])} | {_cell(c['random_accuracy'])} | "
                              f"{_cell(c.get('random_span_f1'))} | "
                              f"{_cell(c['mix_accuracy'])} | {_cell(c['expected_layer'], 2, 1.0)} |")
-    trees = {m: c["structural"] for m, c in table["models"].items() if c.get("structural")}
-    if trees:
-        lines += ["", "| model | UUAS per layer (EWT test) | random encoder | DSpr. per layer |", "|---|---|---|---|"]
-    for model, s in trees.items():
-        lines.append(f"| {model} | {' / '.join(_cell(v, 1) for v in s['pretrained'])} | "
-                     f"{' / '.join(_cell(v, 1) for v in s.get('random_encoder', []))} | "
-                     f"{' / '.join(f'{v:.3f}' for v in s['dspr'])} |")
+    for name, treebank in TREE_TASKS.items():
+        trees = {m: c[name] for m, c in table["models"].items() if c.get(name)}
+        if trees:
+            lines += ["", f"| model | UUAS per layer ({treebank} test) | random encoder | DSpr. per layer |",
+                      "|---|---|---|---|"]
+        for model, s in trees.items():
+            lines.append(f"| {model} | {' / '.join(_cell(v, 1) for v in s['pretrained'])} | "
+                         f"{' / '.join(_cell(v, 1) for v in s.get('random_encoder', []))} | "
+                         f"{' / '.join(f'{v:.3f}' for v in s['dspr'])} |")
     if table["missing"]:
         lines += ["", "Not run (no model on disk): " + ", ".join(table["missing"])]
     return "\n".join(lines) + "\n"
