@@ -199,8 +199,11 @@ def test_accumulation_equals_one_batch_with_the_lm_loss(gpt_dir_no_dropout, tmp_
     start = build_gpt_task_model(gpt_dir_no_dropout, "regress", 0, GPTTaskTokenizer.load(gpt_dir_no_dropout)).state_dict()
     moved = max(float((params[1][k] - start[k]).abs().max()) for k in start if ".layers." in k)
     assert moved > 1e-4  # the transformer layers did move
-    for k, v in params[1].items():
-        assert torch.allclose(v, params[2][k], atol=1e-6, rtol=0), k
+    # Adam turns rounding differences in near-zero gradient entries into parameter differences
+    # up to about 1e-5 (they differ by CPU); normalising the LM term per micro-batch instead of
+    # by the global token count moves parameters by about 1e-3 here
+    worst = max((float((v - params[2][k]).abs().max()), k) for k, v in params[1].items())
+    assert worst[0] < 1e-4, worst
 
 
 def test_lm_targets_doctest():
