@@ -67,7 +67,7 @@ TASKS: dict[str, dict[str, Any]] = {  # reported split test; metric -> factor to
     "msra-ner": {"metrics": {"f1": 100}, "overrides": ["max_seq_len=256"]},
     "cmrc2018": {"metrics": {"exact_match": 1, "f1": 1}, "overrides": ["max_seq_len=384", "doc_stride=128"]},
 }
-FINETUNE = ["lr=1e-4", "epochs=3", "batch_size=32", "threads=1", "progress=false"]
+FINETUNE = ["lr=1e-4", "epochs=3", "batch_size=32", "threads=1", "precision=bf16", "progress=false"]
 log = logging.getLogger("chinese_masking")
 
 

@@ -180,9 +180,9 @@ def main() -> int:
             log.warning("%s: none of %s is a model; skipped", name, ", ".join(CANDIDATES[name]))
             table["missing"].append(f"{name} ({' / '.join(CANDIDATES[name])})")
             continue
-        start = time.time()
+        t0 = time.time()
         report = probe_or_reuse(config_for(args, name, path))
-        table["paths"][name], table["seconds"][name] = path, time.time() - start
+        table["paths"][name], table["seconds"][name] = path, time.time() - t0
         table["models"][name] = summarize(report)
         write_table(args.out, table, markdown(table))
     print(write_table(args.out, table, markdown(table)))
