@@ -20,7 +20,7 @@ Models (first existing path wins)::
 A model whose ``<runs>/<model>/probe.json`` exists with the same settings is read back, not re-run.
 
     python benchmarks/probe_table.py --threads 2                                   # the full table
-    python benchmarks/probe_table.py --models zh-piece,zh-ernie --tasks zh-upos,zh-deprel,zh-structural \
+    python benchmarks/probe_table.py --models zh-piece,zh-ernie --tasks zh-upos,zh-deprel,zh-structural \\
         --out benchmarks/results/probe_table_zh.json                               # Chinese models, UD GSDSimp
     python benchmarks/probe_table.py --models minilm --max-train-sentences 200 \\
         --max-eval-sentences 100 --epochs 3 --runs /tmp/probe-smoke              # a smoke test
