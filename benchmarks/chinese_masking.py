@@ -25,10 +25,10 @@ slice of its training file; CMRC's splits are by article: ``muppets.tasks.chines
     OMP_NUM_THREADS=1 python benchmarks/chinese_masking.py --parallel 2 [--pretrain-steps N]
     python benchmarks/chinese_masking.py --table-only
 
-Runs live in ``runs/zh/``; a finished run (``final/`` or a seed's ``metrics.json``) is reused, and a
-killed pretraining resumes from its last checkpoint, so the same command continues an interrupted
-table. Jobs run ``--parallel`` at a time: a variant's fine-tuning starts as soon as its own
-pretraining ends, seed 1 of every task and variant before seed 2.
+Runs live in ``runs/zh/``; a finished run (a pretraining's ``summary.json`` unless a signal stopped it,
+a seed's ``metrics.json``) is reused, and a killed pretraining resumes from its last checkpoint, so
+the same command continues an interrupted table. Jobs run ``--parallel`` at a time: a variant's
+fine-tuning starts as soon as its own pretraining ends, seed 1 of every task and variant before seed 2.
 ``--smoke`` runs the whole chain in minutes on tiny settings (not a result).
 """
 
@@ -38,17 +38,15 @@ import argparse
 import dataclasses
 import json
 import logging
-import os
-import subprocess
 import sys
 import time
-from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from functools import partial
 from pathlib import Path
 from typing import Any, Callable
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from jobs import pretraining_done, run_logged, schedule  # noqa: E402
 from paired import paired, summary  # noqa: E402
 from tapt_table import pretrain_facts  # noqa: E402
 
@@ -75,10 +73,7 @@ log = logging.getLogger("chinese_masking")
 
 def muppets(args: list[str], log_to: Path) -> None:
     """One muppets command in a child process (one thread), its output in ``log_to``."""
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    with open(log_to, "a") as out:
-        subprocess.run([str(ROOT / ".venv/bin/muppets"), *args], stdout=out, stderr=subprocess.STDOUT,
-                       check=True, cwd=ROOT, env=env)
+    run_logged([str(ROOT / ".venv/bin/muppets"), *args], log_to)
 
 
 def prepare(root: Path, corpus_root: Path, smoke: list[str], variants: list[str]) -> None:
@@ -110,7 +105,7 @@ def common_overrides(root: Path, corpus_root: Path, variant: str) -> list[str]:
 
 def pretrain(variant: str, root: Path, corpus_root: Path, smoke: list[str]) -> Path:
     run = root / f"bert-mini-{variant}"
-    if not (run / "final" / "config.json").is_file():
+    if not pretraining_done(run):
         muppets(["pretrain", str(ROOT / CONFIG), *common_overrides(root, corpus_root, variant), f"run_dir={run}", "train.progress=false",
                  *VARIANTS[variant], *smoke], root / f"bert-mini-{variant}.log")
     return run
@@ -125,27 +120,6 @@ def finetune(variant: str, task: str, seed: int, root: Path, smoke: list[str]) -
         muppets(["finetune", task, "--seeds", str(seed), f"model={model}", *init, *FINETUNE,
                  *TASKS[task]["overrides"], f"run_dir={run}", *smoke], root / f"ft-{task}-{variant}-{seed}.log")
     return run / f"seed-{seed}"
-
-
-def schedule(jobs: list[tuple[str, Callable[[], Any], list[str]]], parallel: int) -> None:
-    """Run ``(name, fn, dependencies)`` jobs, ``parallel`` at a time, each as soon as its dependencies
-    have finished, earlier jobs first: fine-tuning starts on a free core while a slower
-    pretraining is still running. A failed job raises after the jobs already running end."""
-    pending, running, done = list(jobs), {}, set()
-    with ThreadPoolExecutor(parallel) as pool:  # each job is a child process
-        while pending or running:
-            for job in [j for j in pending if all(d in done for d in j[2])]:
-                if len(running) >= parallel:
-                    break
-                pending.remove(job)
-                running[pool.submit(job[1])] = job[0]
-            if not running:
-                raise RuntimeError(f"jobs wait on dependencies that never run: {[j[0] for j in pending]}")
-            finished, _ = wait(running, return_when=FIRST_COMPLETED)
-            for future in finished:
-                name = running.pop(future)
-                log.info("finished %s: %s", name, future.result())
-                done.add(name)
 
 
 def cross_eval(root: Path, variants: list[str]) -> dict:
@@ -164,7 +138,7 @@ def cross_eval(root: Path, variants: list[str]) -> dict:
     for variant in variants:
         run = root / f"bert-mini-{variant}"
         cache = run / "cross_eval.json"
-        if not (run / "final" / "config.json").is_file():
+        if not pretraining_done(run):
             continue
         if cache.is_file():
             out[variant] = json.loads(cache.read_text())
@@ -277,7 +251,7 @@ def main() -> None:
     result = {"config": CONFIG, "pretrain_overrides": budget, "finetune": FINETUNE, "tasks": {t: TASKS[t] for t in args.tasks},
               "seeds": args.seeds, "smoke": args.smoke, "wall_s": time.time() - start,
               "pretraining": {v: pretrain_facts(root / f"bert-mini-{v}") for v in pretrained
-                              if (root / f"bert-mini-{v}" / "summary.json").is_file()},
+                              if pretraining_done(root / f"bert-mini-{v}")},
               "cross_eval": cross_eval(root, pretrained),
               "table": table(collect(root, args.variants, args.seeds))}
     out = Path(args.out or ROOT / "benchmarks/results/chinese_masking.json")

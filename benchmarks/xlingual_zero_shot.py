@@ -51,6 +51,8 @@ def run_task(name: str, cfg: FinetuneConfig, args: argparse.Namespace, seed: int
     root = Path(args.out_dir) / name / f"seed-{seed}"
     seeded = dataclasses.replace(cfg, seed=seed, run_dir=str(root))
     if name == "sst2-chnsenticorp":
+        if args.sst2_train_examples:
+            seeded = dataclasses.replace(seeded, max_train_examples=args.sst2_train_examples)
         if args.smoke:
             seeded = dataclasses.replace(seeded, max_train_examples=60, max_eval_examples=40)
         return sst2_to_chnsenticorp(seeded)
@@ -87,6 +89,7 @@ def main() -> None:
     ap.add_argument("--batch-size", type=int, default=32)
     ap.add_argument("--max-seq-len", type=int, default=128)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--sst2-train-examples", type=int, default=0, help="first N SST-2 training sentences (0 = all)")
     ap.add_argument("--out-dir", default="", help="run directories (default runs/xlingual/<model name>-<init>)")
     ap.add_argument("--out", required=True, help="JSON results")
     ap.add_argument("--smoke", action="store_true", help="a tiny slice, to check the script runs (not a result)")
@@ -107,7 +110,8 @@ def main() -> None:
                          "accuracy": {k: mean_std([100 * per_seed[s][k] for s in args.seeds]) for k in keys}}
     out = {"model": args.model, "init": args.init, "seeds": args.seeds, "folds": args.folds,
            "fold_seed": args.fold_seed, "epochs": cfg.epochs, "lr": cfg.lr, "batch_size": cfg.batch_size,
-           "max_seq_len": cfg.max_seq_len, "smoke": args.smoke, "minutes": round((time.time() - started) / 60, 1),
+           "max_seq_len": cfg.max_seq_len,
+           "sst2_train_examples": args.sst2_train_examples, "smoke": args.smoke, "minutes": round((time.time() - started) / 60, 1),
            "results": results}
     write_json_atomic(Path(args.out), out)
     for name, r in results.items():

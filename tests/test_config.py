@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pytest
+import yaml
 
 from muppets.config import ALLOW_NONFINITE, apply_overrides, from_dict, load_file, to_dict, write_json_atomic
 from muppets.errors import ConfigError
@@ -143,3 +145,19 @@ def test_optional_overrides(text, expected):
 def test_optional_override_error_names_key_and_value():
     with pytest.raises(ConfigError, match="seed: '1.5' matches none of int"):
         apply_overrides(Typed(), ["seed=1.5"])
+
+
+@pytest.mark.parametrize("path", sorted((Path(__file__).resolve().parents[1] / "configs").glob("*.yaml")),
+                         ids=lambda p: p.name)
+def test_every_shipped_config_loads_with_its_command(path: Path) -> None:
+    """A shipped config with a wrong key or a stale setting fails here, not an hour into a run."""
+    from muppets import multitask
+    from muppets.recipes import pick_recipe, word2vec_train
+
+    raw = yaml.safe_load(path.read_text())
+    if "tasks" in raw:  # muppets multitask CONFIG
+        multitask.load_config(path, [])
+    elif "word2vec" in raw:  # muppets word2vec train CONFIG
+        word2vec_train.load_config(path, [])
+    else:  # muppets pretrain CONFIG
+        pick_recipe(path, []).load_config(path, [])

@@ -296,6 +296,33 @@ def test_kill_and_resume_equals_uninterrupted_run(pipeline: Pipeline) -> None:
     assert _max_diff(_weights(a), _weights(b)) <= 1e-6
 
 
+def test_sigterm_exports_the_model_so_far_marked_interrupted_and_the_same_command_resumes(pipeline: Pipeline) -> None:
+    """A signal still exports ``final/`` (the model so far is of use), but ``summary.json`` says
+    ``interrupted`` so that no script takes it for a finished run; the same command resumes."""
+    run = pipeline.root / "sigterm"
+    args = ["pretrain", str(pipeline.config), f"run_dir={run}", "train.steps=8", "train.checkpoint_every=4"]
+    proc = subprocess.Popen([sys.executable, "-c", _SLOW_CLI, *args], cwd=pipeline.root, env=_env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not (run / "checkpoints" / "step-00000004").is_dir() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.005)
+        proc.send_signal(signal.SIGTERM)
+        stdout, stderr = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, stderr[-3000:]
+    stopped = json.loads((run / "summary.json").read_text())
+    assert stopped["interrupted"] and stopped["stopped_early"] and 4 <= stopped["step"] < 8
+    assert f"pretraining stopped by a signal at step {stopped['step']}" in stdout
+    assert (run / "final" / "config.json").is_file()
+
+    resumed = _ok(_muppets(*args, cwd=pipeline.root))
+    assert f"at step {stopped['step']}" in resumed.stderr and "pretraining finished at step 8" in resumed.stdout
+    done = json.loads((run / "summary.json").read_text())
+    assert done["step"] == 8 and not done["interrupted"] and not done["stopped_early"]
+
+
 # ----------------------------------------------------------------------------- 3. DDP
 
 

@@ -158,7 +158,11 @@ def _pretrain(args: argparse.Namespace) -> int:
 
 def _print_pretrain_summary(summary: dict) -> None:
     ev = summary.get("eval", {})
-    print(f"\npretraining {'stopped' if summary['stopped_early'] else 'finished'} at step {summary['step']}")
+    if summary.get("interrupted"):  # final/ holds the model as it is; the checkpoint resumes the run
+        print(f"\npretraining stopped by a signal at step {summary['step']}: {summary['final']} is the model so far; "
+              "run the same command again to resume")
+    else:
+        print(f"\npretraining {'stopped' if summary['stopped_early'] else 'finished'} at step {summary['step']}")
     base = summary.get("unigram_baseline", {})
     if "mlm_accuracy" in ev:
         print(f"held-out MLM accuracy {ev['mlm_accuracy']:.4f}  perplexity {ev['mlm_perplexity']:.1f}"

@@ -46,12 +46,14 @@ def train_and_export(cfg: RunSection, corpus: TokenCorpus, job: Pretraining, res
     """Train (resuming from ``run_dir``'s checkpoints when ``resume``), then on rank 0 export
     ``<run_dir>/final`` (with the resolved config as ``muppets_config.json``), score the
     baseline and write ``summary.json``. Every rank returns the summary (rank 0's has the
-    baseline)."""
+    baseline). A run stopped by a signal is exported too (the model so far is of use), with
+    ``interrupted: true`` in the summary: it is not finished, and the same command resumes it."""
     run_dir = Path(cfg.run_dir)
     trainer = Trainer(job.model, job.data, cfg.train, run_dir, evaluate=job.evaluate, run_config=to_dict(cfg))
     result = trainer.train(resume=resume)
     final = run_dir / "final"
-    summary = {"step": result.step, "stopped_early": result.stopped_early, "final": str(final),
+    summary = {"step": result.step, "stopped_early": result.stopped_early, "interrupted": result.interrupted,
+               "final": str(final),
                "eval": result.last_eval, "corpus": str(corpus.directory), "tokens": corpus.num_tokens,
                "documents": corpus.num_documents, **job.summary}
     if dist_info().is_main:

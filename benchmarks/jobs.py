@@ -1,0 +1,58 @@
+"""Benchmark jobs: child processes on one thread each, ``parallel`` at a time, in dependency order.
+
+A table that needs pretraining and then fine-tuning (``chinese_masking.py``, ``xlingual_table.py``)
+lists its jobs as ``(name, fn, dependencies)``; :func:`schedule` starts each as soon as its
+dependencies have finished, so fine-tuning uses a free core while a slower pretraining still runs.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+from pathlib import Path
+from typing import Any, Callable
+
+ROOT = Path(__file__).resolve().parents[1]
+log = logging.getLogger("jobs")
+Job = tuple[str, Callable[[], Any], list[str]]
+
+
+def run_logged(cmd: list[str], log_to: Path) -> None:
+    """``cmd`` in a child process on one thread (``OMP_NUM_THREADS=1``), from the repository root,
+    its output appended to ``log_to``; a failure raises ``CalledProcessError``."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    with open(log_to, "a") as out:
+        subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, check=True, cwd=ROOT, env=env)
+
+
+def schedule(jobs: list[Job], parallel: int) -> None:
+    """Run ``(name, fn, dependencies)`` jobs, ``parallel`` at a time, each as soon as its dependencies
+    have finished, earlier jobs first. A failed job raises after the jobs already running end."""
+    pending, running, done = list(jobs), {}, set()
+    with ThreadPoolExecutor(parallel) as pool:  # each job is a child process
+        while pending or running:
+            for job in [j for j in pending if all(d in done for d in j[2])]:
+                if len(running) >= parallel:
+                    break
+                pending.remove(job)
+                running[pool.submit(job[1])] = job[0]
+            if not running:
+                raise RuntimeError(f"jobs wait on dependencies that never run: {[j[0] for j in pending]}")
+            finished, _ = wait(running, return_when=FIRST_COMPLETED)
+            for future in finished:
+                name = running.pop(future)
+                log.info("finished %s: %s", name, future.result())
+                done.add(name)
+
+
+def pretraining_done(run: Path) -> bool:
+    """A pretraining run has ended for good: its ``summary.json`` exists and no signal stopped it
+    (a signal still exports ``final/``, so ``final/`` alone does not mean finished)."""
+    path = run / "summary.json"
+    if not path.is_file():
+        return False
+    import json
+
+    return not json.loads(path.read_text()).get("interrupted", False)

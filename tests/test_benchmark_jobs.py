@@ -1,0 +1,54 @@
+"""benchmarks/jobs.py: the scheduler that runs a table's pretraining and fine-tuning jobs."""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+from jobs import schedule  # noqa: E402
+
+
+def recorder(events: list, lock: threading.Lock, active: list, peak: list):
+    def job(name: str, seconds: float = 0.02):
+        def fn():
+            with lock:
+                events.append(("start", name))
+                active[0] += 1
+                peak[0] = max(peak[0], active[0])
+            time.sleep(seconds)
+            with lock:
+                active[0] -= 1
+                events.append(("end", name))
+            return name
+        return fn
+    return job
+
+
+def test_dependencies_finish_first_and_at_most_parallel_jobs_run() -> None:
+    events, lock, active, peak = [], threading.Lock(), [0], [0]
+    job = recorder(events, lock, active, peak)
+    jobs = [("pretrain a", job("pretrain a", 0.15), []), ("pretrain b", job("pretrain b", 0.02), []),
+            ("ft a", job("ft a"), ["pretrain a"]), ("ft b 1", job("ft b 1"), ["pretrain b"]),
+            ("ft b 2", job("ft b 2"), ["pretrain b"])]
+    schedule(jobs, parallel=2)
+    order = events
+    assert peak[0] == 2
+    for dep, after in [("pretrain a", "ft a"), ("pretrain b", "ft b 1"), ("pretrain b", "ft b 2")]:
+        assert order.index(("end", dep)) < order.index(("start", after))
+    # b's fine-tuning used the free core while a still pretrained
+    assert order.index(("start", "ft b 1")) < order.index(("end", "pretrain a"))
+
+
+def test_a_failed_job_raises_and_a_missing_dependency_is_reported() -> None:
+    def boom():
+        raise ValueError("job failed")
+
+    with pytest.raises(ValueError, match="job failed"):
+        schedule([("a", boom, [])], parallel=1)
+    with pytest.raises(RuntimeError, match="never run"):
+        schedule([("b", lambda: None, ["missing"])], parallel=1)
