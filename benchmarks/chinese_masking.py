@@ -46,7 +46,8 @@ from typing import Any, Callable
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from jobs import pretraining_done, run_logged, schedule  # noqa: E402
+from jobs import (pretraining_done, pretraining_rows, run_logged, schedule, step_budget,  # noqa: E402
+                  write_results)
 from paired import paired, summary  # noqa: E402
 from tapt_table import pretrain_facts  # noqa: E402
 
@@ -201,10 +202,7 @@ def markdown(result: dict) -> str:
                 cells.append(f"{p['mean']:+.2f} ± {p['std']:.2f} ({p['wins']}-{p['losses']})" if p else "—")
             seeds = ",".join(map(str, e["seeds"]))
             lines.append(f"| {key} | {variant} | {e['mean']:.2f} ± {e['std']:.2f} | {seeds} | {cells[0]} | {cells[1]} |")
-    lines += ["", "| variant | steps | pretraining minutes | held-out MLM accuracy (15%, by step) |", "|---|---|---|---|"]
-    for variant, facts in result["pretraining"].items():
-        curve = ", ".join(f"{e['step']}: {100 * e['eval/mlm_accuracy']:.2f}%" for e in facts["eval_curve"])
-        lines.append(f"| {variant} | {facts['steps']} | {facts['train_minutes']} | {curve} |")
+    lines += ["", *pretraining_rows(result["pretraining"])]
     if result.get("cross_eval"):
         lines += ["", "| held-out MLM accuracy, text masked by → | " + " | ".join(EVAL_LEVELS) + " |",
                   "|---|" + "---|" * len(EVAL_LEVELS)]
@@ -233,8 +231,7 @@ def main() -> None:
     corpus_root = (ROOT / args.corpus_root).resolve() if args.corpus_root else root
     smoke_pt = ["train.steps=20", "train.warmup_steps=2", "train.eval_every=10", "train.checkpoint_every=10",
                 "data.eval_examples=64"] if args.smoke else []
-    budget = [f"train.steps={args.pretrain_steps}", f"train.warmup_steps={round(0.06 * args.pretrain_steps)}"] \
-        if args.pretrain_steps else []
+    budget = step_budget(args.pretrain_steps)
     smoke_ft = ["epochs=1", "max_train_examples=64", "max_eval_examples=32"] if args.smoke else []
     start = time.time()
     pretrained = [v for v in args.variants if v != "none"]
@@ -255,9 +252,7 @@ def main() -> None:
               "cross_eval": cross_eval(root, pretrained),
               "table": table(collect(root, args.variants, args.seeds))}
     out = Path(args.out or ROOT / "benchmarks/results/chinese_masking.json")
-    out.write_text(json.dumps(result, indent=1) + "\n")
-    out.with_suffix(".md").write_text(markdown(result))
-    print(markdown(result))
+    write_results(out, result, markdown(result))
 
 
 if __name__ == "__main__":

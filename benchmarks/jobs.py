@@ -7,6 +7,7 @@ dependencies have finished, so fine-tuning uses a free core while a slower pretr
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import subprocess
@@ -53,6 +54,25 @@ def pretraining_done(run: Path) -> bool:
     path = run / "summary.json"
     if not path.is_file():
         return False
-    import json
-
     return not json.loads(path.read_text()).get("interrupted", False)
+
+
+def step_budget(steps: int) -> list[str]:
+    """Overrides that set a pretraining's steps with 6% warmup (the shipped configs' share); none for 0."""
+    return [f"train.steps={steps}", f"train.warmup_steps={round(0.06 * steps)}"] if steps else []
+
+
+def pretraining_rows(pretraining: dict) -> list[str]:
+    """Markdown rows: each pretrained model's steps, minutes and held-out MLM accuracy by step."""
+    lines = ["| pretrained | steps | minutes | held-out MLM accuracy (15%, by step) |", "|---|---|---|---|"]
+    for name, facts in pretraining.items():
+        curve = ", ".join(f"{e['step']}: {100 * e['eval/mlm_accuracy']:.2f}%" for e in facts["eval_curve"])
+        lines.append(f"| {name} | {facts['steps']} | {facts['train_minutes']} | {curve} |")
+    return lines
+
+
+def write_results(out: Path, result: dict, markdown: str) -> None:
+    """``out`` (JSON) and its ``.md`` table side by side; the table is printed too."""
+    out.write_text(json.dumps(result, indent=1) + "\n")
+    out.with_suffix(".md").write_text(markdown)
+    print(markdown)

@@ -41,7 +41,8 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from jobs import Job, pretraining_done, run_logged, schedule  # noqa: E402
+from jobs import (Job, pretraining_done, pretraining_rows, run_logged, schedule, step_budget,  # noqa: E402
+                  write_results)
 from paired import paired, summary  # noqa: E402
 from tapt_table import pretrain_facts  # noqa: E402
 
@@ -162,10 +163,7 @@ def markdown(result: dict) -> str:
                 cells.append(f"{100 * by_layer[best]:.1f} (L{best}) / {100 * by_layer[-1]:.1f} "
                              f"({100 * r['unk_share'][lang]:.0f}%)")
             lines.append(f"| {row} | {100 * r['chance']:.2f} | " + " | ".join(cells) + " |")
-    lines += ["", "| pretrained | steps | minutes | held-out MLM accuracy (15%, by step) |", "|---|---|---|---|"]
-    for name, facts in result["pretraining"].items():
-        curve = ", ".join(f"{e['step']}: {100 * e['eval/mlm_accuracy']:.2f}%" for e in facts["eval_curve"])
-        lines.append(f"| {name} | {facts['steps']} | {facts['train_minutes']} | {curve} |")
+    lines += ["", *pretraining_rows(result["pretraining"])]
     return "\n".join(lines) + "\n"
 
 
@@ -186,8 +184,7 @@ def main() -> None:
     root = (ROOT / args.root).resolve()
     for sub in ("zs", "retrieval"):
         (root / sub).mkdir(parents=True, exist_ok=True)
-    budget = [f"train.steps={args.pretrain_steps}", f"train.warmup_steps={round(0.06 * args.pretrain_steps)}"] \
-        if args.pretrain_steps else []
+    budget = step_budget(args.pretrain_steps)
     smoke_pt = ["train.steps=20", "train.warmup_steps=2", "train.eval_every=10", "train.checkpoint_every=10",
                 "data.eval_examples=64", "corpus.language_sample=20000", "tokenizer.vocab_size=4000"] if args.smoke else []
     zs_extra = [*(["--smoke"] if args.smoke else []),
@@ -214,9 +211,7 @@ def main() -> None:
                               if pretraining_done(root / f"bert-mini-{m}")},
               "retrieval": retrievals(root), "zero_shot": table(collect(root, args.seeds))}
     out = Path(args.out or ROOT / "benchmarks/results/xlingual_table.json")
-    out.write_text(json.dumps(result, indent=1) + "\n")
-    out.with_suffix(".md").write_text(markdown(result))
-    print(markdown(result))
+    write_results(out, result, markdown(result))
 
 
 if __name__ == "__main__":
