@@ -29,7 +29,7 @@ Runs live in ``runs/zh/``; a finished run (a pretraining's ``summary.json`` unle
 a seed's ``metrics.json``) is reused, and a killed pretraining resumes from its last checkpoint, so
 the same command continues an interrupted table. Jobs run ``--parallel`` at a time: a variant's
 fine-tuning starts as soon as its own pretraining ends, seed 1 of every task and variant before seed 2.
-``--smoke`` runs the whole chain in minutes on tiny settings (not a result).
+``--smoke`` runs the whole chain in minutes on tiny settings in ``runs/zh-smoke/`` (not a result).
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ from typing import Any, Callable
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from jobs import (pretraining_done, pretraining_rows, run_logged, schedule, step_budget,  # noqa: E402
-                  write_results)
+                  table_arguments, table_paths, write_results)
 from paired import paired, summary  # noqa: E402
 from tapt_table import pretrain_facts  # noqa: E402
 
@@ -215,19 +215,11 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
     ap.add_argument("--tasks", nargs="+", default=list(TASKS), choices=list(TASKS))
-    ap.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
-    ap.add_argument("--parallel", type=int, default=1, help="runs at a time (one thread each)")
-    ap.add_argument("--pretrain-steps", type=int, default=0,
-                    help="pretraining steps of every variant (warmup 6%% of them, as in the config); default: the config's")
-    ap.add_argument("--root", default="runs/zh")
     ap.add_argument("--corpus-root", default="", help="where the prepared corpus and the lexicon are (default: --root)")
-    ap.add_argument("--table-only", action="store_true")
-    ap.add_argument("--smoke", action="store_true", help="tiny settings end to end (not a result)")
-    ap.add_argument("--out", default="")
+    table_arguments(ap, "runs/zh")
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
-    root = (ROOT / args.root).resolve()
-    root.mkdir(parents=True, exist_ok=True)
+    root, out = table_paths(args, "runs/zh", "benchmarks/results/chinese_masking.json")
     corpus_root = (ROOT / args.corpus_root).resolve() if args.corpus_root else root
     smoke_pt = ["train.steps=20", "train.warmup_steps=2", "train.eval_every=10", "train.checkpoint_every=10",
                 "data.eval_examples=64"] if args.smoke else []
@@ -251,7 +243,6 @@ def main() -> None:
                               if pretraining_done(root / f"bert-mini-{v}")},
               "cross_eval": cross_eval(root, pretrained),
               "table": table(collect(root, args.variants, args.seeds))}
-    out = Path(args.out or ROOT / "benchmarks/results/chinese_masking.json")
     write_results(out, result, markdown(result))
 
 

@@ -7,6 +7,7 @@ dependencies have finished, so fine-tuning uses a free core while a slower pretr
 
 from __future__ import annotations
 
+import argparse
 import json
 import logging
 import os
@@ -76,3 +77,24 @@ def write_results(out: Path, result: dict, markdown: str) -> None:
     out.write_text(json.dumps(result, indent=1) + "\n")
     out.with_suffix(".md").write_text(markdown)
     print(markdown)
+
+
+def table_arguments(ap: argparse.ArgumentParser, root: str) -> None:
+    """The options every pretrain-then-fine-tune table shares (``--root`` defaults to ``root``)."""
+    ap.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
+    ap.add_argument("--parallel", type=int, default=1, help="jobs at a time (one thread each)")
+    ap.add_argument("--pretrain-steps", type=int, default=0,
+                    help="pretraining steps of every model (warmup 6%% of them); default: the config's")
+    ap.add_argument("--root", default="", help=f"run directories (default {root}, or {root}-smoke with --smoke)")
+    ap.add_argument("--table-only", action="store_true")
+    ap.add_argument("--smoke", action="store_true", help="tiny settings end to end (not a result)")
+    ap.add_argument("--out", default="", help="results JSON (default benchmarks/results/<table>.json; "
+                                              "with --smoke, <root>/table.json)")
+
+
+def table_paths(args: argparse.Namespace, root: str, out: str) -> tuple[Path, Path]:
+    """The run root and the results JSON. A smoke run gets its own root and never writes into
+    ``benchmarks/results`` or a real table's runs (which a later real run would reuse)."""
+    run_root = (ROOT / (args.root or (f"{root}-smoke" if args.smoke else root))).resolve()
+    run_root.mkdir(parents=True, exist_ok=True)
+    return run_root, Path(args.out) if args.out else (run_root / "table.json" if args.smoke else ROOT / out)

@@ -22,10 +22,10 @@ paired across models.
     OMP_NUM_THREADS=1 python benchmarks/xlingual_table.py --parallel 2 [--pretrain-steps N]
     python benchmarks/xlingual_table.py --table-only
 
-Runs live in ``runs/xlingual/``; a finished pretraining (``summary.json``, not stopped by a signal), a finished job's JSON and a
-finished fold are reused and a killed pretraining resumes from its checkpoint, so the same command
-continues an interrupted table. ``--smoke`` runs the whole chain in minutes on tiny settings (not a
-result).
+Runs live in ``runs/xlingual/``. A finished pretraining (its ``summary.json``, unless a signal
+stopped it), a finished job's JSON and a finished fold are reused, and a killed pretraining resumes
+from its checkpoint, so the same command continues an interrupted table. ``--smoke`` runs the whole
+chain in minutes on tiny settings in ``runs/xlingual-smoke/`` (not a result).
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from jobs import (Job, pretraining_done, pretraining_rows, run_logged, schedule, step_budget,  # noqa: E402
-                  write_results)
+                  table_arguments, table_paths, write_results)
 from paired import paired, summary  # noqa: E402
 from tapt_table import pretrain_facts  # noqa: E402
 
@@ -170,18 +170,11 @@ def markdown(result: dict) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tasks", nargs="+", default=list(TASKS), choices=TASKS)
-    ap.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
-    ap.add_argument("--parallel", type=int, default=1, help="jobs at a time (one thread each)")
-    ap.add_argument("--pretrain-steps", type=int, default=0,
-                    help="pretraining steps of both models (warmup 6%% of them, as in the config); default: the config's")
     ap.add_argument("--sst2-train-examples", type=int, default=0, help="first N SST-2 training sentences (0 = all)")
-    ap.add_argument("--root", default="runs/xlingual")
-    ap.add_argument("--table-only", action="store_true")
-    ap.add_argument("--smoke", action="store_true", help="tiny settings end to end (not a result)")
-    ap.add_argument("--out", default="")
+    table_arguments(ap, "runs/xlingual")
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
-    root = (ROOT / args.root).resolve()
+    root, out = table_paths(args, "runs/xlingual", "benchmarks/results/xlingual_table.json")
     for sub in ("zs", "retrieval"):
         (root / sub).mkdir(parents=True, exist_ok=True)
     budget = step_budget(args.pretrain_steps)
@@ -210,7 +203,6 @@ def main() -> None:
               "pretraining": {m: pretrain_facts(root / f"bert-mini-{m}") for m in PRETRAINED
                               if pretraining_done(root / f"bert-mini-{m}")},
               "retrieval": retrievals(root), "zero_shot": table(collect(root, args.seeds))}
-    out = Path(args.out or ROOT / "benchmarks/results/xlingual_table.json")
     write_results(out, result, markdown(result))
 
 

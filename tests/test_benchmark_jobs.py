@@ -52,3 +52,16 @@ def test_a_failed_job_raises_and_a_missing_dependency_is_reported() -> None:
         schedule([("a", boom, [])], parallel=1)
     with pytest.raises(RuntimeError, match="never run"):
         schedule([("b", lambda: None, ["missing"])], parallel=1)
+
+
+def test_a_smoke_run_gets_its_own_root_and_never_writes_the_real_results(tmp_path: Path) -> None:
+    import argparse
+
+    from jobs import ROOT, table_arguments, table_paths
+
+    ap = argparse.ArgumentParser()
+    table_arguments(ap, str(tmp_path / "runs" / "t"))
+    root, out = table_paths(ap.parse_args(["--smoke"]), str(tmp_path / "runs" / "t"), "benchmarks/results/t.json")
+    assert root == tmp_path / "runs" / "t-smoke" and out == root / "table.json"
+    root, out = table_paths(ap.parse_args([]), str(tmp_path / "runs" / "t"), "benchmarks/results/t.json")
+    assert root == tmp_path / "runs" / "t" and out == ROOT / "benchmarks/results/t.json"
