@@ -79,6 +79,29 @@ def test_a_different_tokenizer_given_explicitly_is_refused(tmp_path):
     bert_pretrain.ensure_tokenizer(config(tmp_path, f"tokenizer.path={MINILM}"), tmp_path / "run")
 
 
+def test_head_warmup_trains_the_fresh_head_alone_then_everything(tmp_path):
+    """``model.head_warmup_steps``: MiniLM's encoder and word embeddings come out of the warm-up bit
+    for bit as loaded while the fresh transform has learned; after it, they move too."""
+    def exported(run: str, steps: int) -> tuple[dict, dict]:
+        bert_pretrain.run(config(tmp_path, f"run_dir={tmp_path / run}", f"train.steps={steps}", "train.lr=1e-3", "train.schedule=constant",
+                                 "model.head_warmup_steps=2"))
+        model = load_hf_bert(tmp_path / run / "final")
+        return model.backbone.state_dict(), {k: v.clone() for k, v in model.mlm.state_dict().items()}
+
+    loaded, fresh = exported("step0", 0)
+    warm, head = exported("warm", 2)
+    assert all(torch.equal(warm[k], loaded[k]) for k in loaded)
+    assert not torch.equal(head["dense.weight"], fresh["dense.weight"])  # same seed: the head alone moved
+    joined, _ = exported("joined", 3)
+    assert not torch.equal(joined["embeddings.tokens.weight"], loaded["embeddings.tokens.weight"])
+    assert not torch.equal(joined["layers.0.attn.qkv.weight"], loaded["layers.0.attn.qkv.weight"])
+
+
+def test_head_warmup_without_init_from_is_refused(tmp_path):
+    with pytest.raises(ConfigError, match="set model.init_from"):
+        bert_pretrain.load_config(None, ["model.head_warmup_steps=10"])
+
+
 def test_max_seq_len_beyond_the_checkpoints_positions_is_refused(tmp_path):
     with pytest.raises(ConfigError, match="positions of model.init_from"):
         bert_pretrain.run(config(tmp_path, "data.max_seq_len=1024"))

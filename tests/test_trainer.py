@@ -317,3 +317,36 @@ def test_resume_drops_a_half_written_last_log_line_and_refuses_a_damaged_log(tmp
     with pytest.raises(DataError, match=r"log.jsonl:2: not a JSON object"):
         logger.truncate_after(2)
     logger.close()
+
+
+def test_frozen_parameters_stay_put_and_a_resumed_run_freezes_the_same(tmp_path: Path) -> None:
+    """``frozen(step)``: those parameters are neither moved nor decayed while it names them (their
+    AdamW moments untouched), they learn afterwards, and a run stopped inside the frozen phase
+    resumes to the same end as one that was not."""
+    def make(run_dir: Path, data: ToyData) -> Trainer:
+        model = ToyModel(dropout=0.0)
+        waiting = [p for name, p in model.named_parameters() if not name.startswith("cls.")]
+        return Trainer(model, data, toy_config(steps=6, weight_decay=0.1, checkpoint_every=1, keep_checkpoints=0), run_dir,
+                       frozen=lambda step: waiting if step < 3 else [])
+
+    start = {k: v.clone() for k, v in ToyModel(dropout=0.0).state_dict().items()}
+    full = make(tmp_path / "full", ToyData(8, 2))
+    full.train(resume=False)
+    third = _params(tmp_path / "full" / "checkpoints" / "step-00000003")
+    for name, value in third.items():
+        if name.startswith("cls."):
+            assert not torch.equal(value, start[name]), name  # the head learns from the first update
+        else:
+            assert torch.equal(value, start[name]), name  # bit for bit, weight decay included
+    fourth = _params(tmp_path / "full" / "checkpoints" / "step-00000004")
+    assert not torch.equal(fourth["proj.weight"], start["proj.weight"])  # the rest joins at update 4
+    assert not torch.equal(fourth["embed.weight"], start["embed.weight"])
+    handler = signal.getsignal(signal.SIGTERM)
+    try:
+        stopped = make(tmp_path / "split", ToyData(8, 2, signal_at=1)).train(resume=False)
+    finally:
+        signal.signal(signal.SIGTERM, handler)
+    assert stopped.stopped_early and stopped.step == 2
+    make(tmp_path / "split", ToyData(8, 2)).train(resume=True)
+    ckpt = "checkpoints/step-00000006"
+    assert _max_diff(_params(tmp_path / "full" / ckpt), _params(tmp_path / "split" / ckpt)) == 0.0

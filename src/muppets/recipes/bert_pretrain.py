@@ -10,11 +10,13 @@ tokenizer and corpus while the other ranks wait.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 
 import numpy as np
+from torch import nn
 
 from muppets.data.shards import TokenCorpus
 from muppets.errors import ConfigError
@@ -39,10 +41,16 @@ log = logging.getLogger(__name__)
 class BertModelSection(PretrainedModelSection):
     preset: str = "bert-mini"  # bert-tiny | bert-mini | bert-small | bert-medium | bert-base | bert-large
     pretrain_dropout: float = -1.0  # hidden and attention dropout while pretraining only (-1 = the model's own); final/config.json keeps the model's own, which fine-tuning then uses (Cramming: 0 here, 0.1 there)
+    head_warmup_steps: int = 0  # with init_from: the first N updates train only the MLM head's transform and output bias; the loaded encoder and the word embeddings the decoder is tied to wait, so a fresh head's first gradients never reach them
 
     def __post_init__(self) -> None:
         if not (self.pretrain_dropout == -1.0 or 0.0 <= self.pretrain_dropout < 1.0):
             raise ConfigError(f"model.pretrain_dropout={self.pretrain_dropout}: expected -1 (off) or a rate in [0, 1)")
+        if self.head_warmup_steps < 0:
+            raise ConfigError(f"model.head_warmup_steps={self.head_warmup_steps}: expected a count of updates >= 0")
+        if self.head_warmup_steps and not self.init_from:
+            raise ConfigError(f"model.head_warmup_steps={self.head_warmup_steps} warms up a fresh MLM head on a loaded "
+                              "encoder: set model.init_from (a random model has nothing to protect)")
 
 
 @dataclass
@@ -103,6 +111,24 @@ def build_model(cfg: PretrainConfig, tok: WordPieceTokenizer) -> BertForPreTrain
     """A random BERT of the preset (or ``model.init_from``); without NSP its pooler and NSP
     head are frozen (see :meth:`BertForPreTraining.train_nsp`)."""
     return _new_or_loaded(cfg, tok).train_nsp(cfg.data.nsp)
+
+
+def head_warmup(cfg: PretrainConfig, model: BertForPreTraining) -> Callable[[int], list[nn.Parameter]] | None:
+    """The trainer's ``frozen`` callback for ``model.head_warmup_steps``: before that many
+    updates, every parameter but the MLM head's own (its transform and output bias; the decoder
+    is the tied word embeddings, which wait with the encoder); None when the setting is 0."""
+    steps = cfg.model.head_warmup_steps
+    if not steps:
+        return None
+    head = {id(p) for p in model.mlm.parameters()}
+    waiting = [p for p in model.parameters() if id(p) not in head]
+
+    def frozen(step: int) -> list[nn.Parameter]:
+        return waiting if step < steps else []
+
+    log.info("model.head_warmup_steps=%d: the first %d updates train only the MLM head (%d parameters); the "
+             "encoder joins after them", steps, steps, sum(p.numel() for p in model.mlm.parameters()))
+    return frozen
 
 
 def _pretrain_dropout(cfg: PretrainConfig) -> dict:
@@ -207,5 +233,5 @@ def run(cfg: PretrainConfig, resume: bool = True) -> dict:
                                cfg.train.accumulation, cfg.train.seed, tok.is_continuation)
     job = Pretraining(model, data, evaluator(data, cfg.eval_batch_size),
                       export=lambda final: save_hf_bert(model, final, tok, dropout),
-                      baseline=lambda: unigram_baseline(data, cfg.eval_batch_size))
+                      baseline=lambda: unigram_baseline(data, cfg.eval_batch_size), frozen=head_warmup(cfg, model))
     return train_and_export(cfg, corpus, job, resume)

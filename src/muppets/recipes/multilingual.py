@@ -187,6 +187,7 @@ def run(cfg: Any, resume: bool = True) -> dict:
         summary["tokenizer_sample"] = json.loads(sample.read_text(encoding="utf-8"))
     job = Pretraining(model, data, bert.evaluator(data, cfg.eval_batch_size),
                       export=lambda final: save_hf_bert(model, final, tok, dropout),
-                      baseline=lambda: unigram_baseline(data, cfg.eval_batch_size), summary=summary)
+                      baseline=lambda: unigram_baseline(data, cfg.eval_batch_size), summary=summary,
+                      frozen=bert.head_warmup(cfg, model))
     corpus = LanguageCorpora(corpora, str(Path(cfg.run_dir) / "languages"))
     return train_and_export(cfg, corpus, job, resume)

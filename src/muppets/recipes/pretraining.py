@@ -40,6 +40,7 @@ class Pretraining:
     export: Callable[[Path], Any]  # writes the final model into the directory it is given
     baseline: Callable[[], Metrics]  # the unigram baseline on the same held-out targets
     summary: dict = field(default_factory=dict)  # the recipe's own summary entries
+    frozen: Callable[[int], Sequence[nn.Parameter]] | None = None  # parameters held still at a step (Trainer)
 
 
 def train_and_export(cfg: RunSection, corpus: TokenCorpus, job: Pretraining, resume: bool = True) -> dict:
@@ -49,7 +50,8 @@ def train_and_export(cfg: RunSection, corpus: TokenCorpus, job: Pretraining, res
     baseline). A run stopped by a signal is exported too (the model so far is of use), with
     ``interrupted: true`` in the summary: it is not finished, and the same command resumes it."""
     run_dir = Path(cfg.run_dir)
-    trainer = Trainer(job.model, job.data, cfg.train, run_dir, evaluate=job.evaluate, run_config=to_dict(cfg))
+    trainer = Trainer(job.model, job.data, cfg.train, run_dir, evaluate=job.evaluate, run_config=to_dict(cfg),
+                      frozen=job.frozen)
     result = trainer.train(resume=resume)
     final = run_dir / "final"
     summary = {"step": result.step, "stopped_early": result.stopped_early, "interrupted": result.interrupted,

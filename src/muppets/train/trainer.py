@@ -27,7 +27,7 @@ import os
 import random
 import signal
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -200,6 +200,11 @@ class Trainer:
             besides ``config.eval_every`` and the last step (e.g. every epoch end).
         step_extras: optional ``step_extras() -> {name: value}``, called after every update
             and added to that step's ``log.jsonl`` record (e.g. learned task weights).
+        frozen: optional ``frozen(step) -> parameters`` left as they are by update ``step + 1``
+            (``step`` = updates done so far): their gradients are dropped after the backward
+            pass, before clipping, so AdamW neither moves nor decays them and their moments
+            stay untouched (e.g. a fresh head trained alone before the encoder joins). A
+            function of the step only, so a resumed run freezes exactly what the first did.
 
     Under ``torchrun`` the constructor joins the process group (:func:`init_distributed`) and
     wraps the model in DistributedDataParallel; build the same model on every rank.
@@ -217,12 +222,13 @@ class Trainer:
         should_stop: Callable[[int, dict[str, float]], bool] | None = None,
         eval_also_at: Callable[[int], bool] | None = None,
         step_extras: Callable[[], dict[str, float]] | None = None,
+        frozen: Callable[[int], Sequence[nn.Parameter]] | None = None,
     ) -> None:
         self.model, self.data, self.config = model, data, config
         self.run_dir = Path(run_dir)
         self.evaluate, self.save_model = evaluate, save_model
         self.should_stop, self.eval_also_at = should_stop, eval_also_at
-        self.step_extras = step_extras
+        self.step_extras, self.frozen = step_extras, frozen
         self.run_config = run_config if run_config is not None else {"train": to_dict(config)}
         self.dist = init_distributed()
         _check_split(config, self.dist.world)
@@ -390,6 +396,9 @@ class Trainer:
         batches = self._micro_batches()
         counts, tokens = self._global_counts(batches)
         sums = self._forward_backward(batches, counts)
+        if self.frozen is not None:
+            for param in self.frozen(self.step):
+                param.grad = None
         terms = {k: sums[k] / max(counts[k], 1.0) for k in counts}
         loss = float(sum(terms.values()))
         grad_norm = self._clip_gradients()
