@@ -38,7 +38,8 @@ def _tokenizer_train(args: argparse.Namespace) -> int:
     texts = (p for doc in iter_documents(inputs, args.format, errors=args.errors) for p in doc.paragraphs)
     tok = WordPieceTokenizer.train(texts, args.vocab_size, lowercase=not args.cased,
                                    chinese_script=args.chinese_script,
-                                   min_frequency=args.min_frequency, show_progress=sys.stderr.isatty())
+                                   min_frequency=args.min_frequency, limit_alphabet=args.limit_alphabet,
+                                   show_progress=sys.stderr.isatty())
     tok.save(args.out)
     print(f"tokenizer: {tok.vocab_size} tokens -> {args.out}")
     return 0
@@ -520,6 +521,9 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--out", required=True, help="directory to write (HF-compatible)")
     t.add_argument("--vocab-size", type=int, default=30522)
     t.add_argument("--min-frequency", type=int, default=2)
+    t.add_argument("--limit-alphabet", type=int, default=1000,
+                   help="characters the vocabulary can hold, the most frequent first; the rest become [UNK] "
+                        "(Chinese needs thousands)")
     t.add_argument("--cased", action="store_true", help="keep case and accents")
     t.add_argument("--chinese-script", default="", choices=SCRIPTS[1:],
                    help="convert Chinese text to one script first (OpenCC), now and whenever the tokenizer is used")

@@ -58,6 +58,7 @@ class WordPieceSection(TokenizerSection):
     path: str = ""  # tokenizer directory or vocab.txt ("" = train one into <run_dir>/tokenizer, once)
     lowercase: bool = True  # lower-case (and strip accents) before WordPiece
     chinese_script: str = ""  # "" (as written) | simplified | traditional: convert Chinese text first (OpenCC)
+    limit_alphabet: int = 1000  # characters a trained vocabulary can hold (the most frequent); the rest become [UNK]: raise it for Chinese (thousands of characters)
 
 
 @dataclass
@@ -96,7 +97,7 @@ def _train_tokenizer(cfg: PretrainConfig) -> WordPieceTokenizer:
     log.info("training a %d-token WordPiece vocabulary on %s", sec.vocab_size, cfg.corpus.languages or cfg.corpus.inputs)
     tok = WordPieceTokenizer.train(texts, sec.vocab_size, chinese_script=sec.chinese_script,
                                    lowercase=sec.lowercase, min_frequency=sec.min_frequency,
-                                   model_max_length=cfg.data.max_seq_len)
+                                   limit_alphabet=sec.limit_alphabet, model_max_length=cfg.data.max_seq_len)
     if cfg.corpus.languages:
         multilingual.write_sample_report(sample, Path(cfg.run_dir))
     return tok

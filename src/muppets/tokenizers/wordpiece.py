@@ -691,13 +691,24 @@ def _train_vocab(counts: Counter[str], settings: WordPieceSettings, vocab_size: 
     return backend.get_vocab(with_added_tokens=True)
 
 
+ALPHABET_WARNING = 1e-4  # share of character occurrences left out of the alphabet that is worth a warning
+
+
 def _alphabet(counts: Counter[str], limit: int) -> list[str]:
-    """The ``limit`` most frequent characters (ties broken by the character), sorted."""
+    """The ``limit`` most frequent characters (ties broken by the character), sorted; says how
+    much of the text the characters beyond the limit are (they can only become ``[UNK]``)."""
     chars: Counter[str] = Counter()
     for word, count in counts.items():
         for ch in word:
             chars[ch] += count
     ranked = sorted(chars.items(), key=lambda item: (-item[1], item[0]))
+    left_out = sum(count for _, count in ranked[limit:])
+    if left_out:
+        share = left_out / sum(chars.values())
+        (logger.warning if share >= ALPHABET_WARNING else logger.info)(
+            "limit_alphabet=%d keeps %d of %d characters: the other %d, %.3f%% of the character occurrences, will be "
+            "[UNK] (with the whole word they are part of, unless it is a CJK character)%s", limit, limit, len(ranked),
+            len(ranked) - limit, 100 * share, "; raise limit_alphabet" if share >= ALPHABET_WARNING else "")
     return sorted(ch for ch, _ in ranked[:limit])
 
 
