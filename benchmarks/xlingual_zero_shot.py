@@ -64,7 +64,9 @@ def run_task(name: str, cfg: FinetuneConfig, args: argparse.Namespace, seed: int
 
 def accuracies(name: str, result: dict) -> dict[str, float]:
     if name == "sst2-chnsenticorp":
-        return {"sst2_dev": result["sst2_dev"].get("accuracy"), "zh_test": result["chnsenticorp_test"].get("accuracy")}
+        # SST-2 dev chose the model: its score is the selection score, not a result
+        return {"sst2_dev_selection": result["sst2_dev"].get("accuracy"),
+                "zh_test": result["chnsenticorp_test"].get("accuracy")}
     return {lang: r["accuracy"] for lang, r in result["languages"].items()}
 
 
@@ -97,7 +99,8 @@ def main() -> None:
     ap.add_argument("--smoke", action="store_true", help="a tiny slice, to check the script runs (not a result)")
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    args.out_dir = args.out_dir or f"runs/xlingual/{Path(args.model).name}-{args.init}"
+    default_root = "runs/xlingual-smoke" if args.smoke else "runs/xlingual"  # a smoke run never fills a real one
+    args.out_dir = args.out_dir or f"{default_root}/{Path(args.model).name}-{args.init}"
     cfg = FinetuneConfig(model=args.model, init=args.init, epochs=1 if args.smoke else args.epochs, lr=args.lr,
                          batch_size=args.batch_size, max_seq_len=32 if args.smoke else args.max_seq_len,
                          threads=args.threads, precision=args.precision, progress=False, eval_every=0)

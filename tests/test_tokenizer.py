@@ -276,6 +276,19 @@ def test_train_warns_when_alphabet_exceeds_vocab_size(caplog: pytest.LogCaptureF
     assert tok.vocab_size > 30 and "more than vocab_size=30" in caplog.text
 
 
+def test_limit_alphabet_leaves_the_rarest_characters_out_and_says_how_much_text_they_are(
+        caplog: pytest.LogCaptureFixture) -> None:
+    text = ["他说北京很大 " * 9 + "龘"] * 4  # six frequent CJK characters and one rare one
+    with caplog.at_level(logging.WARNING, logger="muppets.tokenizers.wordpiece"):
+        small = WordPieceTokenizer.train(text, vocab_size=100, min_frequency=1, limit_alphabet=6)
+    assert "keeps 6 of 7 characters" in caplog.text and "1.818% of the character occurrences" in caplog.text
+    assert small.encode("龘北") == [small.unk_id, small.token_to_id("北")]
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="muppets.tokenizers.wordpiece"):
+        full = WordPieceTokenizer.train(text, vocab_size=100, min_frequency=1, limit_alphabet=7)
+    assert "keeps" not in caplog.text and full.unk_id not in full.encode("龘北")
+
+
 LITERAL_SPECIALS = "Type [MASK] or [SEP], never [PAD] [CLS] [UNK] or <|endoftext|> here."
 
 

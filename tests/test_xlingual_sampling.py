@@ -177,7 +177,7 @@ def test_tiny_multilingual_pretraining_run(tmp_path: Path) -> None:
     tiny = json.dumps({"hidden_size": 32, "num_heads": 2, "intermediate_size": 64, "num_layers": 2})
     cfg = bert_pretrain.load_config(None, [
         f"run_dir={tmp_path / 'run'}", f"model.overrides={tiny}", "model.preset=bert-tiny",
-        "tokenizer.vocab_size=300", "tokenizer.min_frequency=1", "corpus.workers=1",
+        "tokenizer.vocab_size=300", "tokenizer.min_frequency=1", "tokenizer.limit_alphabet=2000", "corpus.workers=1",
         "corpus.languages=" + json.dumps(_write_languages(tmp_path / "raw")),
         "data.max_seq_len=32", "data.masking.max_predictions=5", "data.eval_examples=12",
         "data.eval_fraction=0.3", "train.steps=2", "train.batch_size=6", "train.progress=false",

@@ -15,14 +15,14 @@ from muppets.interop.hf_bert import load_hf_bert
 from muppets.tasks.spec import TaskSpec, TextExample
 from muppets.tokenizers.wordpiece import WordPieceTokenizer
 from muppets.transfer.xlingual import (ParallelTask, chance, cv_splits, layer_retrieval, load_parallel,
-                                       retrieval_at_1, row_folds, sentence_vectors)
+                                       retrieval_at_1, row_folds, sentence_groups, sentence_vectors)
 
 SPEC = TaskSpec("toy-en", "pair", ["0", "1"], "accuracy", ("a", "b"))
 
 
 def _toy(rows: int = 23, missing: dict[str, set[int]] | None = None) -> ParallelTask:
     missing = missing or {}
-    by_lang = {lang: {r: TextExample(f"dev-{lang}-{r}", f"{lang} {r}", "b", str(r % 2), f"f:{r}")
+    by_lang = {lang: {r: TextExample(f"dev-{lang}-{r}", f"{lang} {r}", f"{lang} b{r}", str(r % 2), f"f:{r}")
                       for r in range(rows) if r not in missing.get(lang, set())}
                for lang in ("en", "de", "zh")}
     return ParallelTask("toy", SPEC, by_lang)
@@ -36,6 +36,18 @@ def test_folds_partition_the_rows() -> None:
     assert [f.tolist() for f in folds] == [f.tolist() for f in row_folds(list(range(23)), 5, seed=1)]
     with pytest.raises(ConfigError):
         row_folds([1, 2], 3)
+
+
+def test_rows_sharing_a_sentence_are_grouped_and_never_split_across_folds() -> None:
+    premise = {r: TextExample(f"dev-en-{r}", f"premise {r // 3}", f"hypothesis {r}", str(r % 3), "f") for r in range(12)}
+    premise[9] = TextExample("dev-en-9", "premise 3", "hypothesis 2", "0", "f")  # shares row 2's hypothesis
+    groups = sentence_groups(premise)
+    assert groups == {0: 0, 1: 0, 2: 0, 3: 3, 4: 3, 5: 3, 6: 6, 7: 6, 8: 6, 9: 0, 10: 0, 11: 0}
+    for fold in row_folds(list(premise), 2, seed=4, groups=groups):
+        held = set(fold.tolist())
+        assert all((a in held) == (b in held) for a in premise for b in premise if groups[a] == groups[b])
+    with pytest.raises(ConfigError, match="groups"):
+        row_folds(list(premise), 4, groups=groups)  # three groups cannot fill four folds
 
 
 def test_same_rows_held_out_in_every_language_and_never_trained_on() -> None:
@@ -63,6 +75,10 @@ def test_real_xnli_and_pawsx_are_parallel_by_row() -> None:
     assert len(paws.rows["en"]) == 2000 and len(paws.rows["de"]) == 2000 - 68  # NS rows dropped
     fold = next(cv_splits(paws, k=5))
     assert set(fold.held_rows.tolist()) >= {int(ex.id.rsplit("-", 1)[1]) for ex in fold.held_out["de"]}
+    for task in (xnli, paws):  # no English sentence of a held-out row is ever trained on
+        for fold in cv_splits(task, k=5):
+            trained = {s for ex in fold.train for s in (ex.text, ex.text_b)}
+            assert not any({ex.text, ex.text_b} & trained for ex in fold.held_out["en"])
 
 
 def test_retrieval_is_perfect_up_to_a_per_language_shift() -> None:
@@ -114,3 +130,5 @@ def test_zero_shot_cv_predicts_every_row_once_per_language_and_reuses_finished_f
     assert summary["languages"]["en"]["majority"] == 0.5 and len(summary["languages"]["de"]["folds"]) == 2
     assert not (tmp_path / "cv" / "fold-0" / "best").exists()  # models deleted once the fold is scored
     assert zero_shot_cv(task, cfg, k=2, root=tmp_path / "cv")["languages"] == summary["languages"]
+    with pytest.raises(ConfigError, match="another fold"):  # other folds never reuse those results
+        zero_shot_cv(task, cfg, k=2, fold_seed=1, root=tmp_path / "cv")

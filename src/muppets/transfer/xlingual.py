@@ -3,7 +3,10 @@
 **Zero-shot transfer** (:func:`zero_shot_cv`): fine-tune on English, evaluate on every other
 language with the same model. XNLI and PAWS-X are staged as labelled dev files only, parallel
 across languages (row ``i`` is the same pair everywhere), so they are cross-validated **by
-row**: the English row ids are cut into ``k`` folds (:func:`row_folds`); for fold ``f`` the model
+row**: the English row ids are cut into ``k`` folds (:func:`row_folds`), rows that share an English
+sentence always in the same fold (:func:`sentence_groups`: XNLI gives each premise three
+hypotheses, one per label, so a premise split across folds would let the model learn two of its
+labels and infer the third; PAWS-X pairs reuse sentences too); for fold ``f`` the model
 trains on the English rows of the other folds (a stratified slice of them held out to choose
 the best model: ``selection=train-slice``), and predicts the fold's rows in every language: the
 same row ids held out everywhere, none of them ever trained on (:func:`cv_splits`). Each row is
@@ -38,7 +41,7 @@ from muppets.errors import ConfigError
 from muppets.tasks import load_task
 from muppets.tasks.spec import TaskData, TaskSpec, TextExample
 
-__all__ = ["LANGUAGES", "ParallelTask", "load_parallel", "row_folds", "cv_splits", "zero_shot_cv",
+__all__ = ["LANGUAGES", "ParallelTask", "load_parallel", "sentence_groups", "row_folds", "cv_splits", "zero_shot_cv",
            "sst2_to_chnsenticorp", "unique_premises", "sentence_vectors", "retrieval_at_1", "layer_retrieval",
            "chance"]
 
@@ -76,12 +79,43 @@ def load_parallel(name: str, languages: Sequence[str] = LANGUAGES, source: str =
     return ParallelTask(name, spec, rows)
 
 
-def row_folds(rows: Sequence[int], k: int, seed: int = 0) -> list[np.ndarray]:
-    """``k`` disjoint, sorted folds of the row ids ``rows`` covering them all (a seeded shuffle)."""
-    if not 2 <= k <= len(rows):
-        raise ConfigError(f"folds: need 2 <= k <= {len(rows)} rows, got k={k}")
-    order = np.random.default_rng([seed, 53]).permutation(np.asarray(sorted(rows), dtype=np.int64))
-    return [np.sort(part) for part in np.array_split(order, k)]
+def sentence_groups(examples: dict[int, TextExample]) -> dict[int, int]:
+    """Row -> group: rows that share a sentence (first or second text), directly or through
+    other rows, form one group, numbered by its smallest row."""
+    parent = {row: row for row in examples}
+
+    def root(row: int) -> int:
+        while parent[row] != row:
+            parent[row] = parent[parent[row]]
+            row = parent[row]
+        return row
+
+    first: dict[str, int] = {}
+    for row, ex in sorted(examples.items()):
+        for sentence in (ex.text, ex.text_b):
+            if sentence is None:
+                continue
+            if sentence in first:
+                a, b = root(row), root(first[sentence])
+                parent[max(a, b)] = min(a, b)
+            else:
+                first[sentence] = row
+    return {row: root(row) for row in examples}
+
+
+def row_folds(rows: Sequence[int], k: int, seed: int = 0, groups: dict[int, int] | None = None) -> list[np.ndarray]:
+    """``k`` disjoint, sorted folds of the row ids ``rows`` covering them all (a seeded shuffle);
+    with ``groups`` (row -> group) the groups are shuffled and dealt, so a group never spans folds."""
+    groups = groups or {row: row for row in rows}
+    keys = sorted({groups[row] for row in rows})
+    if not 2 <= k <= len(keys):
+        raise ConfigError(f"folds: need 2 <= k <= {len(keys)} groups of rows, got k={k}")
+    members: dict[int, list[int]] = {}
+    for row in sorted(rows):
+        members.setdefault(groups[row], []).append(row)
+    order = np.random.default_rng([seed, 53]).permutation(np.asarray(keys, dtype=np.int64))
+    return [np.sort(np.asarray([row for key in part.tolist() for row in members[key]], dtype=np.int64))
+            for part in np.array_split(order, k)]
 
 
 @dataclass
@@ -95,9 +129,9 @@ class Fold:
 
 
 def cv_splits(task: ParallelTask, k: int = 5, seed: int = 0, source: str = "en") -> Iterator[Fold]:
-    """The ``k`` folds by row (see the module docstring)."""
+    """The ``k`` folds by row, rows sharing an English sentence together (see the module docstring)."""
     by_row = task.rows[source]
-    for index, held in enumerate(row_folds(list(by_row), k, seed)):
+    for index, held in enumerate(row_folds(list(by_row), k, seed, sentence_groups(by_row))):
         held_set = set(held.tolist())
         train = [ex for row, ex in sorted(by_row.items()) if row not in held_set]
         held_out = {lang: [exs[r] for r in held.tolist() if r in exs] for lang, exs in task.rows.items()}
@@ -131,11 +165,16 @@ def run_fold(task: ParallelTask, fold: Fold, cfg, root: Path, keep_models: bool 
     run_dir = root / f"fold-{fold.index}"
     done = run_dir / RESULT_FILE
     if done.is_file():
-        return json.loads(done.read_text(encoding="utf-8"))
+        found = json.loads(done.read_text(encoding="utf-8"))
+        if found.get("held_rows") != fold.held_rows.tolist():
+            raise ConfigError(f"{done} holds the result of another fold (other held-out rows: a different k, fold "
+                              "seed, task or grouping); give this run its own directory")
+        return found
     fold_cfg = dataclasses.replace(cfg, run_dir=str(run_dir), selection="train-slice")
     data = TaskData(task.spec, {"train": fold.train}, notes=f"{task.name} fold {fold.index}: English rows of the other folds")
     summary = run(fold_cfg, data=data)
-    result = {"fold": fold.index, "rows": len(fold.held_rows), "best_step": summary["best_step"],
+    result = {"fold": fold.index, "rows": len(fold.held_rows), "held_rows": fold.held_rows.tolist(),
+              "best_step": summary["best_step"],
               "train_examples": summary["train_examples"], "selection_examples": summary["selection_examples"],
               "languages": _predict_languages(run_dir, task.spec, fold.held_out, fold_cfg)}
     write_json_atomic(done, result)
