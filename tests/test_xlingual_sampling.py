@@ -4,6 +4,7 @@ language-balanced pretraining batches; and a tiny multilingual BERT run end to e
 from __future__ import annotations
 
 import json
+import logging
 import random
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from muppets.objectives.mlm import MaskingConfig
 from muppets.objectives.mlm_nsp import BertPretrainingData, PretrainDataConfig, SpecialIds
 from muppets.objectives.multilingual import LanguageBalancedData, allocate, language_seed
 from muppets.recipes import bert_pretrain
+from muppets.tokenizers.wordpiece import WordPieceTokenizer
 
 
 # ----------------------------------------------------------------------------- probabilities
@@ -173,6 +175,20 @@ def _write_languages(root: Path) -> dict:
             "zh": {"inputs": [str(zh)], "format": "zhwiki"}}
 
 
+def test_the_sample_report_names_a_language_its_vocabulary_cannot_read(tmp_path: Path, caplog) -> None:
+    from muppets.recipes import multilingual
+
+    texts = {"en": ["the cat sat on the mat"] * 20, "zh": ["他说北京很大龘龘"] * 20}
+    sample = LanguageSample({lang: (lambda t=t: iter(t)) for lang, t in texts.items()})
+    tok = WordPieceTokenizer.train(sample.texts(), vocab_size=120, min_frequency=1, limit_alphabet=14)
+    with caplog.at_level(logging.WARNING, logger="muppets.recipes.multilingual"):
+        multilingual.write_sample_report(sample, tmp_path, tok)
+    shares = {lang: v["unk_share"] for lang, v in json.loads((tmp_path / "language_sample.json").read_text())
+              ["languages"].items()}
+    assert shares["en"] == 0.0 and shares["zh"] > 0.1
+    assert "of zh's pieces [UNK]" in caplog.text and "of en's" not in caplog.text
+
+
 def test_tiny_multilingual_pretraining_run(tmp_path: Path) -> None:
     tiny = json.dumps({"hidden_size": 32, "num_heads": 2, "intermediate_size": 64, "num_layers": 2})
     cfg = bert_pretrain.load_config(None, [
@@ -189,9 +205,9 @@ def test_tiny_multilingual_pretraining_run(tmp_path: Path) -> None:
     assert sum(v["probability"] for v in summary["languages"].values()) == pytest.approx(1.0)
     sample = json.loads((run / "language_sample.json").read_text())
     assert sample["alpha"] == 0.7 and all(v["sampled_units"] > 0 for v in sample["languages"].values())
+    assert all(v["unk_share"] == 0.0 for v in sample["languages"].values())  # every character has room
     for lang in ("en", "de", "zh"):
         assert (run / "languages" / lang / "corpus" / "meta.json").is_file()
-    from muppets.tokenizers.wordpiece import WordPieceTokenizer
     tok = WordPieceTokenizer.load(run / "tokenizer")
     ids = tok.encode("他说北京")
     assert len(ids) == 4 and tok.unk_id not in ids  # CJK characters one piece each, all in the vocabulary

@@ -99,7 +99,7 @@ def _train_tokenizer(cfg: PretrainConfig) -> WordPieceTokenizer:
                                    lowercase=sec.lowercase, min_frequency=sec.min_frequency,
                                    limit_alphabet=sec.limit_alphabet, model_max_length=cfg.data.max_seq_len)
     if cfg.corpus.languages:
-        multilingual.write_sample_report(sample, Path(cfg.run_dir))
+        multilingual.write_sample_report(sample, Path(cfg.run_dir), tok)
     return tok
 
 

@@ -30,6 +30,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+from collections.abc import Iterable
+from itertools import islice
 from pathlib import Path
 from typing import Any
 
@@ -96,13 +98,35 @@ def tokenizer_sample(sec: CorpusSection, max_documents: int = 0, seed: int = 0) 
     return LanguageSample(sources, sec.language_alpha, sec.language_sample, seed)
 
 
-def write_sample_report(sample: LanguageSample, run_dir: Path) -> None:
-    """``<run_dir>/language_sample.json``: n_l, p_l, rates and the units taken per language."""
+UNK_CHECK_PARAGRAPHS = 500  # each language's first paragraphs scored for [UNK] after training
+UNK_WARNING = 0.01  # a language with more [UNK] pieces than this is worth a warning
+
+
+def unk_share(tok: Any, texts: Iterable[str]) -> float:
+    """The share of ``tok``'s pieces of ``texts`` that are ``[UNK]`` (0 when they have no piece)."""
+    pieces = unknown = 0
+    for ids in tok.encode_batch(list(texts)):
+        pieces += len(ids)
+        unknown += sum(i == tok.unk_id for i in ids)
+    return unknown / pieces if pieces else 0.0
+
+
+def write_sample_report(sample: LanguageSample, run_dir: Path, tok: Any = None) -> None:
+    """``<run_dir>/language_sample.json``: n_l, p_l, rates and the units taken per language and,
+    given the trained ``tok``, each language's ``unk_share`` on its first paragraphs (a vocabulary
+    with no room for a script's characters, e.g. too small a ``tokenizer.limit_alphabet`` for
+    Chinese, shows here and is warned about)."""
     report = sample.report()
-    write_json_atomic(Path(run_dir) / SAMPLE_REPORT, report)
     for lang, share in report["languages"].items():
+        if tok is not None:
+            share["unk_share"] = unk_share(tok, islice(sample.sources[lang](), UNK_CHECK_PARAGRAPHS))
+            if share["unk_share"] > UNK_WARNING:
+                log.warning("the trained vocabulary makes %.1f%% of %s's pieces [UNK] (its first %d paragraphs): "
+                            "raise tokenizer.limit_alphabet or tokenizer.vocab_size", 100 * share["unk_share"], lang,
+                            UNK_CHECK_PARAGRAPHS)
         log.info("tokenizer sample: %s took %s units (%.1f%% of the sample; p=%.3f)", lang,
                  f"{share['sampled_units']:,}", 100 * share["sampled_share"], share["probability"])
+    write_json_atomic(Path(run_dir) / SAMPLE_REPORT, report)
 
 
 def open_languages(cfg: Any, tokenizer) -> tuple[Any, dict[str, TokenCorpus]]:
