@@ -61,6 +61,22 @@ def test_a_named_corpus_of_another_tokenizer_is_an_error_not_overwritten(tmp_pat
     assert prepare_once(sec, first, tmp_path / "run-c").directory == named  # still reused
 
 
+@pytest.mark.parametrize("named", [False, True])
+def test_a_corpus_prepared_from_other_inputs_is_an_error_not_reused(tmp_path: Path, raw: Path, named: bool) -> None:
+    other = tmp_path / "other.txt"
+    other.write_text("A wholly different text.\n", encoding="utf-8")
+    prepared = str(tmp_path / "shared-corpus") if named else ""
+    out = tmp_path / "shared-corpus" if named else tmp_path / "run" / "corpus"
+    vocab = _vocabs()[0]
+    prepare_once(CorpusSection(inputs=[str(raw)], prepared=prepared, workers=1), vocab, tmp_path / "run")
+    before = _files(out)
+    with pytest.raises(ConfigError, match="was prepared from .*raw.txt.* but corpus.inputs names .*other.txt"):
+        prepare_once(CorpusSection(inputs=[str(other)], prepared=prepared, workers=1), vocab, tmp_path / "run")
+    assert _files(out) == before  # untouched
+    same = CorpusSection(inputs=[str(tmp_path / "." / "raw.txt")], prepared=prepared, workers=1)
+    assert prepare_once(same, vocab, tmp_path / "run").directory == out  # the same file, spelled otherwise
+
+
 def test_a_named_directory_that_is_no_corpus_is_an_error(tmp_path: Path, raw: Path) -> None:
     named = tmp_path / "my-notes"
     named.mkdir()

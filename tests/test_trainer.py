@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from torch import nn
 from safetensors.torch import load_file
 
 HERE = Path(__file__).resolve().parent
@@ -350,3 +351,43 @@ def test_frozen_parameters_stay_put_and_a_resumed_run_freezes_the_same(tmp_path:
     make(tmp_path / "split", ToyData(8, 2)).train(resume=True)
     ckpt = "checkpoints/step-00000006"
     assert _max_diff(_params(tmp_path / "full" / ckpt), _params(tmp_path / "split" / ckpt)) == 0.0
+
+
+class _LoudExtra(ToyModel):
+    """ToyModel plus a parameter outside the network whose gradient is huge (like scaled task weights)."""
+
+    def __init__(self, exempt: bool) -> None:
+        super().__init__(dropout=0.0)
+        from muppets.train.optim import exempt_from_clipping
+
+        self.extra = nn.Parameter(torch.zeros(1))
+        if exempt:
+            exempt_from_clipping(self.extra)
+
+    def forward(self, **batch):
+        out = super().forward(**batch)
+        out.loss_sums["cls"] = out.loss_sums["cls"] + 1e7 * self.extra.sum() * len(batch["cls_labels"])
+        return out
+
+
+def test_a_parameter_exempt_from_clipping_neither_sets_nor_takes_the_clip(tmp_path: Path) -> None:
+    """The network's update is the one it gets without the loud parameter; clipped together, the
+    loud gradient would set the clip factor and shrink the network's step."""
+    def first_step(model: nn.Module, name: str) -> tuple[dict[str, torch.Tensor], float]:
+        trainer = Trainer(model, ToyData(8, 1), toy_config(steps=1, accumulation=1, warmup_steps=0,
+                                                           clip_grad_norm=1.0, schedule="constant"), tmp_path / name)
+        trainer.train(resume=False)
+        log = read_log(tmp_path / name)
+        return {k: v for k, v in model.state_dict().items() if k != "extra"}, log[0]["grad_norm"]
+
+    plain, plain_norm = first_step(ToyModel(dropout=0.0), "plain")
+    exempt, exempt_norm = first_step(_LoudExtra(exempt=True), "exempt")
+    loud, loud_norm = first_step(_LoudExtra(exempt=False), "loud")
+    assert exempt_norm == pytest.approx(plain_norm) and loud_norm > 1e6
+    assert all(torch.allclose(exempt[k], plain[k], atol=1e-7) for k in plain)
+    start = ToyModel(dropout=0.0).proj.weight.detach()
+
+    def moved(state: dict[str, torch.Tensor]) -> float:
+        return float((state["proj.weight"] - start).abs().max())
+
+    assert moved(loud) < 0.5 * moved(plain)  # clipped with it, the gradients sink to Adam's ε

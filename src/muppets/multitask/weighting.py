@@ -30,7 +30,10 @@ step is split.
 the learned weights need a far larger step. Adam's update is invariant to the scale of a
 gradient, so a weight parameter stored as ``raw = s / scale`` with ``scale = weight_lr / lr``
 moves ``s`` by about ``weight_lr`` per step (times the schedule) with the shared optimizer.
-1-D parameters get no weight decay (:mod:`muppets.train.optim`).
+1-D parameters get no weight decay (:mod:`muppets.train.optim`). ``raw`` is left out of the
+trainer's gradient clip (:func:`~muppets.train.optim.exempt_from_clipping`): its gradient is
+``scale`` times that of ``s``, and clipped together with the network's it would set the clip
+factor of the whole model, shrinking the encoder's gradients towards Adam's ε.
 
 The state (``raw``, the initial losses of GradNorm, DWA's windows) lives in parameters and
 buffers, so checkpoints carry it and a resumed run continues exactly.
@@ -45,6 +48,7 @@ from torch import nn
 
 from muppets.errors import ConfigError
 from muppets.train.distributed import all_reduce_sum
+from muppets.train.optim import exempt_from_clipping
 
 WEIGHTINGS = ("fixed", "uncertainty", "gradnorm", "dwa")
 ADAPTIVE = ("uncertainty", "gradnorm", "dwa")
@@ -82,7 +86,7 @@ class TaskWeighting(nn.Module):
         self.scale = weight_lr / lr if method in ("uncertainty", "gradnorm") else 1.0
         self.register_buffer("fixed", torch.tensor(fixed, dtype=torch.float32))
         if method in ("uncertainty", "gradnorm"):
-            self.raw = nn.Parameter(torch.zeros(K))  # s_k (uncertainty) or θ_k (gradnorm), / scale
+            self.raw = exempt_from_clipping(nn.Parameter(torch.zeros(K)))  # s_k (uncertainty) or θ_k (gradnorm), / scale
         if method == "gradnorm":
             self.register_buffer("initial", torch.zeros(K))  # L_k(0); 0 = not seen yet
         if method == "dwa":

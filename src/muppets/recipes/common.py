@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import logging
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
@@ -227,6 +227,7 @@ def prepare_once(sec: CorpusSection, tok: CorpusTokenizer, run_dir: Path) -> Tok
     fingerprint = tokenizer_fingerprint(tok.to_json())
     units = sec.units()
     meta = prepared_meta(out)
+    _check_sources(out, meta, sec.inputs)
     found = meta.get("tokenizer_sha256") if meta is not None else None
     old_text = found == fingerprint and not reads_specials_as_text(meta, tok)
     other_units = units is not None and meta is not None and not units.matches(meta.get("units"))
@@ -242,6 +243,20 @@ def prepare_once(sec: CorpusSection, tok: CorpusTokenizer, run_dir: Path) -> Tok
                    workers=sec.workers or None, errors=sec.errors, overwrite=is_own, units=units,
                    progress=sys.stderr.isatty())  # no bar redrawn into a log file
     return TokenCorpus(out)
+
+
+def _check_sources(out: Path, meta: dict | None, inputs: Sequence[str]) -> None:
+    """A prepared corpus is only ever reused for the inputs it was prepared from (compared as
+    resolved paths; a corpus whose meta.json names no sources, or a config naming no inputs, is
+    not checked): other inputs raise :class:`ConfigError`, and the directory is left as it is."""
+    if not meta or not meta.get("sources") or not inputs:
+        return
+    old = sorted(str(Path(p).resolve()) for p in meta["sources"])
+    new = sorted(str(resolve_data_path(p).resolve()) for p in inputs)
+    if old != new:
+        raise ConfigError(f"{out} was prepared from {old}, but corpus.inputs names {new}; it is left as it is: "
+                          "give the run a new run_dir (or corpus.prepared a new directory), or delete it to "
+                          "prepare it again")
 
 
 _BEFORE_TEXT = (f"before special-token strings in its text were encoded as text (its meta.json has no "

@@ -23,6 +23,22 @@ from muppets.errors import ConfigError
 logger = logging.getLogger(__name__)
 
 
+UNCLIPPED = "_muppets_unclipped"  # the attribute exempt_from_clipping sets on a parameter
+
+
+def exempt_from_clipping(param: nn.Parameter) -> nn.Parameter:
+    """Mark ``param`` to be left out of the trainer's global gradient-norm clip (and of the norm
+    it logs): for a parameter that is not part of the network, such as learned task weights,
+    whose gradient would otherwise set the clip factor of every other parameter."""
+    setattr(param, UNCLIPPED, True)
+    return param
+
+
+def is_clipped(param: nn.Parameter) -> bool:
+    """False for a parameter marked by :func:`exempt_from_clipping`."""
+    return not getattr(param, UNCLIPPED, False)
+
+
 def is_no_decay(name: str, param: nn.Parameter) -> bool:
     """True for biases, norm weights and any parameter with fewer than two dimensions."""
     return param.ndim < 2 or name.endswith("bias")

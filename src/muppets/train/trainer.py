@@ -53,7 +53,7 @@ from muppets.train.checkpoint import (
 )
 from muppets.train.distributed import all_gather, all_reduce_sum, any_rank, barrier, init_distributed
 from muppets.train.logger import RunLogger
-from muppets.train.optim import build_optimizer
+from muppets.train.optim import build_optimizer, is_clipped
 from muppets.train.plots import write_run_plot
 from muppets.train.precision import PRECISIONS, autocast, resolve_precision
 from muppets.train.progress import progress_bar, run_eta
@@ -461,8 +461,14 @@ class Trainer:
         return sums
 
     def _clip_gradients(self) -> float:
-        """Global gradient norm before clipping; clips to ``clip_grad_norm`` when it is > 0."""
-        params = [p for g in self.optimizer.param_groups for p in g["params"] if p.grad is not None]
+        """Global gradient norm before clipping; clips to ``clip_grad_norm`` when it is > 0.
+        Parameters marked by :func:`~muppets.train.optim.exempt_from_clipping` are neither
+        clipped nor counted (a non-finite gradient of theirs makes the norm NaN, so the step is
+        refused as any other)."""
+        grads = [p for g in self.optimizer.param_groups for p in g["params"] if p.grad is not None]
+        params = [p for p in grads if is_clipped(p)]
+        if any(not bool(torch.isfinite(p.grad).all()) for p in grads if not is_clipped(p)):
+            return float("nan")
         if not params:
             return 0.0
         if self.config.clip_grad_norm > 0:
