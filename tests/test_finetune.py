@@ -5,6 +5,7 @@ BERT, early stopping (and the Trainer's ``should_stop``), HF parity of ``best/``
 from __future__ import annotations
 
 import json
+import logging
 import sys
 from collections import Counter
 from pathlib import Path
@@ -511,3 +512,18 @@ def test_mean_pooling_trains_saves_and_predicts(model_dir, tmp_path):
     assert pred.predict([ex.text for ex in data["dev"]]) == saved
     with pytest.raises(Exception, match="pool"):
         cfg_for(model_dir, tmp_path, pool="max")
+
+
+def test_positions_beyond_the_pretraining_length_are_warned_about(tmp_path, caplog):
+    from muppets.transfer.finetune import FinetuneConfig, warn_untrained_positions
+
+    (tmp_path / "muppets_config.json").write_text(json.dumps({"data": {"max_seq_len": 128}}))
+    with caplog.at_level(logging.WARNING, logger="muppets.transfer.finetune"):
+        assert warn_untrained_positions(FinetuneConfig(max_seq_len=128), tmp_path) == 128
+        assert not caplog.text
+        warn_untrained_positions(FinetuneConfig(max_seq_len=384), tmp_path)
+        assert "positions 128-383 were never trained" in caplog.text
+        caplog.clear()
+        assert warn_untrained_positions(FinetuneConfig(max_seq_len=384, init="random"), tmp_path) is None
+        assert warn_untrained_positions(FinetuneConfig(max_seq_len=384), tmp_path / "hf") is None  # not ours
+    assert not caplog.text

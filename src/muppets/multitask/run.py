@@ -100,6 +100,7 @@ def _build_tasks(cfg: MultitaskConfig, datas: dict[str, TaskData], model_dir: Pa
         if tcfg.init == "random":
             init_weights(model, model.backbone.cfg.initializer_range)
         ft.check_length(tcfg, model)
+        ft.warn_untrained_positions(tcfg, model_dir)
         model.to(device)
         train, mode, chosen, _ = ft.selection_split(tcfg, data)
         train = ft.confident(train, tcfg.min_confidence)

@@ -399,6 +399,7 @@ def _setup(cfg: FinetuneConfig, data: TaskData, local_rank: int) -> _Setup:
         init_weights(model, model.backbone.cfg.initializer_range)
         log.info("init=random: %s's weights replaced by a fresh initialisation", model_dir)
     check_length(cfg, model)
+    warn_untrained_positions(cfg, model_dir)
     model.to(task_device(cfg.device, local_rank))
     train, mode, chosen, dev = selection_split(cfg, data)
     train = confident(train, cfg.min_confidence)
@@ -517,6 +518,22 @@ def check_length(cfg: FinetuneConfig, model: TaskModel) -> None:
     if cfg.max_seq_len > limit:
         raise ConfigError(f"max_seq_len={cfg.max_seq_len} exceeds the model's "
                           f"{limit} position embeddings")
+
+
+def warn_untrained_positions(cfg: FinetuneConfig, model_dir: Path) -> int | None:
+    """Warn when ``max_seq_len`` reaches positions a muppets pretraining never trained: its
+    ``final/muppets_config.json`` states ``data.max_seq_len``, and the position embeddings
+    beyond it are still at their random start. Returns that length (None: not a muppets
+    pretraining, or the weights are drawn afresh anyway)."""
+    path = Path(model_dir) / "muppets_config.json"
+    if cfg.init == "random" or not path.is_file():
+        return None
+    trained = json.loads(path.read_text(encoding="utf-8")).get("data", {}).get("max_seq_len")
+    if isinstance(trained, int) and cfg.max_seq_len > trained:
+        log.warning("max_seq_len=%d, but %s was pretrained on %d-token sequences: positions %d-%d were never "
+                    "trained (random embeddings); use max_seq_len=%d with more windows, or pretrain on longer "
+                    "sequences", cfg.max_seq_len, model_dir, trained, trained, cfg.max_seq_len - 1, trained)
+    return trained if isinstance(trained, int) else None
 
 
 def _evaluator(tok: WordPieceTokenizer, spec: TaskSpec, chosen: list, watched: list, cfg: FinetuneConfig):
