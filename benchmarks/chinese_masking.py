@@ -112,14 +112,28 @@ def pretrain(variant: str, root: Path, corpus_root: Path, smoke: list[str]) -> P
     return run
 
 
-def finetune(variant: str, task: str, seed: int, root: Path, smoke: list[str]) -> Path:
-    """One seed of one task for one variant (``ft-<task>-<variant>/seed-N``); a finished seed is kept."""
+def ft_name(task: str, variant: str, length: int = 0) -> str:
+    """A fine-tuning run's directory name; ``length`` (``--finetune-len``) gets its own runs."""
+    return f"ft-{task}-{variant}" + (f"-len{length}" if length else "")
+
+
+def task_overrides(task: str, length: int = 0) -> list[str]:
+    """The task's fine-tuning overrides; with ``length``, every input is cut to that many tokens
+    (tagging and QA in more windows; CMRC's windows start every ``length // 4`` tokens)."""
+    own = [o for o in TASKS[task]["overrides"] if not length or not o.startswith(("max_seq_len=", "doc_stride="))]
+    if not length:
+        return own
+    return [*own, f"max_seq_len={length}", *([f"doc_stride={length // 4}"] if task == "cmrc2018" else [])]
+
+
+def finetune(variant: str, task: str, seed: int, root: Path, smoke: list[str], length: int = 0) -> Path:
+    """One seed of one task for one variant (``ft-<task>-<variant>[-len<N>]/seed-N``); a finished seed is kept."""
     model = root / ("bert-mini-piece" if variant == "none" else f"bert-mini-{variant}")
-    run = root / f"ft-{task}-{variant}"
+    run = root / ft_name(task, variant, length)
     if not (run / f"seed-{seed}" / "metrics.json").is_file():
         init = ["init=random"] if variant == "none" else []
         muppets(["finetune", task, "--seeds", str(seed), f"model={model}", *init, *FINETUNE,
-                 *TASKS[task]["overrides"], f"run_dir={run}", *smoke], root / f"ft-{task}-{variant}-{seed}.log")
+                 *task_overrides(task, length), f"run_dir={run}", *smoke], root / f"{ft_name(task, variant, length)}-{seed}.log")
     return run / f"seed-{seed}"
 
 
@@ -160,7 +174,7 @@ def cross_eval(root: Path, variants: list[str]) -> dict:
     return out
 
 
-def collect(root: Path, variants: list[str], seeds: list[int]) -> dict:
+def collect(root: Path, variants: list[str], seeds: list[int], length: int = 0) -> dict:
     """``{task/metric: {variant: {seed: points}}}`` from the finished fine-tuning runs."""
     found: dict[str, dict[str, dict[int, float]]] = {}
     for task, spec in TASKS.items():
@@ -169,7 +183,7 @@ def collect(root: Path, variants: list[str], seeds: list[int]) -> dict:
             found[key] = {}
             for variant in variants:
                 for seed in seeds:
-                    path = root / f"ft-{task}-{variant}" / f"seed-{seed}" / "metrics.json"
+                    path = root / ft_name(task, variant, length) / f"seed-{seed}" / "metrics.json"
                     if path.is_file():
                         m = json.loads(path.read_text())
                         found[key].setdefault(variant, {})[seed] = factor * float(m["test"][metric])
@@ -216,10 +230,15 @@ def main() -> None:
     ap.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
     ap.add_argument("--tasks", nargs="+", default=list(TASKS), choices=list(TASKS))
     ap.add_argument("--corpus-root", default="", help="where the prepared corpus and the lexicon are (default: --root)")
+    ap.add_argument("--finetune-len", type=int, default=0,
+                    help="fine-tune every task at this many tokens (the pretraining's 128: no untrained positions), "
+                         "in its own runs and results file; 0 = each task's own length")
     table_arguments(ap, "runs/zh")
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
-    root, out = table_paths(args, "runs/zh", "benchmarks/results/chinese_masking.json")
+    length = args.finetune_len
+    root, out = table_paths(args, "runs/zh", "benchmarks/results/chinese_masking"
+                            + (f"_len{length}" if length else "") + ".json")
     corpus_root = (ROOT / args.corpus_root).resolve() if args.corpus_root else root
     smoke_pt = ["train.steps=20", "train.warmup_steps=2", "train.eval_every=10", "train.checkpoint_every=10",
                 "data.eval_examples=64"] if args.smoke else []
@@ -233,16 +252,17 @@ def main() -> None:
         to_pretrain = [*pretrained, *(["piece"] if "none" in args.variants and "piece" not in pretrained else [])]
         jobs: list[tuple[str, Callable[[], Any], list[str]]] = [
             (f"pretrain {v}", partial(pretrain, v, root, corpus_root, [*budget, *smoke_pt]), []) for v in to_pretrain]
-        jobs += [(f"{t} {v} seed {s}", partial(finetune, v, t, s, root, smoke_ft),
+        jobs += [(f"{t} {v} seed {s}", partial(finetune, v, t, s, root, smoke_ft, length),
                   [f"pretrain {'piece' if v == 'none' else v}"])
                  for s in args.seeds for t in args.tasks for v in args.variants]  # seed 1 of everything first
         schedule(jobs, args.parallel)
-    result = {"config": CONFIG, "pretrain_overrides": budget, "finetune": FINETUNE, "tasks": {t: TASKS[t] for t in args.tasks},
+    result = {"config": CONFIG, "pretrain_overrides": budget, "finetune": FINETUNE,
+              "tasks": {t: {**TASKS[t], "overrides": task_overrides(t, length)} for t in args.tasks},
               "seeds": args.seeds, "smoke": args.smoke, "wall_s": time.time() - start,
               "pretraining": {v: pretrain_facts(root / f"bert-mini-{v}") for v in pretrained
                               if pretraining_done(root / f"bert-mini-{v}")},
               "cross_eval": cross_eval(root, pretrained),
-              "table": table(collect(root, args.variants, args.seeds))}
+              "table": table(collect(root, args.variants, args.seeds, length))}
     write_results(out, result, markdown(result))
 
 

@@ -65,3 +65,13 @@ def test_a_smoke_run_gets_its_own_root_and_never_writes_the_real_results(tmp_pat
     assert root == tmp_path / "runs" / "t-smoke" and out == root / "table.json"
     root, out = table_paths(ap.parse_args([]), str(tmp_path / "runs" / "t"), "benchmarks/results/t.json")
     assert root == tmp_path / "runs" / "t" and out == ROOT / "benchmarks/results/t.json"
+
+
+def test_a_finetuning_length_gets_its_own_runs_and_replaces_every_tasks_length() -> None:
+    import chinese_masking as cm
+
+    assert cm.ft_name("msra-ner", "piece") == "ft-msra-ner-piece"  # the existing runs keep their names
+    assert cm.ft_name("msra-ner", "piece", 128) == "ft-msra-ner-piece-len128"
+    assert cm.task_overrides("cmrc2018") == ["max_seq_len=384", "doc_stride=128"]
+    assert cm.task_overrides("cmrc2018", 128) == ["max_seq_len=128", "doc_stride=32"]
+    assert cm.task_overrides("msra-ner", 128) == ["epochs=10", "max_seq_len=128"]
