@@ -90,6 +90,9 @@ def main() -> None:
     # bert-mini's fine-tuning recipe in the Chinese masking table (benchmarks/chinese_masking.py)
     ap.add_argument("--lr", type=float, default=1e-4)
     ap.add_argument("--precision", default="bf16", choices=["fp32", "bf16"])
+    # The bert-minis are pretrained MLM-only: [CLS] is never a target and the pooler stays at its
+    # random start, so the sentence vector is the mean of the pieces (as in the retrieval analysis)
+    ap.add_argument("--pool", default="mean", choices=["first", "mean"])
     ap.add_argument("--batch-size", type=int, default=32)
     ap.add_argument("--max-seq-len", type=int, default=128)
     ap.add_argument("--threads", type=int, default=1)
@@ -103,7 +106,8 @@ def main() -> None:
     args.out_dir = args.out_dir or f"{default_root}/{Path(args.model).name}-{args.init}"
     cfg = FinetuneConfig(model=args.model, init=args.init, epochs=1 if args.smoke else args.epochs, lr=args.lr,
                          batch_size=args.batch_size, max_seq_len=32 if args.smoke else args.max_seq_len,
-                         threads=args.threads, precision=args.precision, progress=False, eval_every=0)
+                         threads=args.threads, precision=args.precision, pool=args.pool, progress=False,
+                         eval_every=0)
     if args.smoke:
         args.folds, cfg = 2, dataclasses.replace(cfg, eval_every=1)
     started, results = time.time(), {}
@@ -114,7 +118,7 @@ def main() -> None:
         results[name] = {"per_seed": per_seed, "majority_class": majority(name, next(iter(runs.values()))),
                          "accuracy": {k: mean_std([100 * per_seed[s][k] for s in args.seeds]) for k in keys}}
     out = {"model": args.model, "init": args.init, "seeds": args.seeds, "folds": args.folds,
-           "fold_seed": args.fold_seed, "epochs": cfg.epochs, "lr": cfg.lr, "precision": cfg.precision, "batch_size": cfg.batch_size,
+           "fold_seed": args.fold_seed, "epochs": cfg.epochs, "lr": cfg.lr, "precision": cfg.precision, "pool": cfg.pool, "batch_size": cfg.batch_size,
            "max_seq_len": cfg.max_seq_len,
            "sst2_train_examples": args.sst2_train_examples, "smoke": args.smoke, "minutes": round((time.time() - started) / 60, 1),
            "results": results}
