@@ -27,6 +27,7 @@ import torch
 from muppets.config import write_json_atomic
 from muppets.interop.hf_bert import load_hf_bert
 from muppets.nn.block import init_weights
+from muppets.recipes import multilingual
 from muppets.tokenizers.wordpiece import WordPieceTokenizer
 from muppets.transfer.finetune import resolve_model
 from muppets.transfer.xlingual import LANGUAGES, chance, layer_retrieval, sentence_vectors, unique_premises
@@ -69,11 +70,7 @@ def main() -> None:
 
 def unk_share(tok: WordPieceTokenizer, premises: dict[str, list[str]]) -> dict[str, float]:
     """Share of [UNK] pieces per language: a tokenizer that cannot read a language retrieves at chance."""
-    out = {}
-    for lang, texts in premises.items():
-        ids = [i for row in tok.encode_batch(texts) for i in row]
-        out[lang] = sum(i == tok.unk_id for i in ids) / max(1, len(ids))
-    return out
+    return {lang: multilingual.unk_share(tok, texts) for lang, texts in premises.items()}
 
 
 if __name__ == "__main__":
