@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import json
 import logging
 import multiprocessing
@@ -36,6 +37,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from jobs import schedule  # noqa: E402
 from paired import paired, summary  # noqa: E402
 
 SUITES: dict[str, dict[str, Any]] = {
@@ -90,6 +92,10 @@ def _job(job: tuple[str, str, str, int]) -> str:
             f"run_dir={run_dir}", f"finetune.seed={seed}", "finetune.threads=1", "finetune.progress=false"])
         multitask.run(cfg)
     return str(run_dir / "metrics.json")
+
+
+def _in_pool(pool: ProcessPoolExecutor, job: tuple[str, str, str, int]) -> str:
+    return pool.submit(_job, job).result()
 
 
 def scores(suite: str, variants: list[str], seeds: list[int]) -> dict[str, dict[str, dict[int, float]]]:
@@ -163,9 +169,10 @@ def main() -> None:
     start = time.time()
     if not args.table_only:
         if args.parallel > 1:
+            # jobs.schedule submits a job only when a lane is free, so a failed or interrupted run
+            # (its TrainingInterrupted) stops the table instead of the next queued job starting
             with ProcessPoolExecutor(args.parallel, mp_context=multiprocessing.get_context("fork")) as pool:
-                for path in pool.map(_job, jobs):
-                    log.info("done: %s", path)
+                schedule([(str(job), functools.partial(_in_pool, pool, job), []) for job in jobs], args.parallel)
         else:
             for job in jobs:
                 log.info("done: %s", _job(job))
