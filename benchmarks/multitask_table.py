@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import functools
 import json
 import logging
 import multiprocessing
@@ -33,7 +32,7 @@ import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -94,8 +93,16 @@ def _job(job: tuple[str, str, str, int]) -> str:
     return str(run_dir / "metrics.json")
 
 
-def _in_pool(pool: ProcessPoolExecutor, job: tuple[str, str, str, int]) -> str:
-    return pool.submit(_job, job).result()
+def run_jobs(jobs: list[tuple[str, str, str, int]], parallel: int, job_fn: Callable[..., str] = _job) -> None:
+    """``job_fn(job)`` for every job: in this process when ``parallel`` is 1, else ``parallel`` forked
+    workers. A job is submitted only when a worker is free (``jobs.schedule``), so a failed or
+    interrupted run (its ``TrainingInterrupted``) stops the table instead of the next job starting."""
+    if parallel <= 1:
+        for job in jobs:
+            log.info("done: %s", job_fn(job))
+        return
+    with ProcessPoolExecutor(parallel, mp_context=multiprocessing.get_context("fork")) as pool:
+        schedule([(str(job), lambda j=job: pool.submit(job_fn, j).result(), []) for job in jobs], parallel)
 
 
 def scores(suite: str, variants: list[str], seeds: list[int]) -> dict[str, dict[str, dict[int, float]]]:
@@ -168,14 +175,7 @@ def main() -> None:
     jobs += [("multi", args.suite, v, seed) for seed in args.seeds for v in variants]
     start = time.time()
     if not args.table_only:
-        if args.parallel > 1:
-            # jobs.schedule submits a job only when a lane is free, so a failed or interrupted run
-            # (its TrainingInterrupted) stops the table instead of the next queued job starting
-            with ProcessPoolExecutor(args.parallel, mp_context=multiprocessing.get_context("fork")) as pool:
-                schedule([(str(job), functools.partial(_in_pool, pool, job), []) for job in jobs], args.parallel)
-        else:
-            for job in jobs:
-                log.info("done: %s", _job(job))
+        run_jobs(jobs, args.parallel)
     result = {"suite": args.suite, "split": s["split"], "metrics": s["metrics"], "seeds": args.seeds,
               "variants": {v: s["variants"][v] for v in variants}, "wall_s": time.time() - start,
               "table": table(args.suite, scores(args.suite, variants, args.seeds))}

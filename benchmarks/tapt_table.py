@@ -7,6 +7,12 @@ Reads finished runs (the commands are in BENCHMARKS.md, issue 16): the continued
     python benchmarks/tapt_table.py --pretrain runs/tapt-minilm-conll2003 \
         --direct runs/ft-conll2003-minilm-unsorted --adapted runs/ft-conll2003-minilm-tapt \
         --split test --metric f1 --out benchmarks/results/tapt_minilm_conll2003.json
+
+``--direct-recorded`` takes the direct arm's per-seed scores from an earlier output of this script
+(fine-tuning is deterministic per seed on one thread), so a new adapted checkpoint is paired with
+them without fine-tuning the original model again. Every seed that also has a run under
+``--direct`` must equal the recorded score, or the table is refused: at least one re-run seed
+checks that the recorded arm still reproduces with the current code.
 """
 
 from __future__ import annotations
@@ -30,6 +36,19 @@ def seed_scores(directory: Path, split: str, metric: str) -> dict[int, float]:
     return out
 
 
+def recorded_direct(path: Path, rerun: dict[int, float]) -> dict[int, float]:
+    """The recorded direct scores, checked against the re-run seeds (which must all match)."""
+    recorded = {int(k): float(v) for k, v in json.loads(path.read_text())["direct"]["per_seed"].items()}
+    if not rerun:
+        raise SystemExit(f"--direct-recorded {path}: no seed of --direct was re-run, so nothing checks "
+                         "that the recorded scores reproduce with the current code")
+    for seed, score in rerun.items():
+        if seed in recorded and abs(recorded[seed] - score) > 1e-6:
+            raise SystemExit(f"--direct-recorded {path}: seed {seed} was {recorded[seed]:.6f}, its re-run "
+                             f"gives {score:.6f}; the recorded arm does not reproduce")
+    return {**recorded, **rerun}
+
+
 def pretrain_facts(run: Path) -> dict:
     summary = json.loads((run / "summary.json").read_text())
     rows = [json.loads(line) for line in open(run / "log.jsonl") if line.strip()]
@@ -45,11 +64,16 @@ def main() -> None:
     ap.add_argument("--pretrain", required=True, help="the continued-pretraining run directory")
     ap.add_argument("--direct", required=True, help="fine-tuning runs of the original checkpoint (seed-N/)")
     ap.add_argument("--adapted", required=True, help="fine-tuning runs of the adapted checkpoint (seed-N/)")
+    ap.add_argument("--direct-recorded", default="", help="an earlier output of this script: its direct "
+                    "arm's per-seed scores, checked against the seeds re-run under --direct")
     ap.add_argument("--split", default="dev")
     ap.add_argument("--metric", default="accuracy")
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
     direct = seed_scores(Path(args.direct), args.split, args.metric)
+    rerun = sorted(direct)
+    if args.direct_recorded:
+        direct = recorded_direct(Path(args.direct_recorded), direct)
     adapted = seed_scores(Path(args.adapted), args.split, args.metric)
     seeds = sorted(set(direct) & set(adapted))
     diffs = [adapted[s] - direct[s] for s in seeds]
@@ -60,7 +84,8 @@ def main() -> None:
     result = {
         "date": time.strftime("%Y-%m-%d"), "split": args.split, "metric": args.metric,
         "pretrain": {"run": args.pretrain, **pretrain_facts(Path(args.pretrain))},
-        "direct": {"runs": args.direct, "per_seed": direct}, "adapted": {"runs": args.adapted, "per_seed": adapted},
+        "direct": {"runs": args.direct, "per_seed": direct, "recorded_in": args.direct_recorded or None,
+                   "rerun_seeds": rerun}, "adapted": {"runs": args.adapted, "per_seed": adapted},
         "paired_seeds": seeds,
         "direct_mean_std": ms([direct[s] for s in seeds]) if seeds else None,
         "adapted_mean_std": ms([adapted[s] for s in seeds]) if seeds else None,

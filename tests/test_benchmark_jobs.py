@@ -75,3 +75,36 @@ def test_a_finetuning_length_gets_its_own_runs_and_replaces_every_tasks_length()
     assert cm.task_overrides("cmrc2018") == ["max_seq_len=384", "doc_stride=128"]
     assert cm.task_overrides("cmrc2018", 128) == ["max_seq_len=128", "doc_stride=32"]
     assert cm.task_overrides("msra-ner", 128) == ["epochs=10", "max_seq_len=128"]
+
+
+def _stopping_job(job: tuple) -> str:  # module level: the forked workers find it by name
+    Path(job[2], f"started-{job[3]}").touch()
+    time.sleep(0.5 if job[3] == 1 else 0.1)  # seed 2 fails while seed 1 still runs
+    if job[3] == 2:
+        raise RuntimeError("stopped by a signal")
+    return "ok"
+
+
+def test_multitask_table_starts_no_job_after_one_fails_or_is_interrupted(tmp_path: Path) -> None:
+    import multitask_table
+
+    jobs = [("multi", "conll", str(tmp_path), seed) for seed in range(1, 8)]
+    with pytest.raises(RuntimeError, match="stopped by a signal"):
+        multitask_table.run_jobs(jobs, parallel=2, job_fn=_stopping_job)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["started-1", "started-2"]
+    with pytest.raises(RuntimeError, match="stopped by a signal"):
+        multitask_table.run_jobs(jobs, parallel=1, job_fn=_stopping_job)
+
+
+def test_tapt_table_pairs_recorded_direct_scores_only_if_a_rerun_reproduces_them(tmp_path: Path) -> None:
+    import json
+
+    from tapt_table import recorded_direct
+
+    path = tmp_path / "earlier.json"
+    path.write_text(json.dumps({"direct": {"per_seed": {"1": 85.0466, "2": 84.8141, "3": 84.9494}}}))
+    assert recorded_direct(path, {1: 85.0466}) == {1: 85.0466, 2: 84.8141, 3: 84.9494}
+    with pytest.raises(SystemExit, match="seed 1 was 85.046600, its re-run gives 85.100000"):
+        recorded_direct(path, {1: 85.1})
+    with pytest.raises(SystemExit, match="no seed of --direct was re-run"):
+        recorded_direct(path, {})
