@@ -161,6 +161,9 @@ def test_gradnorm_matches_hand_computation():
     assert float(terms["weighting"].detach()) == 0.0
     terms["weighting"].backward(retain_graph=True)
     got = w.raw.grad.clone()
+    # the GradNorm loss trains the weights alone: not a trace of it reaches the network
+    for p in [shared.weight, *heads[0].parameters(), *heads[1].parameters()]:
+        assert p.grad is None or float(p.grad.abs().sum()) == 0.0
     # by hand: weights, gradient norms at W, inverse training rates, target, |G - target| gradient
     theta = torch.tensor([0.4, -0.1], requires_grad=True)
     weights = 2 * torch.softmax(theta, 0)
@@ -178,6 +181,15 @@ def test_gradnorm_matches_hand_computation():
     (terms["task:a"] + terms["task:b"]).backward()
     assert w.raw.grad is None or float(w.raw.grad.abs().sum()) == 0.0
     assert float(w.weights().sum()) == pytest.approx(2.0)
+
+
+def test_gradnorm_normalises_the_top_layers_feed_forward_output_not_the_pooler(model_dir, tok):
+    from muppets.multitask.model import last_shared_weight
+
+    backbone = new_task_model(model_dir, "classify", 2, tok).backbone
+    top = backbone.layers[-1].ffn.down.weight
+    assert last_shared_weight(backbone) is top
+    assert [n for n, p in backbone.named_parameters() if p is top][0].startswith(f"layers.{len(backbone.layers) - 1}.")
 
 
 def test_gradnorm_records_the_first_losses():

@@ -3,8 +3,9 @@
 * ``fixed`` — the configured weights (all 1 by default: the plain sum of the task losses).
 * ``uncertainty`` — Kendall, Gal & Cipolla (2018): a learned log-variance ``s_k`` per task and
   ``Σ_k exp(-s_k) · L_k + s_k``; at the optimum ``exp(-s_k) = 1 / L_k``, so a task with a large
-  (noisy, or slowly falling) loss is down-weighted. This is their classification form without
-  the ½ of the regression form, so every weight starts at 1 as with ``fixed``.
+  (noisy, or slowly falling) loss is down-weighted. Both of the paper's forms (½·exp(-s)·L + ½·s
+  in LibMTL's reading) settle at ``w_k = 1 / (2 L_k)``; this one is twice that for every task
+  kind, the same relative weighting, and every weight starts at 1 as with ``fixed``.
 * ``gradnorm`` — Chen et al. (2018): weights ``w = K · softmax(θ)`` (positive, summing to K: the
   paper's renormalisation, built in), trained on their own loss
   ``Σ_k |G_k - mean(G) · r_k^α|`` where ``G_k = ||∇_W w_k L_k||`` is the gradient norm of the
