@@ -233,11 +233,31 @@ def test_soft_sharing_penalty_is_the_pairwise_distance(model_dir, tok):
     net = MultiTaskModel(models, TaskWeighting(list(models)), "soft", penalty=0.5)
     flat = [torch.cat([p.flatten() for p in m.backbone.parameters()]) for m in models.values()]
     pairwise = sum(((flat[a] - flat[b]) ** 2).sum() for a in range(3) for b in range(a + 1, 3))
-    assert float(net.share_penalty().detach()) == pytest.approx(0.5 * float(pairwise), rel=1e-4)
+    assert float(net.share_penalty().detach()) == pytest.approx(0.5 * float(pairwise.detach()), rel=1e-4)
+    # its gradient is the pairwise sum's, computed by autograd through the copies
+    params = [list(m.backbone.parameters()) for m in models.values()]
+    reference = 0.5 * sum(((pa.float() - pb.float()) ** 2).sum() for a in range(3) for b in range(a + 1, 3)
+                          for pa, pb in zip(params[a], params[b]))
+    expected = torch.autograd.grad(reference, [p for ps in params for p in ps])
+    (3.0 * net.share_penalty()).backward()
+    for p, e in zip([p for ps in params for p in ps], expected):
+        assert torch.allclose(p.grad, 3.0 * e, rtol=1e-4, atol=1e-5)  # fp32 differences of weights near 1
     with pytest.raises(ConfigError, match="one backbone module per task"):
         shared = dict(models)
         shared["b"].backbone = shared["a"].backbone
         MultiTaskModel(shared, TaskWeighting(list(models)), "soft")
+
+
+
+def test_soft_sharing_from_random_init_starts_every_encoder_at_one_draw(model_dir, tok):
+    datas = {"cls": text_task("classify", n=24), "pair": text_task("pair", n=16, seed=2)}
+    cfg = mt_config(model_dir, Path("unused"), list(datas), sharing="soft", finetune={"init": "random"})
+    tasks = mt_run._build_tasks(cfg, datas, model_dir, tok, torch.device("cpu"))
+    a, b = (t.model.backbone.state_dict() for t in tasks)
+    assert tasks[0].model.backbone is not tasks[1].model.backbone
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    pretrained = new_task_model(model_dir, "classify", 2, tok).backbone.state_dict()
+    assert not all(torch.equal(a[k], pretrained[k]) for k in a)  # drawn afresh, not the checkpoint
 
 
 # ----------------------------------------------------------------------------- runs

@@ -99,6 +99,9 @@ def _build_tasks(cfg: MultitaskConfig, datas: dict[str, TaskData], model_dir: Pa
             model.backbone = tasks[0].model.backbone
         if tcfg.init == "random":
             init_weights(model, model.backbone.cfg.initializer_range)
+            if cfg.sharing == "soft" and tasks and tasks[0].cfg.init == "random":
+                # soft sharing starts every encoder at the same point, drawn once (heads differ)
+                model.backbone.load_state_dict(tasks[0].model.backbone.state_dict())
         ft.check_length(tcfg, model)
         ft.warn_untrained_positions(tcfg, model_dir)
         model.to(device)
