@@ -15,7 +15,9 @@ runs of the same seeds and settings:
   ``uncertainty``, ``gradnorm``, ``dwa``, ``equal``.
 
 Runs that already have ``metrics.json`` are reused (so the table can be rebuilt, and a killed
-call continues); ``--parallel 2`` runs two jobs at a time, one thread each.
+call continues); ``--parallel 2`` runs two jobs at a time, one thread each. ``--single-recorded
+EARLIER.json`` takes the single-task scores of seeds whose runs are gone from an earlier output;
+the seeds whose single-task run directory exists are run (or read) and must reproduce them.
 
     OMP_NUM_THREADS=1 python benchmarks/multitask_table.py glue --variants mtdnn --seeds 1 2 3 4 5 --parallel 2
     OMP_NUM_THREADS=1 python benchmarks/multitask_table.py conll --variants uncertainty --seeds 1 2 3
@@ -37,7 +39,7 @@ from typing import Any, Callable
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from jobs import schedule  # noqa: E402
-from paired import paired, summary  # noqa: E402
+from paired import paired, summary, with_recorded  # noqa: E402
 
 SUITES: dict[str, dict[str, Any]] = {
     "glue": {
@@ -125,6 +127,28 @@ def scores(suite: str, variants: list[str], seeds: list[int]) -> dict[str, dict[
     return out
 
 
+def add_recorded_single(found: dict[str, dict[str, dict[int, float]]], path: Path) -> list[str]:
+    """Complete each task's ``single`` row with the per-seed scores of an earlier output of this
+    script (its runs may be gone). Every seed re-run now must reproduce its recorded score, and at
+    least one must have been re-run; returns the tasks whose row has no re-run seed (reported)."""
+    earlier = json.loads(path.read_text())["table"]
+    rerun_any, unchecked = False, []
+    for task, rows in found.items():
+        entry = earlier.get(task, {}).get("single")
+        if entry is None:
+            continue
+        rerun = rows.get("single", {})
+        rerun_any |= bool(rerun)
+        if not rerun:
+            unchecked.append(task)
+        rows["single"] = with_recorded(dict(zip(entry["seeds"], entry["values"])), rerun,
+                                       f"--single-recorded {path}, {task}")
+    if not rerun_any:
+        raise ValueError(f"--single-recorded {path}: no single-task seed was re-run, so nothing checks "
+                         "that the recorded scores reproduce with the current code")
+    return unchecked
+
+
 def table(suite: str, found: dict[str, dict[str, dict[int, float]]]) -> dict[str, Any]:
     """Per task and row: mean ± std, and the paired difference to ``single`` with its 95% t interval."""
     result: dict[str, Any] = {}
@@ -164,6 +188,9 @@ def main() -> None:
     parser.add_argument("--parallel", type=int, default=1)
     parser.add_argument("--table-only", action="store_true", help="only read finished runs")
     parser.add_argument("--out", default="")
+    parser.add_argument("--single-recorded", default="", help="an earlier output of this script: its single-task "
+                        "scores fill the seeds whose runs are gone (re-run seeds must reproduce them); no "
+                        "single-task job is started for them")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     s = SUITES[args.suite]
@@ -171,14 +198,25 @@ def main() -> None:
     unknown = [v for v in variants if v not in s["variants"]]
     if unknown:
         parser.error(f"unknown variants {unknown}; {args.suite} has {list(s['variants'])}")
-    jobs = [("single", args.suite, t, seed) for seed in args.seeds for t in s["metrics"]]
+    recorded = json.loads(Path(args.single_recorded).read_text())["table"] if args.single_recorded else {}
+
+    def has_recorded(task: str, seed: int) -> bool:
+        return seed in recorded.get(task, {}).get("single", {}).get("seeds", [])
+
+    jobs = [("single", args.suite, t, seed) for seed in args.seeds for t in s["metrics"]
+            if not has_recorded(t, seed) or (ROOT / s["single"].format(task=t) / f"seed-{seed}").is_dir()]
     jobs += [("multi", args.suite, v, seed) for seed in args.seeds for v in variants]
     start = time.time()
     if not args.table_only:
         run_jobs(jobs, args.parallel)
+    found = scores(args.suite, variants, args.seeds)
+    unchecked = add_recorded_single(found, Path(args.single_recorded)) if args.single_recorded else []
+    for task in found:  # only the seeds asked for
+        found[task] = {row: {k: v for k, v in by_seed.items() if k in args.seeds} for row, by_seed in found[task].items()}
     result = {"suite": args.suite, "split": s["split"], "metrics": s["metrics"], "seeds": args.seeds,
               "variants": {v: s["variants"][v] for v in variants}, "wall_s": time.time() - start,
-              "table": table(args.suite, scores(args.suite, variants, args.seeds))}
+              "single_recorded": args.single_recorded or None, "single_not_rerun": unchecked,
+              "table": table(args.suite, found)}
     out = Path(args.out or ROOT / f"benchmarks/results/multitask_{args.suite}.json")
     out.write_text(json.dumps(result, indent=1) + "\n")
     out.with_suffix(".md").write_text(markdown(result))

@@ -43,3 +43,16 @@ def paired(arm: Mapping[int, float], base: Mapping[int, float]) -> dict | None:
     return {"mean": statistics.mean(diffs), "std": statistics.stdev(diffs) if len(diffs) > 1 else 0.0,
             "t95": t_interval(diffs), "seeds": seeds,
             "wins": sum(d > 0 for d in diffs), "losses": sum(d < 0 for d in diffs)}
+
+
+def with_recorded(recorded: Mapping[int, float], rerun: Mapping[int, float], what: str) -> dict[int, float]:
+    """An arm's per-seed scores from an earlier table (``recorded``) completed by the seeds run again
+    now (``rerun``), which must reproduce the recorded ones (to 1e-6 points): fine-tuning is
+    deterministic per seed on one thread, so a mismatch means the code or data changed since.
+    Raises ``ValueError`` naming ``what`` on a mismatch."""
+    for seed, score in rerun.items():
+        if seed in recorded and abs(recorded[seed] - score) > 1e-6:
+            raise ValueError(f"{what}: seed {seed} was {recorded[seed]:.6f}, its re-run gives {score:.6f}; "
+                             "the recorded arm does not reproduce")
+    return {**recorded, **rerun}
+

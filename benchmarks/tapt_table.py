@@ -24,7 +24,7 @@ import statistics
 import time
 from pathlib import Path
 
-from paired import t_interval
+from paired import t_interval, with_recorded
 
 
 def seed_scores(directory: Path, split: str, metric: str) -> dict[int, float]:
@@ -42,11 +42,10 @@ def recorded_direct(path: Path, rerun: dict[int, float]) -> dict[int, float]:
     if not rerun:
         raise SystemExit(f"--direct-recorded {path}: no seed of --direct was re-run, so nothing checks "
                          "that the recorded scores reproduce with the current code")
-    for seed, score in rerun.items():
-        if seed in recorded and abs(recorded[seed] - score) > 1e-6:
-            raise SystemExit(f"--direct-recorded {path}: seed {seed} was {recorded[seed]:.6f}, its re-run "
-                             f"gives {score:.6f}; the recorded arm does not reproduce")
-    return {**recorded, **rerun}
+    try:
+        return with_recorded(recorded, rerun, f"--direct-recorded {path}")
+    except ValueError as e:
+        raise SystemExit(str(e)) from None
 
 
 def pretrain_facts(run: Path) -> dict:

@@ -108,3 +108,20 @@ def test_tapt_table_pairs_recorded_direct_scores_only_if_a_rerun_reproduces_them
         recorded_direct(path, {1: 85.1})
     with pytest.raises(SystemExit, match="no seed of --direct was re-run"):
         recorded_direct(path, {})
+
+
+def test_multitask_table_fills_the_single_row_from_an_earlier_table_only_if_a_rerun_reproduces_it(tmp_path: Path) -> None:
+    import json
+
+    from multitask_table import add_recorded_single
+
+    path = tmp_path / "earlier.json"
+    path.write_text(json.dumps({"table": {"ner": {"single": {"seeds": [1, 2, 3], "values": [85.0, 84.8, 84.9]},
+                                                  "uncertainty": {"seeds": [1, 2, 3], "values": [83.0, 83.1, 83.2]}}}}))
+    found = {"ner": {"single": {1: 85.0}, "uncertainty": {1: 84.0}}}
+    assert add_recorded_single(found, path) == []
+    assert found["ner"] == {"single": {1: 85.0, 2: 84.8, 3: 84.9}, "uncertainty": {1: 84.0}}  # variants never filled
+    with pytest.raises(ValueError, match="ner: seed 1 was 85.000000, its re-run gives 85.500000"):
+        add_recorded_single({"ner": {"single": {1: 85.5}}}, path)
+    with pytest.raises(ValueError, match="no single-task seed was re-run"):
+        add_recorded_single({"ner": {"uncertainty": {1: 84.0}}}, path)
