@@ -9,7 +9,7 @@ runs of the same seeds and settings:
   config: alternating, proportional, then per-task fine-tuning: rows ``mtdnn`` and
   ``mtdnn+ft``); sampler ablation of the multi-task stage ``sqrt``, ``uniform``, ``annealed``
   (``proportional`` is ``mtdnn``'s first row); ``joint-equal``, ``joint-uncertainty``,
-  ``joint-gradnorm``, ``joint-dwa``; ``soft`` (soft sharing, λ 1e-3).
+  ``joint-gradnorm``, ``joint-dwa``; ``soft`` (soft sharing, λ 1e-3), ``soft-1e-4``, ``soft-1e-5``.
 * ``conll`` — ``configs/multitask-conll.yaml`` (POS + chunk + NER jointly, dev selects, test is
   reported). Single task: NER alone, ``runs/ft-conll2003-minilm-unsorted/seed-N``. Variants:
   ``uncertainty``, ``gradnorm``, ``dwa``, ``equal``.
@@ -55,7 +55,11 @@ SUITES: dict[str, dict[str, Any]] = {
             "joint-uncertainty": ["mode=joint", "weighting=uncertainty", "then_finetune=false"],
             "joint-gradnorm": ["mode=joint", "weighting=gradnorm", "then_finetune=false"],
             "joint-dwa": ["mode=joint", "weighting=dwa", "then_finetune=false"],
-            "soft": ["sharing=soft", "then_finetune=false"],
+            "soft": ["sharing=soft", "then_finetune=false"],  # λ 1e-3, the config's default
+            # under Adam the pull towards the mean scales as λ/sqrt(v), strongest on rarely drawn
+            # tasks; these weaker strengths are the sweep to choose λ from (on the train slices)
+            "soft-1e-4": ["sharing=soft", "soft_penalty=1e-4", "then_finetune=false"],
+            "soft-1e-5": ["sharing=soft", "soft_penalty=1e-5", "then_finetune=false"],
         },
     },
     "conll": {
