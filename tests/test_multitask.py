@@ -272,6 +272,8 @@ def test_a_task_of_weight_zero_leaves_the_single_task_run_unchanged(model_dir, t
     summary = run(cfg, resume=False, datas={"a": a, "b": b})
     assert summary["steps"] == single["steps"]
     assert summary["per_task"]["a"]["best_step"] == single["best_step"]
+    assert summary["per_task"]["a"]["best_selection_score"] == pytest.approx(single["best_selection_score"], abs=1e-9)
+    assert single["best_selection_score"] is not None
     assert summary["per_task"]["a"]["dev"] == pytest.approx(single["dev"], abs=1e-9)
     ours = load_task_model(tmp_path / "mt" / "tasks" / "a" / "best").state_dict()
     theirs = load_task_model(tmp_path / "single" / "best").state_dict()

@@ -236,7 +236,8 @@ def run(cfg: MultitaskConfig, resume: bool = True, datas: dict[str, TaskData] | 
                "stopped_early": result.stopped_early, "per_task": {}}
     for t in tasks:
         entry = {"selection": t.selection, "selection_examples": len(t.select), "train_examples": len(t.train),
-                 "best_step": keepers.keepers[t.name].state["best_step"] if t.name in keepers.keepers else result.step}
+                 "best_step": keepers.keepers[t.name].state["best_step"] if t.name in keepers.keepers else result.step,
+                 "best_selection_score": keepers.keepers[t.name].state["best"] if t.name in keepers.keepers else None}
         if dist.is_main:
             entry.update(ft.final_predictions(run_dir / "tasks" / t.name, t.data, t.cfg))
         summary["per_task"][t.name] = entry

@@ -505,6 +505,7 @@ def run(cfg: FinetuneConfig, resume: bool = True, data: TaskData | None = None) 
     summary = {"task": s.spec.name, "model": str(s.model_dir), "init": cfg.init, "seed": cfg.seed, "run_dir": str(run_dir),
                "best": str(run_dir / "best"), "steps": steps, "steps_per_epoch": spe,
                "stopped_early": stopped, "best_step": keeper.state["best_step"] if s.select else steps,
+               "best_selection_score": keeper.state["best"] if s.select else None,
                "primary": key, "selection": s.selection, "selection_examples": len(s.select),
                "train_examples": len(s.train), "train_features": len(s.steps.features)}
     if dist.is_main:
