@@ -143,13 +143,16 @@ def test_fast_dropout_rate_and_scale():
     assert torch.equal(a, dropout_mask(torch.Size([7, 9]), 0.3, torch.device("cpu")))
 
 
-def test_parity_random_weights_saved_by_us_loaded_by_transformers(tmp_path):
+@pytest.mark.parametrize("tied", [True, False])
+def test_parity_random_weights_saved_by_us_loaded_by_transformers(tmp_path, tied):
     torch.manual_seed(0)
-    model = BertForPreTraining(tiny()).eval()
+    model = BertForPreTraining(tiny(tie_word_embeddings=tied)).eval()
     save_hf_bert(model, tmp_path)
     hf, info = transformers.BertForPreTraining.from_pretrained(tmp_path, output_loading_info=True)
     assert not info["missing_keys"] and not info["unexpected_keys"] and not info["mismatched_keys"]
     hf.eval()
+    decoder = hf.cls.predictions.decoder.weight
+    assert (decoder.data_ptr() == hf.bert.embeddings.word_embeddings.weight.data_ptr()) == tied
     ids, seg, mask = inputs()
     with torch.no_grad():
         ours = model(ids, seg, mask)
@@ -160,15 +163,45 @@ def test_parity_random_weights_saved_by_us_loaded_by_transformers(tmp_path):
         assert (a - b).abs().max() <= 1e-5
 
 
-def test_save_load_round_trip_identical(tmp_path):
+@pytest.mark.parametrize("tied", [True, False])
+def test_save_load_round_trip_identical(tmp_path, tied):
     torch.manual_seed(3)
-    model = BertForPreTraining(tiny()).eval()
+    model = BertForPreTraining(tiny(tie_word_embeddings=tied)).eval()
     save_hf_bert(model, tmp_path)
     again = load_hf_bert(tmp_path).eval()
     ids, seg, mask = inputs()
     with torch.no_grad():
         assert torch.equal(model(ids, seg, mask).mlm_logits, again(ids, seg, mask).mlm_logits)
-    assert again.mlm.word_embeddings[0].weight is again.backbone.embeddings.tokens.weight
+    assert (again.mlm.decoder_weight is again.backbone.embeddings.tokens.weight) == tied
+    assert again.cfg.tie_word_embeddings == tied
+
+
+def test_untied_decoder_trains_apart_from_the_input_embeddings(tmp_path):
+    """The untied decoder is its own parameter (drawn at init, not a copy); the MLM loss's
+    gradient then reaches the input embeddings only at the rows of the input tokens."""
+    torch.manual_seed(4)
+    model = BertForPreTraining(tiny(tie_word_embeddings=False, hidden_dropout=0.0, attention_dropout=0.0))
+    assert not torch.equal(model.mlm.decoder.weight, model.backbone.embeddings.tokens.weight)
+    ids, seg, mask = inputs()
+    model(ids, seg, mask).mlm_logits.logsumexp(-1)[mask.bool()].sum().backward()  # real positions only
+    rows = model.backbone.embeddings.tokens.weight.grad.abs().sum(-1) > 0
+    assert set(rows.nonzero().flatten().tolist()) == set(ids[mask.bool()].tolist())
+    assert bool((model.mlm.decoder.weight.grad.abs().sum(-1) > 0).all())  # the softmax reaches every row
+
+
+def test_an_untied_head_over_a_tied_checkpoint_starts_as_the_tied_model(tmp_path):
+    torch.manual_seed(6)
+    model = BertForPreTraining(tiny()).eval()
+    save_hf_bert(model, tmp_path)
+    import json
+
+    cfg = json.loads((tmp_path / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps({**cfg, "tie_word_embeddings": False}))
+    untied = load_hf_bert(tmp_path).eval()
+    assert untied.mlm.decoder is not None
+    ids, seg, mask = inputs()
+    with torch.no_grad():
+        assert torch.equal(model(ids, seg, mask).mlm_logits, untied(ids, seg, mask).mlm_logits)
 
 
 def test_real_minilm_hidden_states_match_transformers():

@@ -362,6 +362,24 @@ def test_accumulation_through_the_recipe_equals_one_big_batch(pipeline: Pipeline
     assert _max_diff(_weights(acc), _weights(big)) <= 1e-6
 
 
+
+def test_an_untied_decoder_pretrains_exports_and_fine_tunes_from_the_export(pipeline: Pipeline) -> None:
+    from muppets.interop.hf_bert import load_hf_bert
+    from muppets.tokenizers.wordpiece import WordPieceTokenizer
+    from muppets.transfer.models import new_task_model
+
+    run_dir = pipeline.root / "untied"
+    overrides = "model.overrides=" + json.dumps({**TINY, "tie_word_embeddings": False})
+    pipeline.run(run_dir, "train.steps=3", overrides)
+    final = run_dir / "final"
+    assert json.loads((final / "config.json").read_text())["tie_word_embeddings"] is False
+    model = load_hf_bert(final)
+    assert model.mlm.decoder is not None
+    weights = _weights(run_dir)
+    assert not torch.equal(weights["cls.predictions.decoder.weight"], weights["bert.embeddings.word_embeddings.weight"])
+    task = new_task_model(final, "classify", 2, WordPieceTokenizer.load(final))  # the backbone alone, as fine-tuning takes it
+    assert torch.equal(task.backbone.embeddings.tokens.weight, model.backbone.embeddings.tokens.weight)
+
 # ----------------------------------------------------------------------------- 5. CLI errors
 
 

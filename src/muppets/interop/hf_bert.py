@@ -50,7 +50,7 @@ def config_to_hf(cfg: BertConfig) -> dict:
     """Our config as an HF ``config.json`` dict."""
     out = {hf: getattr(cfg, ours) for ours, hf in _CONFIG_MAP.items()}
     out.update(model_type="bert", architectures=["BertForPreTraining"],
-               position_embedding_type="absolute", tie_word_embeddings=True)
+               position_embedding_type="absolute", tie_word_embeddings=cfg.tie_word_embeddings)
     if cfg.norm_first:
         out.update(model_type=PRE_LN_MODEL_TYPE, architectures=["MuppetsPreLNBertForPreTraining"], norm_first=True)
     return out
@@ -68,7 +68,8 @@ def config_from_hf(data: dict, source: str = "config.json") -> BertConfig:
     if missing:
         raise CheckpointError(f"{source}: missing keys {missing}")
     kwargs = {ours: data[hf] for ours, hf in _CONFIG_MAP.items() if hf in data}
-    return BertConfig(**kwargs, norm_first=model_type == PRE_LN_MODEL_TYPE)
+    return BertConfig(**kwargs, norm_first=model_type == PRE_LN_MODEL_TYPE,
+                      tie_word_embeddings=bool(data.get("tie_word_embeddings", True)))
 
 
 def _layer_map(i: int) -> dict[str, str]:
@@ -90,6 +91,7 @@ PRETRAINING_HEADS = {
     "nsp": "cls.seq_relationship",
 }
 PRETRAINING_PARAMS = {"mlm.bias": "cls.predictions.bias"}
+UNTIED_DECODER = {"mlm.decoder.weight": "cls.predictions.decoder.weight"}  # with tie_word_embeddings false
 
 
 def backbone_param_map(cfg: BertConfig) -> dict[str, str]:
@@ -112,7 +114,8 @@ def _expand(modules: dict[str, str]) -> dict[str, str]:
 
 
 def _param_map(cfg: BertConfig, heads: dict[str, str], params: dict[str, str]) -> dict[str, str]:
-    return {**backbone_param_map(cfg), **_expand(heads), **params}
+    untied = UNTIED_DECODER if not cfg.tie_word_embeddings and "mlm.bias" in params else {}
+    return {**backbone_param_map(cfg), **_expand(heads), **params, **untied}
 
 
 def _qkv_names(cfg: BertConfig) -> dict[str, list[str]]:
@@ -132,6 +135,8 @@ def to_hf_state(model: torch.nn.Module, cfg: BertConfig | None = None,
     cfg = cfg or model.cfg
     ours = model.state_dict()
     out = {hf: ours[name] for name, hf in _param_map(cfg, heads, params).items()}
+    if "cls.predictions.decoder.weight" in out:  # untied: transformers also reads the decoder's bias there
+        out["cls.predictions.decoder.bias"] = out["cls.predictions.bias"].clone()
     for name, (q, k, v) in _qkv_names(cfg).items():
         out[q], out[k], out[v] = ours[name].chunk(3, dim=0)
     return out
@@ -203,6 +208,11 @@ def load_hf_bert(directory: str | Path, **config_overrides) -> BertForPreTrainin
     missing_backbone = [k for k in absent if k.startswith("backbone.")]
     if missing_backbone:
         raise CheckpointError(f"{directory}: missing backbone weights {missing_backbone[:5]}")
+    if "mlm.decoder.weight" in absent:  # an untied head over a tied checkpoint: start where tying was
+        state["mlm.decoder.weight"] = state["backbone.embeddings.tokens.weight"].clone()
+        absent.remove("mlm.decoder.weight")
+        log.info("%s: tie_word_embeddings=false over a tied checkpoint: the MLM decoder starts as a copy "
+                 "of the word embeddings", directory)
     if absent:
         log.info("%s: no weights for %s; they keep their initialisation", directory, sorted(absent))
     model.load_state_dict(state, strict=False)

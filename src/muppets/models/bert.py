@@ -45,6 +45,7 @@ class BertConfig:
     pad_token_id: int = 0  # id of [PAD]; its embedding row starts at zero
     hidden_act: str = "gelu"  # feed-forward activation (exact erf GELU as in BERT)
     norm_first: bool = False  # True: pre-LN blocks and a final LayerNorm (stable at high lr; no transformers class runs it)
+    tie_word_embeddings: bool = True  # False: the MLM decoder is its own (V, H) matrix, so the softmax's pull on every row no longer moves the input embeddings
 
     def __post_init__(self) -> None:
         if self.hidden_size % self.num_heads:
@@ -149,7 +150,11 @@ class BertBackbone(nn.Module):
 
 
 class MlmHead(nn.Module):
-    """Transform (dense + act + LayerNorm), then the decoder tied to the word embeddings, + bias."""
+    """Transform (dense + act + LayerNorm), then the decoder, + bias. The decoder is the word
+    embedding matrix (tied, BERT's choice) unless ``cfg.tie_word_embeddings`` is False: then it
+    is its own ``(V, H)`` matrix (Chung et al. 2021, "Rethinking embedding coupling"), and the
+    gradient the softmax sends to every vocabulary row at every prediction stays out of the
+    input embeddings."""
 
     def __init__(self, cfg: BertConfig, word_embeddings: nn.Embedding) -> None:
         super().__init__()
@@ -158,6 +163,12 @@ class MlmHead(nn.Module):
         self.norm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
         self.bias = nn.Parameter(torch.zeros(cfg.vocab_size))
         self.word_embeddings = [word_embeddings]  # a list, so the tied weight is not registered twice
+        self.decoder = None if cfg.tie_word_embeddings else nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
+
+    @property
+    def decoder_weight(self) -> torch.Tensor:
+        """``(V, H)``: the word embeddings (tied) or the head's own decoder."""
+        return self.word_embeddings[0].weight if self.decoder is None else self.decoder.weight
 
     def transform(self, hidden: torch.Tensor) -> torch.Tensor:
         """``(..., H) -> (..., H)``: dense, activation, LayerNorm."""
@@ -165,13 +176,13 @@ class MlmHead(nn.Module):
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
         """hidden: ``(..., H)`` -> logits ``(..., V)``."""
-        return F.linear(self.transform(hidden), self.word_embeddings[0].weight, self.bias)
+        return F.linear(self.transform(hidden), self.decoder_weight, self.bias)
 
     def loss(self, hidden: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Summed cross entropy and #correct at ``hidden (M, H)`` vs ``targets (M,)``, without
         materialising the ``(M, V)`` logits (see :mod:`muppets.nn.linear_ce`)."""
         h = self.transform(hidden)
-        return linear_cross_entropy(h, self.word_embeddings[0].weight, self.bias, targets)
+        return linear_cross_entropy(h, self.decoder_weight, self.bias, targets)
 
 
 @dataclass
