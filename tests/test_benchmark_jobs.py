@@ -125,3 +125,19 @@ def test_multitask_table_fills_the_single_row_from_an_earlier_table_only_if_a_re
         add_recorded_single({"ner": {"single": {1: 85.5}}}, path)
     with pytest.raises(ValueError, match="no single-task seed was re-run"):
         add_recorded_single({"ner": {"uncertainty": {1: 84.0}}}, path)
+
+
+def test_embedding_geometry_buckets_rows_by_corpus_count_with_hand_computed_cosines() -> None:
+    import numpy as np
+
+    from embedding_geometry import geometry
+
+    weight = np.array([[1.0, 0.0], [0.0, 2.0], [3.0, 0.0], [3.0, 3.0], [1.0, 1.0]])
+    counts = np.array([0, 0, 5, 5, 50])
+    task = np.array([1, 0, 2, 1, 0])
+    b = {(e["count_from"], e["count_to"]): e for e in geometry(weight, counts, task)}
+    assert b[(0, 0)]["rows"] == 2 and b[(0, 0)]["mean_pairwise_cosine"] == 0.0  # orthogonal
+    assert b[(0, 0)]["mean_norm"] == 1.5 and b[(0, 0)]["task_token_share"] == 0.25
+    assert abs(b[(1, 9)]["mean_pairwise_cosine"] - 2 ** -0.5) < 1e-12  # 45 degrees apart
+    assert b[(10, 99)]["rows"] == 1 and "mean_pairwise_cosine" not in b[(10, 99)]
+    assert b[(1000, 9999)]["rows"] == 0
