@@ -153,6 +153,16 @@ def add_recorded_single(found: dict[str, dict[str, dict[int, float]]], path: Pat
     return unchecked
 
 
+def entries_lost(out: Path, variants: list[str], seeds: list[int]) -> list[str]:
+    """``task/row/seed`` entries of an existing output that a call with these variants and seeds
+    would not write again (``single`` is every call's row; ``<variant>+ft`` is its variant's)."""
+    if not out.is_file():
+        return []
+    rows = {"single", *variants, *(f"{v}+ft" for v in variants)}
+    return [f"{task}/{row}/{seed}" for task, by_row in json.loads(out.read_text())["table"].items()
+            for row, entry in by_row.items() for seed in entry["seeds"] if row not in rows or seed not in seeds]
+
+
 def table(suite: str, found: dict[str, dict[str, dict[int, float]]]) -> dict[str, Any]:
     """Per task and row: mean ± std, and the paired difference to ``single`` with its 95% t interval."""
     result: dict[str, Any] = {}
@@ -202,6 +212,11 @@ def main() -> None:
     unknown = [v for v in variants if v not in s["variants"]]
     if unknown:
         parser.error(f"unknown variants {unknown}; {args.suite} has {list(s['variants'])}")
+    out = Path(args.out or ROOT / f"benchmarks/results/multitask_{args.suite}.json")
+    lost = entries_lost(out, variants, args.seeds)
+    if lost:  # before any run: a partial table must not replace a fuller one
+        parser.error(f"{out} holds rows this call would drop ({', '.join(lost[:4])}{' …' if len(lost) > 4 else ''}); "
+                     "give --out another file, or the variants and seeds it holds")
     recorded = json.loads(Path(args.single_recorded).read_text())["table"] if args.single_recorded else {}
 
     def has_recorded(task: str, seed: int) -> bool:
@@ -221,7 +236,6 @@ def main() -> None:
               "variants": {v: s["variants"][v] for v in variants}, "wall_s": time.time() - start,
               "single_recorded": args.single_recorded or None, "single_not_rerun": unchecked,
               "table": table(args.suite, found)}
-    out = Path(args.out or ROOT / f"benchmarks/results/multitask_{args.suite}.json")
     out.write_text(json.dumps(result, indent=1) + "\n")
     out.with_suffix(".md").write_text(markdown(result))
     for task, rows in result["table"].items():

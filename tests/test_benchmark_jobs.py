@@ -141,3 +141,16 @@ def test_embedding_geometry_buckets_rows_by_corpus_count_with_hand_computed_cosi
     assert abs(b[(1, 9)]["mean_pairwise_cosine"] - 2 ** -0.5) < 1e-12  # 45 degrees apart
     assert b[(10, 99)]["rows"] == 1 and "mean_pairwise_cosine" not in b[(10, 99)]
     assert b[(1000, 9999)]["rows"] == 0
+
+
+def test_multitask_table_refuses_to_replace_a_fuller_table(tmp_path: Path) -> None:
+    import json
+
+    from multitask_table import entries_lost
+
+    out = tmp_path / "t.json"
+    assert entries_lost(out, ["uncertainty"], [1]) == []  # nothing there yet
+    out.write_text(json.dumps({"table": {"ner": {"single": {"seeds": [1, 2]}, "uncertainty": {"seeds": [1, 2]},
+                                                 "mtdnn+ft": {"seeds": [1]}}}}))
+    assert entries_lost(out, ["uncertainty", "mtdnn"], [1, 2]) == []
+    assert entries_lost(out, ["uncertainty"], [1]) == ["ner/single/2", "ner/uncertainty/2", "ner/mtdnn+ft/1"]
