@@ -77,7 +77,8 @@ def geometry(weight: np.ndarray, counts: np.ndarray, task: np.ndarray, sample: i
             pick = rows[np.random.default_rng(0).permutation(len(rows))[:sample]]
             cos = unit[pick] @ unit[pick].T
             k = len(pick)
-            entry.update(mean_norm=float(norms[rows].mean()), mean_pairwise_cosine=float((cos.sum() - k) / (k * k - k)))
+            off_diagonal = cos.sum() - np.trace(cos)  # a zero row (the pad row) is 0 with itself, not 1
+            entry.update(mean_norm=float(norms[rows].mean()), mean_pairwise_cosine=float(off_diagonal / (k * k - k)))
         out.append(entry)
     return out
 

@@ -20,7 +20,10 @@ EARLIER.json`` takes the single-task scores of seeds whose runs are gone from an
 the seeds whose single-task run directory exists are run (or read) and must reproduce them.
 
     OMP_NUM_THREADS=1 python benchmarks/multitask_table.py glue --variants mtdnn --seeds 1 2 3 4 5 --parallel 2
-    OMP_NUM_THREADS=1 python benchmarks/multitask_table.py conll --variants uncertainty --seeds 1 2 3
+    OMP_NUM_THREADS=1 python benchmarks/multitask_table.py conll --variants uncertainty --seeds 1 2 3 \
+        --out benchmarks/results/multitask_conll_uncertainty.json
+
+A call never replaces a results file holding rows or seeds it would not write again (``--out``).
 """
 
 from __future__ import annotations
@@ -142,14 +145,15 @@ def add_recorded_single(found: dict[str, dict[str, dict[int, float]]], path: Pat
         if entry is None:
             continue
         rerun = rows.get("single", {})
-        rerun_any |= bool(rerun)
-        if not rerun:
+        checked = set(rerun) & set(entry["seeds"])  # a seed both recorded and run again
+        rerun_any |= bool(checked)
+        if not checked:
             unchecked.append(task)
         rows["single"] = with_recorded(dict(zip(entry["seeds"], entry["values"])), rerun,
                                        f"--single-recorded {path}, {task}")
     if not rerun_any:
-        raise ValueError(f"--single-recorded {path}: no single-task seed was re-run, so nothing checks "
-                         "that the recorded scores reproduce with the current code")
+        raise ValueError(f"--single-recorded {path}: no recorded single-task seed was re-run, so nothing "
+                         "checks that the recorded scores reproduce with the current code")
     return unchecked
 
 
@@ -222,8 +226,14 @@ def main() -> None:
     def has_recorded(task: str, seed: int) -> bool:
         return seed in recorded.get(task, {}).get("single", {}).get("seeds", [])
 
+    def single_dir(task: str, seed: int) -> Path:
+        return ROOT / s["single"].format(task=task) / f"seed-{seed}"
+
+    if recorded and not any(has_recorded(t, seed) and single_dir(t, seed).is_dir() for t in s["metrics"] for seed in args.seeds):
+        parser.error(f"--single-recorded {args.single_recorded}: no recorded single-task seed has a run directory to "
+                     "re-run or read, so nothing would check that the recorded scores reproduce")
     jobs = [("single", args.suite, t, seed) for seed in args.seeds for t in s["metrics"]
-            if not has_recorded(t, seed) or (ROOT / s["single"].format(task=t) / f"seed-{seed}").is_dir()]
+            if not has_recorded(t, seed) or single_dir(t, seed).is_dir()]
     jobs += [("multi", args.suite, v, seed) for seed in args.seeds for v in variants]
     start = time.time()
     if not args.table_only:

@@ -39,9 +39,9 @@ def seed_scores(directory: Path, split: str, metric: str) -> dict[int, float]:
 def recorded_direct(path: Path, rerun: dict[int, float]) -> dict[int, float]:
     """The recorded direct scores, checked against the re-run seeds (which must all match)."""
     recorded = {int(k): float(v) for k, v in json.loads(path.read_text())["direct"]["per_seed"].items()}
-    if not rerun:
-        raise SystemExit(f"--direct-recorded {path}: no seed of --direct was re-run, so nothing checks "
-                         "that the recorded scores reproduce with the current code")
+    if not set(rerun) & set(recorded):
+        raise SystemExit(f"--direct-recorded {path}: no recorded seed was re-run under --direct, so nothing "
+                         "checks that the recorded scores reproduce with the current code")
     try:
         return with_recorded(recorded, rerun, f"--direct-recorded {path}")
     except ValueError as e:

@@ -106,8 +106,9 @@ def test_tapt_table_pairs_recorded_direct_scores_only_if_a_rerun_reproduces_them
     assert recorded_direct(path, {1: 85.0466}) == {1: 85.0466, 2: 84.8141, 3: 84.9494}
     with pytest.raises(SystemExit, match="seed 1 was 85.046600, its re-run gives 85.100000"):
         recorded_direct(path, {1: 85.1})
-    with pytest.raises(SystemExit, match="no seed of --direct was re-run"):
-        recorded_direct(path, {})
+    for rerun in ({}, {7: 10.0}):  # nothing re-run, or only a seed that was never recorded
+        with pytest.raises(SystemExit, match="no recorded seed was re-run"):
+            recorded_direct(path, rerun)
 
 
 def test_multitask_table_fills_the_single_row_from_an_earlier_table_only_if_a_rerun_reproduces_it(tmp_path: Path) -> None:
@@ -123,8 +124,9 @@ def test_multitask_table_fills_the_single_row_from_an_earlier_table_only_if_a_re
     assert found["ner"] == {"single": {1: 85.0, 2: 84.8, 3: 84.9}, "uncertainty": {1: 84.0}}  # variants never filled
     with pytest.raises(ValueError, match="ner: seed 1 was 85.000000, its re-run gives 85.500000"):
         add_recorded_single({"ner": {"single": {1: 85.5}}}, path)
-    with pytest.raises(ValueError, match="no single-task seed was re-run"):
-        add_recorded_single({"ner": {"uncertainty": {1: 84.0}}}, path)
+    for rows in ({"uncertainty": {1: 84.0}}, {"single": {4: 70.0}}):  # no re-run, or none of a recorded seed
+        with pytest.raises(ValueError, match="no recorded single-task seed was re-run"):
+            add_recorded_single({"ner": rows}, path)
 
 
 def test_embedding_geometry_buckets_rows_by_corpus_count_with_hand_computed_cosines() -> None:

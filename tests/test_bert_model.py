@@ -227,8 +227,14 @@ def test_loading_refuses_pickles_and_bad_shapes(tmp_path):
         load_hf_bert(tmp_path)
     good = tmp_path / "good"
     save_hf_bert(BertForPreTraining(tiny()), good)
+    import json
+
+    cfg = json.loads((good / "config.json").read_text())
+    (good / "config.json").write_text(json.dumps({**cfg, "hidden_size": 64}))  # weights of 32
     with pytest.raises(CheckpointError, match="shape"):
-        load_hf_bert(good, hidden_size=64, num_heads=4)
+        load_hf_bert(good)
+    with pytest.raises(CheckpointError, match=r"cannot override \['hidden_size'\]"):
+        load_hf_bert(good, hidden_size=32)
 
 
 def test_config_overrides_are_type_checked():

@@ -97,6 +97,20 @@ def test_head_warmup_trains_the_fresh_head_alone_then_everything(tmp_path):
     assert not torch.equal(joined["layers.0.attn.qkv.weight"], loaded["layers.0.attn.qkv.weight"])
 
 
+def test_an_untied_decoder_over_minilm_starts_as_the_tied_model_and_is_exported_untied(tmp_path):
+    bert_pretrain.run(config(tmp_path, "model.overrides={tie_word_embeddings: false}"))
+    final = tmp_path / "run" / "final"
+    untied = load_hf_bert(final).eval()
+    assert untied.cfg.tie_word_embeddings is False
+    assert torch.equal(untied.mlm.decoder.weight, untied.backbone.embeddings.tokens.weight)  # a copy at step 0
+    assert untied.mlm.decoder.weight.data_ptr() != untied.backbone.embeddings.tokens.weight.data_ptr()
+
+
+def test_overrides_that_would_change_a_loaded_architecture_are_refused(tmp_path):
+    with pytest.raises(ConfigError, match=r"model.overrides \['hidden_size'\] with model.init_from=minilm"):
+        config(tmp_path, "model.overrides={hidden_size: 128}")
+
+
 def test_head_warmup_without_init_from_is_refused(tmp_path):
     with pytest.raises(ConfigError, match="set model.init_from"):
         bert_pretrain.load_config(None, ["model.head_warmup_steps=10"])

@@ -191,17 +191,29 @@ def save_hf_bert(model: BertForPreTraining, directory: str | Path, tokenizer=Non
     return directory
 
 
+LOADED_OVERRIDES = ("hidden_dropout", "attention_dropout", "tie_word_embeddings")  # shape-preserving config fields
+
+
 def load_hf_bert(directory: str | Path, **config_overrides) -> BertForPreTraining:
     """Load an HF BERT directory. Backbone weights must all be present; missing heads (e.g. a
-    bare ``BertModel``) keep their fresh initialisation and are logged."""
+    bare ``BertModel``) keep their fresh initialisation and are logged. ``config_overrides``:
+    fields of :data:`LOADED_OVERRIDES` (by our names) that replace config.json's."""
     directory = Path(directory)
     cfg_path = directory / "config.json"
     if not cfg_path.is_file():
         raise CheckpointError(f"{directory}: no config.json (is this a Hugging Face model directory?)")
     weights = read_weights(directory)
     data = read_json_object(cfg_path)
-    cfg = config_from_hf({**data, **{_CONFIG_MAP[k]: v for k, v in config_overrides.items()}}, str(cfg_path))
+    unknown = sorted(set(config_overrides) - set(LOADED_OVERRIDES))
+    if unknown:
+        raise CheckpointError(f"{directory}: cannot override {unknown} of a saved model (only {list(LOADED_OVERRIDES)})")
+    cfg = dataclasses.replace(config_from_hf(data, str(cfg_path)), **config_overrides)
     model = BertForPreTraining(cfg)
+    decoder = weights.get("cls.predictions.decoder.weight")
+    embeddings = _with_bert_prefix(weights).get("bert.embeddings.word_embeddings.weight")
+    if cfg.tie_word_embeddings and decoder is not None and embeddings is not None and not torch.equal(decoder, embeddings):
+        log.warning("%s: its MLM decoder differs from its word embeddings, and tie_word_embeddings is true here: "
+                    "the decoder is dropped and the word embeddings decode", directory)
     state, absent = from_hf_state(weights, cfg, str(directory))
     for name, tensor in state.items():
         _check_shape(model, name, tensor, directory)

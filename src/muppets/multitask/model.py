@@ -165,5 +165,4 @@ class _SharePenalty(torch.autograd.Function):
         grads = []
         for i, mean in zip(range(0, len(params), k), ctx.means):
             grads += [((c.float() - mean) * scale).to(c.dtype) for c in params[i:i + k]]
-        ctx.means = []
         return (None, None, *grads)

@@ -14,12 +14,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
 from torch import nn
 
 from muppets.data.shards import TokenCorpus
 from muppets.errors import ConfigError
+from muppets.interop import hf_bert
 from muppets.interop.hf_bert import config_from_hf, load_hf_bert, save_hf_bert
 from muppets.interop.safetensors_io import read_json_object, read_shapes
 from muppets.models.bert import BertConfig, BertForPreTraining
@@ -41,9 +43,12 @@ log = logging.getLogger(__name__)
 class BertModelSection(PretrainedModelSection):
     preset: str = "bert-mini"  # bert-tiny | bert-mini | bert-small | bert-medium | bert-base | bert-large
     pretrain_dropout: float = -1.0  # hidden and attention dropout while pretraining only (-1 = the model's own); final/config.json keeps the model's own, which fine-tuning then uses (Cramming: 0 here, 0.1 there)
-    head_warmup_steps: int = 0  # with init_from: the first N updates train only the MLM head's transform and output bias; the loaded encoder and the word embeddings the decoder is tied to wait, so a fresh head's first gradients never reach them
+    head_warmup_steps: int = 0  # with init_from: the first N updates train only the MLM head (transform, output bias, and an untied decoder); the loaded encoder and the word embeddings wait, so a fresh head's first gradients never reach them
+
+    LOADED_OVERRIDES: ClassVar[tuple[str, ...]] = hf_bert.LOADED_OVERRIDES
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         if not (self.pretrain_dropout == -1.0 or 0.0 <= self.pretrain_dropout < 1.0):
             raise ConfigError(f"model.pretrain_dropout={self.pretrain_dropout}: expected -1 (off) or a rate in [0, 1)")
         if self.head_warmup_steps < 0:
@@ -116,8 +121,9 @@ def build_model(cfg: PretrainConfig, tok: WordPieceTokenizer) -> BertForPreTrain
 
 def head_warmup(cfg: PretrainConfig, model: BertForPreTraining) -> Callable[[int], list[nn.Parameter]] | None:
     """The trainer's ``frozen`` callback for ``model.head_warmup_steps``: before that many
-    updates, every parameter but the MLM head's own (its transform and output bias; the decoder
-    is the tied word embeddings, which wait with the encoder); None when the setting is 0."""
+    updates, every parameter but the MLM head's own (its transform and output bias, and the
+    decoder when it is untied; a tied decoder is the word embeddings, which wait with the
+    encoder); None when the setting is 0."""
     steps = cfg.model.head_warmup_steps
     if not steps:
         return None
@@ -153,14 +159,16 @@ def export_dropout(cfg: PretrainConfig) -> tuple[float, float] | None:
 
 def _new_or_loaded(cfg: PretrainConfig, tok: WordPieceTokenizer) -> BertForPreTraining:
     if cfg.model.init_from:
-        model = load_pretrained(cfg.model, partial(load_hf_bert, **_pretrain_dropout(cfg)), tok.vocab_size)
+        model = load_pretrained(cfg.model, partial(load_hf_bert, **{**cfg.model.overrides, **_pretrain_dropout(cfg)}),
+                                tok.vocab_size)
         if cfg.data.max_seq_len > model.cfg.max_position_embeddings:
             raise ConfigError(f"data.max_seq_len={cfg.data.max_seq_len} exceeds the "
                               f"{model.cfg.max_position_embeddings} positions of model.init_from={cfg.model.init_from}")
         names = read_shapes(resolve_model_path(cfg.model.init_from))
         if not any("predictions.transform" in name for name in names):
-            log.warning("model.init_from=%s has no MLM head (a bare BertModel): the decoder is tied to its word "
-                        "embeddings, the transform and output bias start fresh", cfg.model.init_from)
+            log.warning("model.init_from=%s has no MLM head (a bare BertModel): the transform and output bias "
+                        "start fresh, the decoder is %s", cfg.model.init_from,
+                        "tied to its word embeddings" if model.cfg.tie_word_embeddings else "a copy of its word embeddings")
         return model
     overrides = {"vocab_size": tok.vocab_size, "pad_token_id": tok.pad_id,
                  "max_position_embeddings": max(512, cfg.data.max_seq_len), **cfg.model.overrides,

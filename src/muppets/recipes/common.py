@@ -20,7 +20,7 @@ import sys
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TypeVar
+from typing import ClassVar, TypeVar
 
 import torch
 from torch import nn
@@ -79,6 +79,15 @@ class ModelSection:
 @dataclass
 class PretrainedModelSection(ModelSection):
     init_from: str = ""  # continue pretraining from this HF directory or "minilm", with its own tokenizer ("" = random init)
+
+    # the model.overrides a loaded checkpoint takes (the rest would change its architecture)
+    LOADED_OVERRIDES: ClassVar[tuple[str, ...]] = ()
+
+    def __post_init__(self) -> None:
+        refused = sorted(set(self.overrides) - set(self.LOADED_OVERRIDES)) if self.init_from else []
+        if refused:
+            raise ConfigError(f"model.overrides {refused} with model.init_from={self.init_from}: the checkpoint's "
+                              f"config.json sets these; a loaded model takes only {list(self.LOADED_OVERRIDES)}")
 
 
 def load_pretrained(sec: PretrainedModelSection, load: Callable[[Path], M], vocab_size: int) -> M:
