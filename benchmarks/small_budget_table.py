@@ -9,6 +9,10 @@ difference (same seeds) of each arm against bert-mini-4 and against random initi
 SST-2 reports dev accuracy (the best epoch chosen on a 10% slice of train, except bert-mini-4's
 older runs, chosen on dev); CoNLL-2003 reports test entity F1 (chosen on dev).
 
+An arm whose runs are gone (another machine, a cleaned ``runs/``) keeps the per-seed scores and
+the MLM accuracy that the previous output (``--out``) recorded for it, so adding an arm never
+drops the earlier ones.
+
     python benchmarks/small_budget_table.py          # -> benchmarks/results/small_budget_table.{json,md}
 """
 
@@ -37,19 +41,29 @@ ARMS = {
                     "old recipe, 4 stages, ~4.5 CPU-h; dropout 0.1 (run directory gone: its held-out MLM accuracy was "
                     "27.54% on its own held-out set, unigram 4.80%, vs 5.36% for the sets above)"),
     "random": ("random-sel|results:random", "", "same architecture, random weights; dropout 0.1"),
+    "untied": ("bert-mini-untied", "runs/bert-mini-untied",
+               "bert-mini-fast with an MLM decoder of its own (tie_word_embeddings false), 10,500 steps on 2 threads "
+               "(the EPYC); fine-tuned with dropout 0.1"),
+    "random-epyc": ("random-epyc", "", "random weights as 'random', fine-tuned again on the EPYC (same machine as "
+                    "'untied'); dropout 0.1"),
 }
-BASES = ("bert-mini-4", "random")
+BASES = ("bert-mini-4", "random", "random-epyc")
 
 
-def per_seed(source: str, task: str, runs: Path, results: dict) -> dict[int, float]:
-    """``{seed: points}`` of one arm on one task (the first source of ``a|b`` that has it)."""
+def per_seed(source: str, task: str, runs: Path, results: dict, recorded: dict[int, float]) -> dict[int, float]:
+    """``{seed: points}`` of one arm on one task: the first run directory of ``a|b`` that exists, else
+    what the previous table recorded for the arm, else the first ``results:<backbone>`` entry."""
     split, metric = TASKS[task]
-    for option in source.split("|"):
-        if option.startswith("results:"):
-            entry = results.get(task, {}).get(option.split(":", 1)[1])
-        else:
-            path = runs / f"ft-{task}-{option}" / "summary.json"
-            entry = json.loads(path.read_text()) if path.is_file() else None
+    options = source.split("|")
+    for option in options:
+        path = runs / f"ft-{task}-{option}" / "summary.json"
+        entry = json.loads(path.read_text()) if not option.startswith("results:") and path.is_file() else None
+        if entry and split in entry:
+            return {s: 100 * v for s, v in zip(entry["seeds"], entry[split][metric]["values"])}
+    if recorded:
+        return recorded
+    for option in options:
+        entry = results.get(task, {}).get(option.split(":", 1)[1]) if option.startswith("results:") else None
         if entry and split in entry:
             return {s: 100 * v for s, v in zip(entry["seeds"], entry[split][metric]["values"])}
     return {}
@@ -62,12 +76,22 @@ def mlm_accuracy(run: str) -> float | None:
     return 100 * json.loads(path.read_text())["eval"]["mlm_accuracy"]
 
 
-def build(runs: Path, results: dict) -> dict:
+def recorded_seeds(previous: dict, task: str, arm: str) -> dict[int, float]:
+    """``{seed: points}`` of ``arm`` on ``task`` in an earlier output of this script (empty if absent)."""
+    entry = previous.get("tasks", {}).get(task, {}).get(arm)
+    return dict(zip(entry["seeds"], entry["values"])) if entry else {}
+
+
+def build(runs: Path, results: dict, previous: dict) -> dict:
     table: dict = {"arms": {}, "tasks": {}}
     for arm, (source, pretrain, what) in ARMS.items():
-        table["arms"][arm] = {"what": what, "mlm_accuracy": mlm_accuracy(pretrain)}
+        mlm = mlm_accuracy(pretrain)
+        if mlm is None:
+            mlm = previous.get("arms", {}).get(arm, {}).get("mlm_accuracy")
+        table["arms"][arm] = {"what": what, "mlm_accuracy": mlm}
     for task in TASKS:
-        values = {arm: per_seed(source, task, runs, results) for arm, (source, _, _) in ARMS.items()}
+        values = {arm: per_seed(source, task, runs, results, recorded_seeds(previous, task, arm))
+                  for arm, (source, _, _) in ARMS.items()}
         table["tasks"][task] = {arm: {**summary(v), **{f"vs_{b}": paired(v, values[b]) for b in BASES
                                                        if b != arm and values[b]}}
                                 for arm, v in values.items() if v}
@@ -95,7 +119,8 @@ def main() -> int:
     ap.add_argument("--results", type=Path, default=Path("benchmarks/results/finetune_table.json"))
     ap.add_argument("--out", type=Path, default=Path("benchmarks/results/small_budget_table.json"))
     args = ap.parse_args()
-    table = build(args.runs, json.loads(args.results.read_text()))
+    previous = json.loads(args.out.read_text()) if args.out.is_file() else {}
+    table = build(args.runs, json.loads(args.results.read_text()), previous)
     print(write_table(args.out, table, markdown(table)))
     return 0
 
