@@ -16,6 +16,10 @@ cosine (0 for random rows), and the share of the task's training tokens that fal
         --reinit-out runs/bert-mini-fast-rare100
 
 ``random:DIR`` is DIR's architecture with freshly drawn weights (the no-pretraining baseline).
+``DIR@decoder`` reads the MLM decoder of a model pretrained with ``tie_word_embeddings: false``
+instead of its input embeddings: that matrix takes every softmax push a tied model's input
+embeddings would take, so one untied run shows both sides (the decoder, and the input rows it
+spared).
 Counts come from every ``--every``-th file of the corpus (tokenized with the model's own
 tokenizer); only the task's ``train`` split is read.
 """
@@ -84,14 +88,21 @@ def geometry(weight: np.ndarray, counts: np.ndarray, task: np.ndarray, sample: i
 
 
 def load(spec: str):
-    """``DIR`` (a pretrained model) or ``random:DIR`` (its architecture, fresh weights)."""
+    """``DIR`` (a pretrained model), ``random:DIR`` (its architecture, fresh weights) or ``DIR@decoder``.
+    Returns the model, its tokenizer, its directory and the (V, H) matrix to measure."""
     random = spec.startswith("random:")
-    directory = resolve_model_path(spec[len("random:"):] if random else spec)
+    path, _, which = (spec[len("random:"):] if random else spec).partition("@")
+    directory = resolve_model_path(path)
     model = load_hf_bert(directory)
     if random:
         torch.manual_seed(0)
         init_weights(model, model.cfg.initializer_range)
-    return model, WordPieceTokenizer.load(directory), directory
+    if which not in ("", "decoder"):
+        raise SystemExit(f"{spec}: only @decoder may follow a model directory")
+    if which == "decoder" and model.mlm.decoder is None:
+        raise SystemExit(f"{spec}: the model's decoder is tied to its input embeddings (no matrix of its own)")
+    matrix = model.mlm.decoder.weight if which else model.backbone.embeddings.tokens.weight
+    return model, WordPieceTokenizer.load(directory), directory, matrix.detach().float().numpy()
 
 
 def main() -> None:
@@ -108,19 +119,18 @@ def main() -> None:
     torch.set_num_threads(1)
     results, cache = [], {}
     for spec in args.models:
-        model, tok, directory = load(spec)
+        model, tok, directory, weight = load(spec)
         key = (tok.vocab_size, str(directory / "vocab.txt"))
         if key not in cache:
             cache[key] = (corpus_counts(tok, resolve_data_path(args.corpus), args.every), task_counts(tok, args.task))
         counts, task = cache[key]
-        weight = model.backbone.embeddings.tokens.weight.detach().float().numpy()
         results.append({"model": spec, "buckets": geometry(weight, counts, task)})
         for b in results[-1]["buckets"]:
             log.info("%s count %s-%s: %d rows, norm %.3f, pairwise cos %.3f, %s share %.3f", spec, b["count_from"],
                      b["count_to"] if b["count_to"] is not None else "", b["rows"], b.get("mean_norm", float("nan")),
                      b.get("mean_pairwise_cosine", float("nan")), args.task, b["task_token_share"])
         if args.reinit_below:
-            if not args.reinit_out or len(args.models) != 1:
+            if not args.reinit_out or len(args.models) != 1 or "@" in spec:
                 raise SystemExit("--reinit-below needs --reinit-out and exactly one --models entry")
             out = Path(args.reinit_out)
             if out.exists():
