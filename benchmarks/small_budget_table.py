@@ -9,6 +9,11 @@ difference (same seeds) of each arm against bert-mini-4 and against random initi
 SST-2 reports dev accuracy (the best epoch chosen on a 10% slice of train, except bert-mini-4's
 older runs, chosen on dev); CoNLL-2003 reports test entity F1 (chosen on dev).
 
+An arm written ``choose:a+b`` fine-tuned the same model with several settings (``a``, ``b``: run
+suffixes, e.g. two learning rates); it takes the one whose mean selection score over its seeds
+(``best_selection_score`` in each seed's ``metrics.json``: the 10% train slice for SST-2, dev for
+CoNLL-2003) is highest, so the reported split never chooses. ``chosen`` in the JSON names it.
+
 An arm whose runs are gone (another machine, a cleaned ``runs/``) keeps the per-seed scores and
 the MLM accuracy that the previous output (``--out``) recorded for it, so adding an arm never
 drops the earlier ones.
@@ -46,20 +51,41 @@ ARMS = {
                "(the EPYC); fine-tuned with dropout 0.1"),
     "random-epyc": ("random-epyc", "", "random weights as 'random', fine-tuned again on the EPYC (same machine as "
                     "'untied'); dropout 0.1"),
+    "untied-lrsel": ("choose:bert-mini-untied+bert-mini-untied-lr3e-4", "runs/bert-mini-untied",
+                     "the untied model, fine-tuning lr 1e-4 or 3e-4 chosen on the selection split"),
+    "random-lrsel": ("choose:random-epyc+random-epyc-lr3e-4", "",
+                     "random init, fine-tuning lr 1e-4 or 3e-4 chosen on the selection split"),
 }
-BASES = ("bert-mini-4", "random", "random-epyc")
+BASES = ("bert-mini-4", "random", "random-epyc", "random-lrsel")
+
+
+def run_scores(runs: Path, task: str, suffix: str) -> tuple[dict[int, float], float] | None:
+    """``({seed: points}, mean selection score)`` of ``runs/ft-<task>-<suffix>``, or None if absent."""
+    split, metric = TASKS[task]
+    path = runs / f"ft-{task}-{suffix}" / "summary.json"
+    entry = json.loads(path.read_text()) if path.is_file() else None
+    if not entry or split not in entry:
+        return None
+    scores = {s: 100 * v for s, v in zip(entry["seeds"], entry[split][metric]["values"])}
+    chosen = [json.loads(m.read_text()).get("best_selection_score") for m in path.parent.glob("seed-*/metrics.json")]
+    chosen = [c for c in chosen if c is not None]
+    return scores, (sum(chosen) / len(chosen) if chosen else float("nan"))
 
 
 def per_seed(source: str, task: str, runs: Path, results: dict, recorded: dict[int, float]) -> dict[int, float]:
-    """``{seed: points}`` of one arm on one task: the first run directory of ``a|b`` that exists, else
-    what the previous table recorded for the arm, else the first ``results:<backbone>`` entry."""
+    """``{seed: points}`` of one arm on one task: the first run directory of ``a|b`` that exists (for
+    ``choose:a+b``, the one with the best mean selection score), else what the previous table
+    recorded for the arm, else the first ``results:<backbone>`` entry."""
     split, metric = TASKS[task]
     options = source.split("|")
     for option in options:
-        path = runs / f"ft-{task}-{option}" / "summary.json"
-        entry = json.loads(path.read_text()) if not option.startswith("results:") and path.is_file() else None
-        if entry and split in entry:
-            return {s: 100 * v for s, v in zip(entry["seeds"], entry[split][metric]["values"])}
+        if option.startswith("choose:"):
+            found = [(r[1], suffix, r[0]) for suffix in option[len("choose:"):].split("+")
+                     if (r := run_scores(runs, task, suffix))]
+            if found:
+                return max(found, key=lambda f: f[0])[2]
+        elif not option.startswith("results:") and (r := run_scores(runs, task, option)):
+            return r[0]
     if recorded:
         return recorded
     for option in options:
@@ -67,6 +93,14 @@ def per_seed(source: str, task: str, runs: Path, results: dict, recorded: dict[i
         if entry and split in entry:
             return {s: 100 * v for s, v in zip(entry["seeds"], entry[split][metric]["values"])}
     return {}
+
+
+def chosen_run(source: str, task: str, runs: Path) -> str | None:
+    """For a ``choose:`` arm, the run suffix it took on ``task`` (None otherwise or if none ran)."""
+    if not source.startswith("choose:"):
+        return None
+    found = [(r[1], suffix) for suffix in source[len("choose:"):].split("+") if (r := run_scores(runs, task, suffix))]
+    return max(found)[1] if found else None
 
 
 def mlm_accuracy(run: str) -> float | None:
@@ -95,6 +129,10 @@ def build(runs: Path, results: dict, previous: dict) -> dict:
         table["tasks"][task] = {arm: {**summary(v), **{f"vs_{b}": paired(v, values[b]) for b in BASES
                                                        if b != arm and values[b]}}
                                 for arm, v in values.items() if v}
+        for arm, (source, _, _) in ARMS.items():
+            if arm in table["tasks"][task] and (chosen := chosen_run(source, task, runs)
+                                                or previous.get("tasks", {}).get(task, {}).get(arm, {}).get("chosen")):
+                table["tasks"][task][arm]["chosen"] = chosen
     return table
 
 
@@ -102,13 +140,14 @@ def markdown(table: dict) -> str:
     def diff(d: dict | None) -> str:
         return "—" if not d else f"{d['mean']:+.2f} ± {d['std']:.2f} ({d['wins']}-{d['losses']})"
 
-    lines = ["| arm | held-out MLM | task | mean ± std | − bert-mini-4 (paired) | − random (paired) |",
-             "|---|---|---|---|---|---|"]
+    lines = ["| arm | held-out MLM | task | mean ± std | − bert-mini-4 (paired) | − random (paired) "
+             "| − random, lr chosen alike (paired) |", "|---|---|---|---|---|---|---|"]
     for task, arms in table["tasks"].items():
         for arm, e in arms.items():
             mlm = table["arms"][arm]["mlm_accuracy"]
             lines.append(f"| {arm} | {'—' if mlm is None else f'{mlm:.2f}%'} | {task} | {e['mean']:.2f} ± {e['std']:.2f} | "
-                         f"{diff(e.get('vs_bert-mini-4'))} | {diff(e.get('vs_random'))} |")
+                         f"{diff(e.get('vs_bert-mini-4'))} | {diff(e.get('vs_random'))} | "
+                         f"{diff(e.get('vs_random-lrsel'))}{' (' + e['chosen'] + ')' if e.get('chosen') else ''} |")
     lines += ["", *(f"- {arm}: {a['what']}" for arm, a in table["arms"].items())]
     return "\n".join(lines) + "\n"
 
