@@ -131,7 +131,8 @@ def main() -> None:
                      b.get("mean_pairwise_cosine", float("nan")), args.task, b["task_token_share"])
         if args.reinit_below:
             if not args.reinit_out or len(args.models) != 1 or "@" in spec:
-                raise SystemExit("--reinit-below needs --reinit-out and exactly one --models entry")
+                raise SystemExit("--reinit-below needs --reinit-out and exactly one --models entry, "
+                                 "a model's input embeddings (not DIR@decoder)")
             out = Path(args.reinit_out)
             if out.exists():
                 raise SystemExit(f"{out} exists: choose a new directory")

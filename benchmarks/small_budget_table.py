@@ -60,16 +60,17 @@ BASES = ("bert-mini-4", "random", "random-epyc", "random-lrsel")
 
 
 def run_scores(runs: Path, task: str, suffix: str) -> tuple[dict[int, float], float] | None:
-    """``({seed: points}, mean selection score)`` of ``runs/ft-<task>-<suffix>``, or None if absent."""
+    """``({seed: points}, mean selection score)`` of ``runs/ft-<task>-<suffix>``, or None if absent
+    (a run without selection scores ranks last)."""
     split, metric = TASKS[task]
     path = runs / f"ft-{task}-{suffix}" / "summary.json"
     entry = json.loads(path.read_text()) if path.is_file() else None
     if not entry or split not in entry:
         return None
     scores = {s: 100 * v for s, v in zip(entry["seeds"], entry[split][metric]["values"])}
-    chosen = [json.loads(m.read_text()).get("best_selection_score") for m in path.parent.glob("seed-*/metrics.json")]
-    chosen = [c for c in chosen if c is not None]
-    return scores, (sum(chosen) / len(chosen) if chosen else float("nan"))
+    selection = [json.loads(m.read_text()).get("best_selection_score") for m in path.parent.glob("seed-*/metrics.json")]
+    selection = [c for c in selection if c is not None]
+    return scores, (sum(selection) / len(selection) if selection else float("-inf"))
 
 
 def per_seed(source: str, task: str, runs: Path, results: dict, recorded: dict[int, float]) -> dict[int, float]:
