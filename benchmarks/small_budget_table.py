@@ -73,35 +73,35 @@ def run_scores(runs: Path, task: str, suffix: str) -> tuple[dict[int, float], fl
     return scores, (sum(selection) / len(selection) if selection else float("-inf"))
 
 
-def per_seed(source: str, task: str, runs: Path, results: dict, recorded: dict[int, float]) -> dict[int, float]:
-    """``{seed: points}`` of one arm on one task: the first run directory of ``a|b`` that exists (for
-    ``choose:a+b``, the one with the best mean selection score), else what the previous table
-    recorded for the arm, else the first ``results:<backbone>`` entry."""
+def choose(option: str, task: str, runs: Path) -> tuple[dict[int, float], str] | None:
+    """For ``choose:a+b``: the scores and suffix of the run with the best mean selection score."""
+    found = [(r[1], suffix, r[0]) for suffix in option[len("choose:"):].split("+") if (r := run_scores(runs, task, suffix))]
+    if not found:
+        return None
+    _, suffix, scores = max(found, key=lambda f: f[0])
+    return scores, suffix
+
+
+def per_seed(source: str, task: str, runs: Path, results: dict,
+             recorded: dict[int, float]) -> tuple[dict[int, float], str | None]:
+    """``({seed: points}, chosen suffix or None)`` of one arm on one task: the first run directory of
+    ``a|b`` that exists (for ``choose:a+b``, the one with the best mean selection score), else what
+    the previous table recorded for the arm, else the first ``results:<backbone>`` entry."""
     split, metric = TASKS[task]
     options = source.split("|")
     for option in options:
         if option.startswith("choose:"):
-            found = [(r[1], suffix, r[0]) for suffix in option[len("choose:"):].split("+")
-                     if (r := run_scores(runs, task, suffix))]
-            if found:
-                return max(found, key=lambda f: f[0])[2]
+            if picked := choose(option, task, runs):
+                return picked
         elif not option.startswith("results:") and (r := run_scores(runs, task, option)):
-            return r[0]
+            return r[0], None
     if recorded:
-        return recorded
+        return recorded, None
     for option in options:
         entry = results.get(task, {}).get(option.split(":", 1)[1]) if option.startswith("results:") else None
         if entry and split in entry:
-            return {s: 100 * v for s, v in zip(entry["seeds"], entry[split][metric]["values"])}
-    return {}
-
-
-def chosen_run(source: str, task: str, runs: Path) -> str | None:
-    """For a ``choose:`` arm, the run suffix it took on ``task`` (None otherwise or if none ran)."""
-    if not source.startswith("choose:"):
-        return None
-    found = [(r[1], suffix) for suffix in source[len("choose:"):].split("+") if (r := run_scores(runs, task, suffix))]
-    return max(found)[1] if found else None
+            return {s: 100 * v for s, v in zip(entry["seeds"], entry[split][metric]["values"])}, None
+    return {}, None
 
 
 def mlm_accuracy(run: str) -> float | None:
@@ -125,14 +125,15 @@ def build(runs: Path, results: dict, previous: dict) -> dict:
             mlm = previous.get("arms", {}).get(arm, {}).get("mlm_accuracy")
         table["arms"][arm] = {"what": what, "mlm_accuracy": mlm}
     for task in TASKS:
-        values = {arm: per_seed(source, task, runs, results, recorded_seeds(previous, task, arm))
+        picked = {arm: per_seed(source, task, runs, results, recorded_seeds(previous, task, arm))
                   for arm, (source, _, _) in ARMS.items()}
+        values = {arm: v for arm, (v, _) in picked.items()}
         table["tasks"][task] = {arm: {**summary(v), **{f"vs_{b}": paired(v, values[b]) for b in BASES
                                                        if b != arm and values[b]}}
                                 for arm, v in values.items() if v}
-        for arm, (source, _, _) in ARMS.items():
-            if arm in table["tasks"][task] and (chosen := chosen_run(source, task, runs)
-                                                or previous.get("tasks", {}).get(task, {}).get(arm, {}).get("chosen")):
+        for arm, (_, chosen) in picked.items():
+            chosen = chosen or previous.get("tasks", {}).get(task, {}).get(arm, {}).get("chosen")
+            if arm in table["tasks"][task] and chosen:
                 table["tasks"][task][arm]["chosen"] = chosen
     return table
 
