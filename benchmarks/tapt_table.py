@@ -36,9 +36,15 @@ def seed_scores(directory: Path, split: str, metric: str) -> dict[int, float]:
     return out
 
 
-def recorded_direct(path: Path, rerun: dict[int, float]) -> dict[int, float]:
-    """The recorded direct scores, checked against the re-run seeds (which must all match)."""
-    recorded = {int(k): float(v) for k, v in json.loads(path.read_text())["direct"]["per_seed"].items()}
+def recorded_direct(path: Path, rerun: dict[int, float], metric: str) -> dict[int, float]:
+    """The recorded direct scores, checked against the re-run seeds (which must all match). Reads this
+    script's output, or the first SST-2 TAPT record (2026-11-24), whose ``finetune.minilm`` maps each
+    seed to its metrics (fractions)."""
+    earlier = json.loads(path.read_text())
+    if "direct" in earlier:
+        recorded = {int(k): float(v) for k, v in earlier["direct"]["per_seed"].items()}
+    else:
+        recorded = {int(k): 100 * float(v[metric]) for k, v in earlier["finetune"]["minilm"].items()}
     if not set(rerun) & set(recorded):
         raise SystemExit(f"--direct-recorded {path}: no recorded seed was re-run under --direct, so nothing "
                          "checks that the recorded scores reproduce with the current code")
@@ -72,7 +78,7 @@ def main() -> None:
     direct = seed_scores(Path(args.direct), args.split, args.metric)
     rerun = sorted(direct)
     if args.direct_recorded:
-        direct = recorded_direct(Path(args.direct_recorded), direct)
+        direct = recorded_direct(Path(args.direct_recorded), direct, args.metric)
     adapted = seed_scores(Path(args.adapted), args.split, args.metric)
     seeds = sorted(set(direct) & set(adapted))
     diffs = [adapted[s] - direct[s] for s in seeds]
