@@ -103,12 +103,18 @@ def test_tapt_table_pairs_recorded_direct_scores_only_if_a_rerun_reproduces_them
 
     path = tmp_path / "earlier.json"
     path.write_text(json.dumps({"direct": {"per_seed": {"1": 85.0466, "2": 84.8141, "3": 84.9494}}}))
-    assert recorded_direct(path, {1: 85.0466}) == {1: 85.0466, 2: 84.8141, 3: 84.9494}
+    assert recorded_direct(path, {1: 85.0466}, "f1") == {1: 85.0466, 2: 84.8141, 3: 84.9494}
     with pytest.raises(SystemExit, match="seed 1 was 85.046600, its re-run gives 85.100000"):
-        recorded_direct(path, {1: 85.1})
+        recorded_direct(path, {1: 85.1}, "f1")
     for rerun in ({}, {7: 10.0}):  # nothing re-run, or only a seed that was never recorded
         with pytest.raises(SystemExit, match="no recorded seed was re-run"):
-            recorded_direct(path, rerun)
+            recorded_direct(path, rerun, "f1")
+    # the first SST-2 record keeps each seed's metrics as fractions under finetune.minilm
+    legacy = tmp_path / "legacy.json"
+    legacy.write_text(json.dumps({"finetune": {"minilm": {"1": {"accuracy": 0.875}, "2": {"accuracy": 0.88}}}}))
+    assert recorded_direct(legacy, {1: 87.5}, "accuracy") == {1: 87.5, 2: 88.0}
+    with pytest.raises(SystemExit, match="seed 1 was 87.500000"):
+        recorded_direct(legacy, {1: 87.96}, "accuracy")
 
 
 def test_multitask_table_fills_the_single_row_from_an_earlier_table_only_if_a_rerun_reproduces_it(tmp_path: Path) -> None:
