@@ -34,9 +34,9 @@ from paired import paired, summary  # noqa: E402
 from tables import write_table  # noqa: E402
 
 TASKS = {"sst2": ("dev", "accuracy"), "conll2003": ("test", "f1")}
-# the fine-tuning grid both arms of a "-grid" pair choose from (run suffixes of finetune_table.sh's TAG)
-GRID = ("", "-lr3e-4", "-lr1e-3")
-GRID_WHAT = "lr 1e-4, 3e-4 and 1e-3 (3 epochs each)"
+# the fine-tuning lrs both "-lrsel" arms choose from (run suffixes of finetune_table.sh's TAG)
+LRS = ("", "-lr3e-4", "-lr1e-3")
+LRS_WHAT = "lr 1e-4, 3e-4 or 1e-3 (3 epochs each)"
 # arm -> (fine-tuning run suffix or "results:<backbone>", pretraining run directory or "", description)
 ARMS = {
     "preln": ("bert-mini-preln", "runs/bert-mini-preln",
@@ -54,16 +54,12 @@ ARMS = {
                "(the EPYC); fine-tuned with dropout 0.1"),
     "random-epyc": ("random-epyc", "", "random weights as 'random', fine-tuned again on the EPYC (same machine as "
                     "'untied'); dropout 0.1"),
-    "untied-lrsel": ("choose:bert-mini-untied+bert-mini-untied-lr3e-4", "runs/bert-mini-untied",
-                     "the untied model, fine-tuning lr 1e-4 or 3e-4 chosen on the selection split"),
-    "random-lrsel": ("choose:random-epyc+random-epyc-lr3e-4", "",
-                     "random init, fine-tuning lr 1e-4 or 3e-4 chosen on the selection split"),
-    "untied-grid": ("choose:" + "+".join(f"bert-mini-untied{g}" for g in GRID), "runs/bert-mini-untied",
-                    "the untied model, fine-tuning setting chosen on the selection split from " + GRID_WHAT),
-    "random-grid": ("choose:" + "+".join(f"random-epyc{g}" for g in GRID), "",
-                    "random init, fine-tuning setting chosen on the selection split from " + GRID_WHAT),
+    "untied-lrsel": ("choose:" + "+".join(f"bert-mini-untied{g}" for g in LRS), "runs/bert-mini-untied",
+                     f"the untied model, fine-tuning {LRS_WHAT} chosen on the selection split"),
+    "random-lrsel": ("choose:" + "+".join(f"random-epyc{g}" for g in LRS), "",
+                     f"random init, fine-tuning {LRS_WHAT} chosen on the selection split"),
 }
-BASES = ("bert-mini-4", "random", "random-epyc", "random-lrsel", "random-grid")
+BASES = ("bert-mini-4", "random", "random-epyc", "random-lrsel")
 
 
 def run_scores(runs: Path, task: str, suffix: str) -> tuple[dict[int, float], float] | None:
@@ -150,14 +146,13 @@ def markdown(table: dict) -> str:
         return "—" if not d else f"{d['mean']:+.2f} ± {d['std']:.2f} ({d['wins']}-{d['losses']})"
 
     lines = ["| arm | held-out MLM | task | mean ± std | − bert-mini-4 (paired) | − random (paired) "
-             "| − random, lr chosen alike (paired) | − random, grid chosen alike (paired) |", "|---|---|---|---|---|---|---|---|"]
+             "| − random, lr chosen alike (paired) |", "|---|---|---|---|---|---|---|"]
     for task, arms in table["tasks"].items():
         for arm, e in arms.items():
             mlm = table["arms"][arm]["mlm_accuracy"]
             lines.append(f"| {arm} | {'—' if mlm is None else f'{mlm:.2f}%'} | {task} | {e['mean']:.2f} ± {e['std']:.2f} | "
                          f"{diff(e.get('vs_bert-mini-4'))} | {diff(e.get('vs_random'))} | "
-                         f"{diff(e.get('vs_random-lrsel'))} | {diff(e.get('vs_random-grid'))}"
-                         f"{' (' + e['chosen'] + ')' if e.get('chosen') else ''} |")
+                         f"{diff(e.get('vs_random-lrsel'))}{' (' + e['chosen'] + ')' if e.get('chosen') else ''} |")
     lines += ["", *(f"- {arm}: {a['what']}" for arm, a in table["arms"].items())]
     return "\n".join(lines) + "\n"
 
