@@ -36,6 +36,19 @@ def seed_scores(directory: Path, split: str, metric: str) -> dict[int, float]:
     return out
 
 
+def selection_scores(directory: Path) -> dict[int, dict]:
+    """Each seed's score on the split its best epoch was chosen on (a train slice, or CoNLL's dev):
+    the score on which a TAPT setting (its length, say) may be chosen, since the reported split
+    never may."""
+    out = {}
+    for path in sorted(directory.glob("seed-*/metrics.json")):
+        m = json.loads(path.read_text())
+        if "best_selection_score" in m:
+            out[int(path.parent.name.split("-")[1])] = {"split": m.get("selection"),
+                                                        "score": 100 * float(m["best_selection_score"])}
+    return out
+
+
 def recorded_direct(path: Path, rerun: dict[int, float], metric: str) -> dict[int, float]:
     """The recorded direct scores, checked against the re-run seeds (which must all match). Reads this
     script's output, or the first SST-2 TAPT record (2026-11-24), whose ``finetune.minilm`` maps each
@@ -90,7 +103,8 @@ def main() -> None:
         "date": time.strftime("%Y-%m-%d"), "split": args.split, "metric": args.metric,
         "pretrain": {"run": args.pretrain, **pretrain_facts(Path(args.pretrain))},
         "direct": {"runs": args.direct, "per_seed": direct, "recorded_in": args.direct_recorded or None,
-                   "rerun_seeds": rerun}, "adapted": {"runs": args.adapted, "per_seed": adapted},
+                   "rerun_seeds": rerun}, "adapted": {"runs": args.adapted, "per_seed": adapted,
+                                             "selection": selection_scores(Path(args.adapted))},
         "paired_seeds": seeds,
         "direct_mean_std": ms([direct[s] for s in seeds]) if seeds else None,
         "adapted_mean_std": ms([adapted[s] for s in seeds]) if seeds else None,
@@ -100,6 +114,11 @@ def main() -> None:
     print(f"{args.split} {args.metric}: seeds {seeds}")
     print("direct ", [round(direct[s], 2) for s in seeds], result["direct_mean_std"])
     print("adapted", [round(adapted[s], 2) for s in seeds], result["adapted_mean_std"])
+    chosen_on = selection_scores(Path(args.adapted))
+    if chosen_on:
+        values = [v["score"] for v in chosen_on.values()]
+        print(f"adapted on the selection split ({next(iter(chosen_on.values()))['split']}):",
+              [round(v, 2) for v in values], ms(values))
     print("diff   ", [round(d, 2) for d in diffs], result["difference_mean_std"], "t95", result["difference_t95"])
 
 
