@@ -34,9 +34,9 @@ from paired import paired, summary  # noqa: E402
 from tables import write_table  # noqa: E402
 
 TASKS = {"sst2": ("dev", "accuracy"), "conll2003": ("test", "f1")}
-# the fine-tuning lrs both "-lrsel" arms choose from (run suffixes of finetune_table.sh's TAG)
-LRS = ("", "-lr3e-4", "-lr1e-3")
-LRS_WHAT = "lr 1e-4, 3e-4 or 1e-3 (3 epochs each)"
+# the fine-tuning settings both "-lrsel" arms choose from (run suffixes of finetune_table.sh's TAG)
+LRS = ("", "-lr3e-4", "-lr1e-3", "-lr3e-4-ep6")
+LRS_WHAT = "lr 1e-4, 3e-4 or 1e-3 for 3 epochs, or 3e-4 for 6"
 # arm -> (fine-tuning run suffix or "results:<backbone>", pretraining run directory or "", description)
 ARMS = {
     "preln": ("bert-mini-preln", "runs/bert-mini-preln",
