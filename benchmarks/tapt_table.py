@@ -27,26 +27,22 @@ from pathlib import Path
 from paired import t_interval, with_recorded
 
 
-def seed_scores(directory: Path, split: str, metric: str) -> dict[int, float]:
-    out = {}
-    for path in sorted(directory.glob("seed-*/metrics.json")):
-        m = json.loads(path.read_text())
-        if split in m and metric in m[split]:
-            out[int(path.parent.name.split("-")[1])] = 100 * float(m[split][metric])
-    return out
+def seed_metrics(directory: Path) -> dict[int, dict]:
+    """``{seed: metrics.json}`` of the fine-tuning runs under ``directory`` (``seed-N/``)."""
+    return {int(path.parent.name.split("-")[1]): json.loads(path.read_text())
+            for path in sorted(directory.glob("seed-*/metrics.json"))}
 
 
-def selection_scores(directory: Path) -> dict[int, dict]:
+def seed_scores(runs: dict[int, dict], split: str, metric: str) -> dict[int, float]:
+    return {seed: 100 * float(m[split][metric]) for seed, m in runs.items() if split in m and metric in m[split]}
+
+
+def selection_scores(runs: dict[int, dict]) -> dict[int, dict]:
     """Each seed's score on the split its best epoch was chosen on (a train slice, or CoNLL's dev):
     the score on which a TAPT setting (its length, say) may be chosen, since the reported split
     never may."""
-    out = {}
-    for path in sorted(directory.glob("seed-*/metrics.json")):
-        m = json.loads(path.read_text())
-        if "best_selection_score" in m:
-            out[int(path.parent.name.split("-")[1])] = {"split": m.get("selection"),
-                                                        "score": 100 * float(m["best_selection_score"])}
-    return out
+    return {seed: {"split": m.get("selection"), "score": 100 * float(m["best_selection_score"])}
+            for seed, m in runs.items() if "best_selection_score" in m}
 
 
 def recorded_direct(path: Path, rerun: dict[int, float], metric: str) -> dict[int, float]:
@@ -88,11 +84,13 @@ def main() -> None:
     ap.add_argument("--metric", default="accuracy")
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
-    direct = seed_scores(Path(args.direct), args.split, args.metric)
+    direct = seed_scores(seed_metrics(Path(args.direct)), args.split, args.metric)
     rerun = sorted(direct)
     if args.direct_recorded:
         direct = recorded_direct(Path(args.direct_recorded), direct, args.metric)
-    adapted = seed_scores(Path(args.adapted), args.split, args.metric)
+    adapted_runs = seed_metrics(Path(args.adapted))
+    adapted = seed_scores(adapted_runs, args.split, args.metric)
+    chosen_on = selection_scores(adapted_runs)
     seeds = sorted(set(direct) & set(adapted))
     diffs = [adapted[s] - direct[s] for s in seeds]
 
@@ -104,7 +102,7 @@ def main() -> None:
         "pretrain": {"run": args.pretrain, **pretrain_facts(Path(args.pretrain))},
         "direct": {"runs": args.direct, "per_seed": direct, "recorded_in": args.direct_recorded or None,
                    "rerun_seeds": rerun}, "adapted": {"runs": args.adapted, "per_seed": adapted,
-                                             "selection": selection_scores(Path(args.adapted))},
+                                             "selection": chosen_on},
         "paired_seeds": seeds,
         "direct_mean_std": ms([direct[s] for s in seeds]) if seeds else None,
         "adapted_mean_std": ms([adapted[s] for s in seeds]) if seeds else None,
@@ -114,7 +112,6 @@ def main() -> None:
     print(f"{args.split} {args.metric}: seeds {seeds}")
     print("direct ", [round(direct[s], 2) for s in seeds], result["direct_mean_std"])
     print("adapted", [round(adapted[s], 2) for s in seeds], result["adapted_mean_std"])
-    chosen_on = selection_scores(Path(args.adapted))
     if chosen_on:
         values = [v["score"] for v in chosen_on.values()]
         print(f"adapted on the selection split ({next(iter(chosen_on.values()))['split']}):",

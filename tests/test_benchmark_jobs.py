@@ -120,15 +120,16 @@ def test_tapt_table_pairs_recorded_direct_scores_only_if_a_rerun_reproduces_them
 def test_tapt_table_reads_each_seeds_selection_score_not_its_reported_one(tmp_path: Path) -> None:
     import json
 
-    from tapt_table import seed_scores, selection_scores
+    from tapt_table import seed_metrics, seed_scores, selection_scores
 
     for seed, (chosen, reported) in {1: (0.86, 0.88), 2: (0.87, 0.885)}.items():
         (tmp_path / f"seed-{seed}").mkdir()
         (tmp_path / f"seed-{seed}" / "metrics.json").write_text(json.dumps(
             {"best_selection_score": chosen, "selection": "train-slice", "dev": {"accuracy": reported}}))
-    assert selection_scores(tmp_path) == {1: {"split": "train-slice", "score": 86.0},
-                                          2: {"split": "train-slice", "score": 87.0}}
-    assert seed_scores(tmp_path, "dev", "accuracy") == {1: 88.0, 2: 88.5}
+    runs = seed_metrics(tmp_path)
+    assert selection_scores(runs) == {1: {"split": "train-slice", "score": 86.0},
+                                      2: {"split": "train-slice", "score": 87.0}}
+    assert seed_scores(runs, "dev", "accuracy") == {1: 88.0, 2: 88.5}
 
 
 def test_multitask_table_fills_the_single_row_from_an_earlier_table_only_if_a_rerun_reproduces_it(tmp_path: Path) -> None:
