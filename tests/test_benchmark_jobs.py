@@ -177,3 +177,34 @@ def test_multitask_table_refuses_to_replace_a_fuller_table(tmp_path: Path) -> No
                                                  "mtdnn+ft": {"seeds": [1]}}}}))
     assert entries_lost(out, ["uncertainty", "mtdnn"], [1, 2]) == []
     assert entries_lost(out, ["uncertainty"], [1]) == ["ner/single/2", "ner/uncertainty/2", "ner/mtdnn+ft/1"]
+
+
+def test_tapt_length_chooses_on_the_selection_split_and_refuses_unpaired_candidates(tmp_path: Path) -> None:
+    import json
+
+    from tapt_length import candidate, choose
+
+    def record(name: str, steps: int, selection: list[float], diff: float, direct: float = 87.5) -> Path:
+        path = tmp_path / f"{name}.json"
+        path.write_text(json.dumps({
+            "split": "dev", "metric": "accuracy", "paired_seeds": [1, 2],
+            "pretrain": {"steps": steps, "train_minutes": steps / 20},
+            "direct": {"per_seed": {"1": direct, "2": 87.8}},
+            "adapted": {"selection": {str(s + 1): {"split": "train-slice", "score": v} for s, v in enumerate(selection)}},
+            "difference_mean_std": [diff, 0.1], "difference_t95": [diff - 1, diff + 1],
+            "adapted_mean_std": [88.0, 0.2], "direct_mean_std": [87.65, 0.2]}))
+        return path
+
+    short = candidate(record("short", 600, [86.0, 87.0], +0.4))
+    long_ = candidate(record("long", 2000, [86.5, 86.0], +0.9))  # better on dev, worse where it may be chosen
+    tie = candidate(record("tie", 1200, [87.0, 86.0], +0.6))
+    assert short["selection_mean"] == 86.5 and long_["selection_mean"] == 86.25
+    assert choose([long_, short]) is short  # the reported difference chooses nothing
+    assert choose([tie, short]) is short  # a tie goes to the shorter run
+    with pytest.raises(SystemExit, match="differ in direct"):
+        choose([short, candidate(record("other", 800, [90.0, 90.0], 0.0, direct=86.0))])
+    broken = json.loads((tmp_path / "short.json").read_text())
+    del broken["adapted"]["selection"]["2"]
+    (tmp_path / "broken.json").write_text(json.dumps(broken))
+    with pytest.raises(SystemExit, match=r"no selection score for seed\(s\) \[2\]"):
+        candidate(tmp_path / "broken.json")
