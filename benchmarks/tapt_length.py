@@ -24,11 +24,12 @@ def candidate(path: Path) -> dict:
     """One tapt_table record, reduced to what the choice and the report need."""
     record = json.loads(path.read_text())
     seeds = [int(s) for s in record["paired_seeds"]]
-    selection = {int(k): v["score"] for k, v in record["adapted"].get("selection", {}).items()}
+    recorded = record["adapted"].get("selection", {})
+    selection = {int(k): v["score"] for k, v in recorded.items()}
     missing = [s for s in seeds if s not in selection]
     if missing:
         raise SystemExit(f"{path}: no selection score for seed(s) {missing}; write the record again with tapt_table.py")
-    chosen_on = {v["split"] for v in record["adapted"]["selection"].values()}
+    chosen_on = {v["split"] for v in recorded.values()}
     return {"record": str(path), "steps": record["pretrain"]["steps"],
             "train_minutes": record["pretrain"]["train_minutes"], "split": record["split"],
             "metric": record["metric"], "seeds": seeds, "selection_split": sorted(chosen_on),
