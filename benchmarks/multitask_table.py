@@ -22,6 +22,11 @@ the seeds whose single-task run directory exists are run (or read) and must repr
     OMP_NUM_THREADS=1 python benchmarks/multitask_table.py glue --variants mtdnn --seeds 1 2 3 4 5 --parallel 2
     OMP_NUM_THREADS=1 python benchmarks/multitask_table.py conll --variants uncertainty --seeds 1 2 3 \
         --out benchmarks/results/multitask_conll_uncertainty.json
+    OMP_NUM_THREADS=1 python benchmarks/multitask_table.py glue --variants soft soft-1e-4 soft-1e-5 --seeds 1 \
+        --choose soft soft-1e-4 soft-1e-5 --out benchmarks/results/multitask_glue_soft.json
+
+``--choose`` names variants that sweep one setting: the one whose runs score best on the selection
+split (each task's ``best_selection_score``, averaged over tasks and seeds) is recorded as chosen.
 
 A call never replaces a results file holding rows or seeds it would not write again (``--out``).
 """
@@ -167,6 +172,35 @@ def entries_lost(out: Path, variants: list[str], seeds: list[int]) -> list[str]:
             for row, entry in by_row.items() for seed in entry["seeds"] if row not in rows or seed not in seeds]
 
 
+def selection_scores(suite: str, variants: list[str], seeds: list[int]) -> dict[str, dict[int, dict[str, float]]]:
+    """``{variant: {seed: {task: best_selection_score in points}}}`` of the finished runs: what each
+    task's checkpoint scored on its selection split (GLUE: its 10% train slice), never the reported one."""
+    s = SUITES[suite]
+    out: dict[str, dict[int, dict[str, float]]] = {}
+    for variant in variants:
+        for seed in seeds:
+            path = ROOT / s["run_root"] / variant / f"seed-{seed}" / "metrics.json"
+            if path.is_file():
+                per_task = json.loads(path.read_text())["per_task"]
+                out.setdefault(variant, {})[seed] = {t: 100 * per_task[t]["best_selection_score"] for t in s["metrics"]}
+    return out
+
+
+def choose(selection: dict[str, dict[int, dict[str, float]]], among: list[str], seeds: list[int]) -> dict[str, Any]:
+    """Of the variants ``among`` (a setting's sweep, such as soft sharing's λ), the one with the best
+    selection score averaged over every task and seed (a GLUE-style macro average; a tie goes to the
+    first named). Every candidate needs every seed, so all are judged on the same runs."""
+    missing = [f"{v}/seed-{seed}" for v in among for seed in seeds if seed not in selection.get(v, {})]
+    if missing:
+        raise ValueError(f"cannot choose among {among}: no finished run for {', '.join(missing)}")
+    means = {v: sum(sum(selection[v][seed].values()) / len(selection[v][seed]) for seed in seeds) / len(seeds)
+             for v in among}
+    chosen = max(among, key=lambda v: (means[v], -among.index(v)))
+    return {"among": among, "chosen": chosen, "selection_mean": means,
+            "selection_per_task": {v: {t: sum(selection[v][seed][t] for seed in seeds) / len(seeds)
+                                       for t in selection[v][seeds[0]]} for v in among}}
+
+
 def table(suite: str, found: dict[str, dict[str, dict[int, float]]]) -> dict[str, Any]:
     """Per task and row: mean ± std, and the paired difference to ``single`` with its 95% t interval."""
     result: dict[str, Any] = {}
@@ -195,6 +229,10 @@ def markdown(result: dict[str, Any]) -> str:
             paired = f"**{p['mean']:+.2f}** ± {p['std']:.2f} | {interval} | {p['wins']}-{p['losses']}" if p else "— | — | —"
             seeds = ",".join(str(x) for x in e["seeds"])
             lines.append(f"| {label} | {row} | {e['mean']:.2f} ± {e['std']:.2f} | {seeds} | {paired} |")
+    choice = result.get("choice")
+    if choice:
+        means = ", ".join(f"{v} {m:.2f}" for v, m in choice["selection_mean"].items())
+        lines.append(f"\nChosen on the selection split (mean over tasks and seeds): **{choice['chosen']}** ({means}).")
     return "\n".join(lines) + "\n"
 
 
@@ -205,6 +243,9 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3, 4, 5])
     parser.add_argument("--parallel", type=int, default=1)
     parser.add_argument("--table-only", action="store_true", help="only read finished runs")
+    parser.add_argument("--choose", nargs="+", default=[], metavar="VARIANT",
+                        help="variants that are one setting's sweep (e.g. soft soft-1e-4 soft-1e-5): the one with "
+                        "the best mean selection score is recorded as chosen; only its reported row is the result")
     parser.add_argument("--out", default="")
     parser.add_argument("--single-recorded", default="", help="an earlier output of this script: its single-task "
                         "scores fill the seeds whose runs are gone (re-run seeds must reproduce them); no "
@@ -216,6 +257,8 @@ def main() -> None:
     unknown = [v for v in variants if v not in s["variants"]]
     if unknown:
         parser.error(f"unknown variants {unknown}; {args.suite} has {list(s['variants'])}")
+    if not set(args.choose) <= set(variants):
+        parser.error(f"--choose {args.choose}: every candidate must be among the variants {variants}")
     out = Path(args.out or ROOT / f"benchmarks/results/multitask_{args.suite}.json")
     lost = entries_lost(out, variants, args.seeds)
     if lost:  # before any run: a partial table must not replace a fuller one
@@ -246,6 +289,10 @@ def main() -> None:
               "variants": {v: s["variants"][v] for v in variants}, "wall_s": time.time() - start,
               "single_recorded": args.single_recorded or None, "single_not_rerun": unchecked,
               "table": table(args.suite, found)}
+    if args.choose:
+        result["choice"] = choose(selection_scores(args.suite, args.choose, args.seeds), args.choose, args.seeds)
+        print(f"chosen on the selection split: {result['choice']['chosen']} "
+              f"({', '.join(f'{v} {m:.2f}' for v, m in result['choice']['selection_mean'].items())})")
     out.write_text(json.dumps(result, indent=1) + "\n")
     out.with_suffix(".md").write_text(markdown(result))
     for task, rows in result["table"].items():

@@ -208,3 +208,33 @@ def test_tapt_length_chooses_on_the_selection_split_and_refuses_unpaired_candida
     (tmp_path / "broken.json").write_text(json.dumps(broken))
     with pytest.raises(SystemExit, match=r"no selection score for seed\(s\) \[2\]"):
         candidate(tmp_path / "broken.json")
+
+
+def test_multitask_table_chooses_a_sweeps_variant_on_the_selection_split_only(tmp_path: Path) -> None:
+    import json
+
+    import multitask_table
+
+    suite = {"run_root": str(tmp_path), "metrics": {"rte": "accuracy", "cola": "mcc"}}
+    runs = {"a": {1: ({"rte": 0.60, "cola": 0.10}, 0.70), 2: ({"rte": 0.62, "cola": 0.12}, 0.70)},
+            "b": {1: ({"rte": 0.58, "cola": 0.20}, 0.50), 2: ({"rte": 0.56, "cola": 0.18}, 0.50)}}
+    for variant, by_seed in runs.items():
+        for seed, (chosen, reported) in by_seed.items():
+            d = tmp_path / variant / f"seed-{seed}"
+            d.mkdir(parents=True)
+            d.joinpath("metrics.json").write_text(json.dumps({"per_task": {t: {
+                "best_selection_score": v, "dev": {suite["metrics"][t]: reported}} for t, v in chosen.items()}}))
+    multitask_table.SUITES["fake"] = suite
+    try:
+        sel = multitask_table.selection_scores("fake", ["a", "b"], [1, 2])
+    finally:
+        del multitask_table.SUITES["fake"]
+    # a: (60 + 10) / 2 = 35 and (62 + 12) / 2 = 37 → 36; b: 39 and 37 → 38, though a reports better
+    choice = multitask_table.choose(sel, ["a", "b"], [1, 2])
+    assert choice["chosen"] == "b"
+    assert abs(choice["selection_mean"]["a"] - 36.0) < 1e-9 and abs(choice["selection_mean"]["b"] - 38.0) < 1e-9
+    assert abs(choice["selection_per_task"]["b"]["cola"] - 19.0) < 1e-9
+    tie = {"x": {1: {"rte": 5.0}}, "y": {1: {"rte": 5.0}}}
+    assert multitask_table.choose(tie, ["y", "x"], [1])["chosen"] == "y"  # a tie goes to the first named
+    with pytest.raises(ValueError, match="no finished run for a/seed-3"):
+        multitask_table.choose(sel, ["a", "b"], [1, 3])
