@@ -48,7 +48,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from jobs import (pretraining_done, pretraining_rows, run_logged, schedule, step_budget,  # noqa: E402
                   table_arguments, table_paths, write_results)
-from paired import paired, summary  # noqa: E402
+from paired import paired, summary, with_recorded  # noqa: E402
 from tapt_table import pretrain_facts  # noqa: E402
 
 CONFIG = "configs/bert-mini-chinese.yaml"
@@ -190,6 +190,43 @@ def collect(root: Path, variants: list[str], seeds: list[int], length: int = 0) 
     return found
 
 
+def add_recorded(found: dict, pretraining: dict, cross: dict, path: Path) -> list[str]:
+    """Complete this run's ``found`` / ``pretraining`` / ``cross_eval`` with an earlier output of
+    this script (``--recorded``), for runs no longer on disk; returns the recorded variants
+    whose pretraining was not run again (their new seeds could not be checked).
+
+    A later seed pairs with the earlier ones only if it fine-tunes the same model, so every
+    variant pretrained again must reproduce its recorded held-out MLM curve and cross-evaluation
+    exactly (pretraining is deterministic on one thread), and every seed fine-tuned again must
+    reproduce its recorded test score; otherwise ``ValueError``, and nothing is merged."""
+    recorded = json.loads(path.read_text())
+    rerun = set(pretraining) & set(recorded["pretraining"])
+    for variant, facts in pretraining.items():
+        old = recorded["pretraining"].get(variant)
+        if old is None:
+            continue
+        if [(e["step"], round(e["eval/mlm_accuracy"], 12)) for e in facts["eval_curve"]] != \
+                [(e["step"], round(e["eval/mlm_accuracy"], 12)) for e in old["eval_curve"]]:
+            raise ValueError(f"--recorded {path}: {variant} pretrained again does not reproduce its recorded "
+                             "held-out MLM curve, so its new seeds would fine-tune a different model")
+        for level, acc in cross.get(variant, {}).items():
+            if abs(acc - recorded.get("cross_eval", {}).get(variant, {}).get(level, acc)) > 1e-12:
+                raise ValueError(f"--recorded {path}: {variant} pretrained again scores {acc} on {level}-masked "
+                                 "held-out text, not its recorded score")
+    merged = {}
+    for key, rows in recorded["table"].items():
+        merged[key] = dict(found.get(key, {}))
+        for variant, entry in rows.items():
+            merged[key][variant] = with_recorded(dict(zip(entry["seeds"], entry["values"])),
+                                                 found.get(key, {}).get(variant, {}), f"--recorded {path}, {key} {variant}")
+    found.update(merged)
+    for variant, facts in recorded["pretraining"].items():
+        pretraining.setdefault(variant, facts)
+    for variant, acc in recorded.get("cross_eval", {}).items():
+        cross.setdefault(variant, acc)
+    return sorted(v for v in recorded["pretraining"] if v not in rerun)
+
+
 def table(found: dict) -> dict:
     """Per task/metric and variant: mean ± std, and paired differences to ``none`` and ``piece``."""
     out: dict[str, Any] = {}
@@ -233,6 +270,9 @@ def main() -> None:
     ap.add_argument("--finetune-len", type=int, default=0,
                     help="fine-tune every task at this many tokens (the pretraining's 128: no untrained positions), "
                          "in its own runs and results file; 0 = each task's own length")
+    ap.add_argument("--recorded", default="", help="an earlier output of this script: its per-seed scores, "
+                    "pretraining facts and cross-evaluation complete this table (for runs gone from disk); "
+                    "a model pretrained again and a seed run again must reproduce them exactly")
     table_arguments(ap, "runs/zh")
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
@@ -256,13 +296,14 @@ def main() -> None:
                   [f"pretrain {'piece' if v == 'none' else v}"])
                  for s in args.seeds for t in args.tasks for v in args.variants]  # seed 1 of everything first
         schedule(jobs, args.parallel)
+    facts = {v: pretrain_facts(root / f"bert-mini-{v}") for v in pretrained if pretraining_done(root / f"bert-mini-{v}")}
+    cross, found = cross_eval(root, pretrained), collect(root, args.variants, args.seeds, length)
+    unchecked = add_recorded(found, facts, cross, Path(args.recorded)) if args.recorded else []
     result = {"config": CONFIG, "pretrain_overrides": budget, "finetune": FINETUNE,
               "tasks": {t: {**TASKS[t], "overrides": task_overrides(t, length)} for t in args.tasks},
-              "seeds": args.seeds, "smoke": args.smoke, "wall_s": time.time() - start,
-              "pretraining": {v: pretrain_facts(root / f"bert-mini-{v}") for v in pretrained
-                              if pretraining_done(root / f"bert-mini-{v}")},
-              "cross_eval": cross_eval(root, pretrained),
-              "table": table(collect(root, args.variants, args.seeds, length))}
+              "seeds": sorted({s for rows in found.values() for by_seed in rows.values() for s in by_seed}),
+              "smoke": args.smoke, "wall_s": time.time() - start, "recorded": args.recorded or None, "recorded_not_repretrained": unchecked,
+              "pretraining": facts, "cross_eval": cross, "table": table(found)}
     write_results(out, result, markdown(result))
 
 

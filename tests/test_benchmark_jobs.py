@@ -238,3 +238,31 @@ def test_multitask_table_chooses_a_sweeps_variant_on_the_selection_split_only(tm
     assert multitask_table.choose(tie, ["y", "x"], [1])["chosen"] == "y"  # a tie goes to the first named
     with pytest.raises(ValueError, match="no finished run for a/seed-3"):
         multitask_table.choose(sel, ["a", "b"], [1, 3])
+
+
+def test_chinese_masking_adds_recorded_seeds_only_for_a_model_and_seeds_that_reproduce(tmp_path: Path) -> None:
+    import copy
+    import json
+
+    from chinese_masking import add_recorded
+
+    curve = [{"step": 1000, "eval/mlm_accuracy": 0.13}, {"step": 2000, "eval/mlm_accuracy": 0.16}]
+    path = tmp_path / "earlier.json"
+    path.write_text(json.dumps({
+        "pretraining": {"piece": {"eval_curve": curve}, "ernie": {"eval_curve": curve}},
+        "cross_eval": {"piece": {"piece": 0.16}, "ernie": {"piece": 0.15}},
+        "table": {"cmrc2018/f1": {"piece": {"seeds": [1, 2, 3], "values": [10.0, 10.5, 9.5]},
+                                  "ernie": {"seeds": [1, 2], "values": [11.0, 10.8]}}}}))
+    found = {"cmrc2018/f1": {"piece": {3: 9.5}, "ernie": {3: 11.2}}}
+    facts, cross = {"piece": {"eval_curve": copy.deepcopy(curve)}}, {"piece": {"piece": 0.16}}
+    assert add_recorded(found, facts, cross, path) == ["ernie"]  # ernie's seed 3 is on a model nothing checked
+    assert found["cmrc2018/f1"] == {"piece": {1: 10.0, 2: 10.5, 3: 9.5}, "ernie": {1: 11.0, 2: 10.8, 3: 11.2}}
+    assert set(facts) == {"piece", "ernie"} and cross["ernie"] == {"piece": 0.15}
+
+    with pytest.raises(ValueError, match="cmrc2018/f1 piece: seed 3 was 9.500000, its re-run gives 9.400000"):
+        add_recorded({"cmrc2018/f1": {"piece": {3: 9.4}}}, {}, {}, path)
+    moved = [curve[0], {"step": 2000, "eval/mlm_accuracy": 0.1601}]
+    with pytest.raises(ValueError, match="piece pretrained again does not reproduce its recorded held-out MLM curve"):
+        add_recorded({}, {"piece": {"eval_curve": moved}}, {}, path)
+    with pytest.raises(ValueError, match="piece pretrained again scores 0.17 on piece-masked"):
+        add_recorded({}, {"piece": {"eval_curve": curve}}, {"piece": {"piece": 0.17}}, path)
