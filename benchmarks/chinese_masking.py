@@ -232,7 +232,7 @@ def table(found: dict) -> dict:
     out: dict[str, Any] = {}
     for key, rows in found.items():
         out[key] = {}
-        for variant, by_seed in rows.items():
+        for variant, by_seed in sorted(rows.items(), key=lambda kv: list(VARIANTS).index(kv[0])):
             entry = summary(by_seed)
             for base in ("none", "piece"):
                 diff = paired(by_seed, rows.get(base, {})) if variant != base else None
