@@ -220,10 +220,10 @@ def add_recorded(found: dict, pretraining: dict, cross: dict, path: Path) -> lis
             merged[key][variant] = with_recorded(dict(zip(entry["seeds"], entry["values"])),
                                                  found.get(key, {}).get(variant, {}), f"--recorded {path}, {key} {variant}")
     found.update(merged)
-    for variant, facts in recorded["pretraining"].items():
-        pretraining.setdefault(variant, facts)
-    for variant, acc in recorded.get("cross_eval", {}).items():
-        cross.setdefault(variant, acc)
+    for mine, theirs in ((pretraining, recorded["pretraining"]), (cross, recorded.get("cross_eval", {}))):
+        joined = {**theirs, **mine}
+        mine.clear()
+        mine.update(sorted(joined.items(), key=lambda kv: list(VARIANTS).index(kv[0])))  # rows in variant order
     return sorted(v for v in recorded["pretraining"] if v not in rerun)
 
 
