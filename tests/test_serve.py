@@ -338,9 +338,9 @@ class SlowEngine(Engine):
 
     kind, routes, dim = "slow", (EMBED,), 2
 
-    def __init__(self, delay: float) -> None:
+    def __init__(self, delay: float, gate: threading.Event | None = None) -> None:
         super().__init__(Path("slow"))
-        self.delay, self.seen = delay, []
+        self.delay, self.seen, self.gate = delay, [], gate
 
     def embedding_items(self, texts, truncate):
         return [Work((EMBED,), len(t), t) for t in texts]
@@ -348,7 +348,17 @@ class SlowEngine(Engine):
     def run(self, key, items):
         self.seen.extend(w.payload for w in items)
         time.sleep(self.delay)
+        if self.gate is not None:
+            assert self.gate.wait(10), "the test never opened the gate"
         return [np.array([len(w.payload), 1.0], np.float32) for w in items]
+
+
+def until(condition, timeout: float = 10.0) -> None:
+    """Poll ``condition`` until it holds (fails the test after ``timeout`` seconds)."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out waiting"
+        time.sleep(0.01)
 
 
 def test_full_queue_answers_503_with_retry_after_and_recovers():
@@ -375,10 +385,11 @@ def test_full_queue_answers_503_with_retry_after_and_recovers():
 
 def test_graceful_shutdown_finishes_requests_in_flight():
     answers = []
-    with running_server(ServeConfig("slow", port=0, log_level="warning"), engine=SlowEngine(0.5)) as url:
+    engine = SlowEngine(0.5)
+    with running_server(ServeConfig("slow", port=0, log_level="warning"), engine=engine) as url:
         t = threading.Thread(target=lambda: answers.append(post(url + "/v1/embeddings", {"input": "abc"})))
         t.start()
-        time.sleep(0.15)  # the request is in the model when the shutdown starts
+        until(lambda: engine.seen == ["abc"])  # the request is in the model when the shutdown starts
     t.join()
     assert answers and answers[0][0] == 200 and answers[0][1]["data"][0]["embedding"] == [3.0, 1.0]
 
@@ -386,17 +397,20 @@ def test_graceful_shutdown_finishes_requests_in_flight():
 def test_a_client_that_hangs_up_costs_no_compute():
     import socket
 
-    engine = SlowEngine(0.4)
+    gate = threading.Event()  # holds "busy" in the model until the hang-up has been answered
+    engine = SlowEngine(0.0, gate)
     with running_server(ServeConfig("slow", port=0, log_level="warning", max_batch_size=1), engine=engine) as url:
         first = threading.Thread(target=lambda: post(url + "/v1/embeddings", {"input": "busy"}))
         first.start()
-        time.sleep(0.1)  # "busy" is in the model
+        until(lambda: engine.seen == ["busy"])  # "busy" is in the model
         port = int(url.rsplit(":", 1)[1])
         body = b'{"input": "abandoned"}'
         with socket.create_connection(("127.0.0.1", port)) as s:
             s.sendall(b"POST /v1/embeddings HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                       b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
-            time.sleep(0.1)  # queued behind "busy"; then the client hangs up
+            until(lambda: "muppets_queue_depth 1" in request(url + "/metrics")[2])  # queued behind "busy"
+        until(lambda: 'status="499"' in request(url + "/metrics")[2])  # the hang-up was noticed
+        gate.set()
         first.join()
         assert post(url + "/v1/embeddings", {"input": "after"})[0] == 200
         metrics = request(url + "/metrics")[2]
