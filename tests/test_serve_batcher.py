@@ -192,7 +192,7 @@ def test_doctests(name):
 def test_heap_trimmer_trims_at_most_once_per_interval():
     import platform
 
-    from muppets.serve.memory import HeapTrimmer
+    from muppets.heap import HeapTrimmer
 
     if platform.libc_ver()[0] == "glibc":
         assert HeapTrimmer(1.0).trim is not None  # the real malloc_trim is found

@@ -115,8 +115,36 @@ def test_config_errors_are_typed(tmp_path: Path) -> None:
         toy_config(schedule="exp")
     with pytest.raises(ConfigError, match="batch_size"):
         toy_config(batch_size=0)
+    with pytest.raises(ConfigError, match="trim_heap_seconds"):
+        toy_config(trim_heap_seconds=-1)
     with pytest.raises(ConfigError, match="batch_size=10 is not divisible"):
         Trainer(ToyModel(), ToyData(10, 4), toy_config(batch_size=10, accumulation=4), tmp_path)
+
+
+def test_heap_trimming_between_steps_changes_nothing_but_memory(tmp_path: Path, monkeypatch, caplog) -> None:
+    import platform
+
+    from muppets import heap
+
+    calls: list[int] = []
+    real = heap._malloc_trim()
+    if platform.libc_ver()[0] == "glibc":
+        assert real is not None  # the real malloc_trim is found
+
+    def counted(pad):
+        calls.append(pad)
+        return real(pad) if real is not None else 0
+
+    monkeypatch.setattr(heap, "_malloc_trim", lambda: counted)
+    with caplog.at_level("INFO", logger="muppets.train.trainer"):
+        _, trimmed = _train(tmp_path / "trim", steps=6, trim_heap_seconds=1e-9)
+    assert calls == [0] * 6  # after every step (the interval is shorter than a step)
+    assert "heap trimmed 6 times" in caplog.text
+    calls.clear()
+    _, untrimmed = _train(tmp_path / "off", steps=6, trim_heap_seconds=0)
+    assert calls == [] and trimmed.losses == untrimmed.losses
+    assert _max_diff(_params(tmp_path / "trim" / "checkpoints" / "step-00000006"),
+                     _params(tmp_path / "off" / "checkpoints" / "step-00000006")) == 0.0
 
 
 # ------------------------------------------------------------------ loss normalisation

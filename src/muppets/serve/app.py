@@ -34,7 +34,7 @@ from muppets.serve.batcher import Batcher, BatchStats, QueueFull, Ticket
 from muppets.serve.config import ServeConfig
 from muppets.serve.engines import COMPLETE, EMBED, FILL, PREDICT, Engine, load_engine
 from muppets.serve.errors import ApiError
-from muppets.serve.memory import HeapTrimmer
+from muppets.heap import HeapTrimmer
 from muppets.serve.metrics import CONTENT_TYPE, Metrics
 
 log = logging.getLogger(__name__)

@@ -57,6 +57,7 @@ from muppets.train.optim import build_optimizer, is_clipped
 from muppets.train.plots import write_run_plot
 from muppets.train.precision import PRECISIONS, autocast, resolve_precision
 from muppets.train.progress import progress_bar, run_eta
+from muppets.heap import HeapTrimmer
 from muppets.train.schedule import check_schedule, lr_factor
 from muppets.train.signals import stop_signal_handler
 
@@ -89,6 +90,7 @@ class TrainConfig:
     threads: int = 0  # torch.set_num_threads; 0 = leave as is
     max_minutes: float = 0.0  # wall-clock budget of one train() call: evaluate, checkpoint, stop; 0 = none
     precision: str = "fp32"  # fp32 | bf16 (autocast forward, fp32 weights) | auto (bf16 where native)
+    trim_heap_seconds: float = 30.0  # return freed heap pages to the system (malloc_trim) at most this often, between steps; 0 = never (muppets.heap)
 
     def __post_init__(self) -> None:
         check_schedule(self.schedule, self.min_lr_ratio)
@@ -100,7 +102,7 @@ class TrainConfig:
             ("warmup_steps", self.warmup_steps >= 0), ("clip_grad_norm", self.clip_grad_norm >= 0),
             ("eval_every", self.eval_every >= 0), ("checkpoint_every", self.checkpoint_every >= 0),
             ("log_every", self.log_every >= 0), ("threads", self.threads >= 0),
-            ("precision", self.precision in PRECISIONS),
+            ("precision", self.precision in PRECISIONS), ("trim_heap_seconds", self.trim_heap_seconds >= 0),
         ]
         for name, ok in checks:
             if not ok:
@@ -346,8 +348,10 @@ class Trainer:
         last_eval: dict[str, float] = {}
         stopping = False
         self._started, self._start_step = time.perf_counter(), self.step
+        trimmer = HeapTrimmer(self.config.trim_heap_seconds)
         while self.step < self.config.steps:
             stats = self._train_step()
+            trimmer.maybe()
             losses.append(stats.loss)
             self._report(stats)
             out_of_time = any_rank(self._out_of_time())
@@ -365,6 +369,8 @@ class Trainer:
                 why = "time budget" if out_of_time else "should_stop" if converged else "signal"
                 logger.warning("stopped by %s after step %d; checkpoint %s", why, self.step, self.last_checkpoint)
                 break
+        if trimmer.count:
+            logger.info("heap trimmed %d times (%.1f s)", trimmer.count, trimmer.seconds)
         self._export()
         return TrainResult(self.step, losses, last_eval, self.last_checkpoint, stopping,
                            interrupted=stopping and why == "signal")

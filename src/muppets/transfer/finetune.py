@@ -122,6 +122,7 @@ class FinetuneConfig:
     max_eval_examples: int = 0  # score only the first N dev/test examples (0 = all)
     threads: int = 0  # torch CPU threads (0 = leave as is)
     precision: str = "fp32"  # fp32 | bf16 (autocast training forward; evaluation stays fp32) | auto
+    trim_heap_seconds: float = 30.0  # give freed heap memory back to the system at most this often (0 = never; train.trim_heap_seconds)
     device: str = "auto"  # auto (cuda:<local rank> if available, else cpu) | cpu | cuda:N
     log_every: int = 50  # console log every N steps
     progress: bool = True  # progress bar (on a TTY)
@@ -366,7 +367,7 @@ def train_config(cfg: FinetuneConfig, steps: int, steps_per_epoch: int) -> Train
         schedule="linear", clip_grad_norm=cfg.clip_grad_norm, eval_every=cfg.eval_every,
         checkpoint_every=cfg.eval_every or steps_per_epoch, keep_checkpoints=1,
         log_every=cfg.log_every, seed=cfg.seed, tensorboard=False, progress=cfg.progress,
-        threads=cfg.threads, precision=cfg.precision)
+        threads=cfg.threads, precision=cfg.precision, trim_heap_seconds=cfg.trim_heap_seconds)
 
 
 def _run_dir(cfg: FinetuneConfig) -> Path:
