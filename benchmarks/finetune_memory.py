@@ -14,6 +14,9 @@ once per setting, as a fresh process each, and reports for each:
   reference), so that a drift in the machine's load shows;
 * ``trims`` and ``trim_s`` from the run's log.
 
+``--allocators NAME=LIBRARY …`` adds untrimmed runs under another malloc (``LD_PRELOAD``), e.g.
+jemalloc or tcmalloc, which keep freed memory in size classes and return it on their own.
+
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/finetune_memory.py --out benchmarks/results/finetune_memory.json
     ... --task chnsenticorp --model runs/zh/bert-mini-piece --max-len 256 --steps 300 --out ...
 
@@ -49,13 +52,16 @@ def last_step(log: Path) -> int:
         return 0
 
 
-def run(args: argparse.Namespace, seconds: float, run_dir: Path) -> dict:
-    """One fine-tuning run with ``trim_heap_seconds=seconds``; its memory and time."""
+def run(args: argparse.Namespace, seconds: float, run_dir: Path, allocator: str = "glibc") -> dict:
+    """One fine-tuning run with ``trim_heap_seconds=seconds`` (under another malloc when
+    ``allocator`` is ``NAME=LIBRARY``: LD_PRELOAD); its memory and time."""
     cmd = [sys.executable, "-m", "muppets.cli", "finetune", args.task, "--model", args.model, "--fresh",
            f"max_seq_len={args.max_len}", f"max_train_examples={args.steps * 32}", "batch_size=32", "epochs=1",
            f"max_eval_examples={args.eval_examples}", "threads=1", f"precision={args.precision}", "progress=false",
            f"seed={args.seed}", f"trim_heap_seconds={seconds}", f"run_dir={run_dir}", "log_every=10"]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    if "=" in allocator:
+        allocator, env["LD_PRELOAD"] = allocator.split("=", 1)
     with open(run_dir.with_suffix(".log"), "w") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=REPO)
         peak, end, halt = [0], [0], threading.Event()
@@ -79,7 +85,7 @@ def run(args: argparse.Namespace, seconds: float, run_dir: Path) -> dict:
     rows = [row for line in (run_dir / "log.jsonl").read_text().splitlines()
             if "elapsed_s" in (row := json.loads(line))]  # training steps (evaluations have no time)
     trims = re.search(r"heap trimmed (\d+) times \(([\d.]+) s\)", text)
-    return {"trim_heap_seconds": seconds, "steps": rows[-1]["step"], "peak_rss_gb": round(peak[0] / GB, 3),
+    return {"allocator": allocator, "trim_heap_seconds": seconds, "steps": rows[-1]["step"], "peak_rss_gb": round(peak[0] / GB, 3),
             "rss_end_gb": round(end[0] / GB, 3), "train_s": round(rows[-1]["elapsed_s"], 1),
             "trims": int(trims.group(1)) if trims else 0, "trim_s": float(trims.group(2)) if trims else 0.0,
             "final_loss": rows[-1]["loss"]}
@@ -95,17 +101,21 @@ def main() -> None:
     ap.add_argument("--eval-examples", type=int, default=32)
     ap.add_argument("--precision", default="bf16")
     ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--settings", type=float, nargs="+", default=[30.0, 10.0],
+    ap.add_argument("--settings", type=float, nargs="*", default=[30.0, 10.0],
                     help="trim intervals (s) measured between the two untrimmed runs")
+    ap.add_argument("--allocators", nargs="*", default=[], metavar="NAME=LIBRARY",
+                    help="also run untrimmed under these mallocs (LD_PRELOAD), e.g. "
+                         "jemalloc=/usr/lib/x86_64-linux-gnu/libjemalloc.so.2")
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
-    order = [0.0, *args.settings, 0.0]
+    order = [(0.0, "glibc"), *((t, "glibc") for t in args.settings), *((0.0, a) for a in args.allocators),
+             (0.0, "glibc")]
     results = []
     with tempfile.TemporaryDirectory(prefix="finetune-memory-") as tmp:
-        for i, seconds in enumerate(order):
-            results.append(run(args, seconds, Path(tmp) / f"run-{i}"))
+        for i, (seconds, allocator) in enumerate(order):
+            results.append(run(args, seconds, Path(tmp) / f"run-{i}", allocator))
             print(json.dumps(results[-1]), flush=True)
-    off = [r for r in results if r["trim_heap_seconds"] == 0]
+    off = [r for r in results if r["trim_heap_seconds"] == 0 and r["allocator"] == "glibc"]
     reference = sum(r["train_s"] for r in off) / len(off)
     for r in results:
         r["train_ratio"] = round(r["train_s"] / reference, 3)
@@ -115,7 +125,7 @@ def main() -> None:
               "precision": args.precision, "seed": args.seed, "date": time.strftime("%Y-%m-%d"),
               "machine": f"{os.cpu_count()} cores", "runs": results}
     for r in results:
-        print(f"trim {r['trim_heap_seconds']:>4g} s: peak {r['peak_rss_gb']:.2f} GB, at the last step "
+        print(f"{r['allocator']:>8}, trim {r['trim_heap_seconds']:>4g} s: peak {r['peak_rss_gb']:.2f} GB, at the last step "
               f"{r['rss_end_gb']:.2f} GB, training {r['train_s']:.0f} s (x{r['train_ratio']:.3f}), "
               f"{r['trims']} trims ({r['trim_s']:.1f} s)")
     if args.out:
