@@ -7,7 +7,8 @@ live blocks are never returned. The resident size then drifts upward although th
 does not: a server under sustained load, a fine-tuning run on length-sorted batches.
 :class:`HeapTrimmer` calls ``malloc_trim(0)`` (which also returns the free pages inside the
 arenas, not only the top of the heap) at most every ``interval`` seconds, between steps or
-batches, from the thread that allocates; where there is no glibc it does nothing.
+batches, from the thread that allocates; where there is no glibc it does nothing. A different
+malloc (tcmalloc through ``LD_PRELOAD``) avoids most of the growth by itself (BENCHMARKS.md).
 """
 
 from __future__ import annotations

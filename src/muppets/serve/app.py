@@ -29,12 +29,12 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from muppets.errors import MuppetsError
+from muppets.heap import HeapTrimmer
 from muppets.serve import schema
 from muppets.serve.batcher import Batcher, BatchStats, QueueFull, Ticket
 from muppets.serve.config import ServeConfig
 from muppets.serve.engines import COMPLETE, EMBED, FILL, PREDICT, Engine, load_engine
 from muppets.serve.errors import ApiError
-from muppets.heap import HeapTrimmer
 from muppets.serve.metrics import CONTENT_TYPE, Metrics
 
 log = logging.getLogger(__name__)

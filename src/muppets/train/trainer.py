@@ -39,6 +39,7 @@ from torch import nn
 
 from muppets.config import to_dict, write_json_atomic
 from muppets.errors import ConfigError, TrainingDiverged
+from muppets.heap import HeapTrimmer
 from muppets.train.checkpoint import (
     STATE_FILE,
     RngState,
@@ -57,7 +58,6 @@ from muppets.train.optim import build_optimizer, is_clipped
 from muppets.train.plots import write_run_plot
 from muppets.train.precision import PRECISIONS, autocast, resolve_precision
 from muppets.train.progress import progress_bar, run_eta
-from muppets.heap import HeapTrimmer
 from muppets.train.schedule import check_schedule, lr_factor
 from muppets.train.signals import stop_signal_handler
 
