@@ -15,10 +15,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
-import logging
 import time
-
-log = logging.getLogger(__name__)
 
 
 def _malloc_trim():
