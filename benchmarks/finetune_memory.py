@@ -14,8 +14,11 @@ once per setting, as a fresh process each, and reports for each:
   reference), so that a drift in the machine's load shows;
 * ``trims`` and ``trim_s`` from the run's log.
 
-``--allocators NAME=LIBRARY …`` adds untrimmed runs under another malloc (``LD_PRELOAD``), e.g.
-jemalloc or tcmalloc, which keep freed memory in size classes and return it on their own.
+Every run sets ``$MUPPETS_MALLOC``: ``system`` (glibc's malloc) for the trim settings; ``--allocators
+NAME=LIBRARY …`` adds runs under another malloc (the library's path, which ``muppets`` preloads),
+e.g. jemalloc or tcmalloc, which keep freed memory in size classes and return it on their own,
+at each interval of ``--allocator-trims`` (0, untrimmed, by default; under tcmalloc a trim is its
+``ReleaseFreeMemory``).
 
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/finetune_memory.py --out benchmarks/results/finetune_memory.json
     ... --task chnsenticorp --model runs/zh/bert-mini-piece --max-len 256 --steps 300 --out ...
@@ -54,14 +57,15 @@ def last_step(log: Path) -> int:
 
 def run(args: argparse.Namespace, seconds: float, run_dir: Path, allocator: str = "glibc") -> dict:
     """One fine-tuning run with ``trim_heap_seconds=seconds`` (under another malloc when
-    ``allocator`` is ``NAME=LIBRARY``: LD_PRELOAD); its memory and time."""
+    ``allocator`` is ``NAME=LIBRARY``: ``MUPPETS_MALLOC=LIBRARY``); its memory and time."""
     cmd = [sys.executable, "-m", "muppets.cli", "finetune", args.task, "--model", args.model, "--fresh",
            f"max_seq_len={args.max_len}", f"max_train_examples={args.steps * 32}", "batch_size=32", "epochs=1",
            f"max_eval_examples={args.eval_examples}", "threads=1", f"precision={args.precision}", "progress=false",
            f"seed={args.seed}", f"trim_heap_seconds={seconds}", f"run_dir={run_dir}", "log_every=10"]
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MUPPETS_MALLOC": "system"}
+    env.pop("LD_PRELOAD", None)
     if "=" in allocator:
-        allocator, env["LD_PRELOAD"] = allocator.split("=", 1)
+        allocator, env["MUPPETS_MALLOC"] = allocator.split("=", 1)
     with open(run_dir.with_suffix(".log"), "w") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=REPO)
         peak, end, halt = [0], [0], threading.Event()
@@ -104,12 +108,14 @@ def main() -> None:
     ap.add_argument("--settings", type=float, nargs="*", default=[30.0, 10.0],
                     help="trim intervals (s) measured between the two untrimmed runs")
     ap.add_argument("--allocators", nargs="*", default=[], metavar="NAME=LIBRARY",
-                    help="also run untrimmed under these mallocs (LD_PRELOAD), e.g. "
+                    help="also run under these mallocs (MUPPETS_MALLOC=LIBRARY), e.g. "
                          "jemalloc=/usr/lib/x86_64-linux-gnu/libjemalloc.so.2")
+    ap.add_argument("--allocator-trims", type=float, nargs="*", default=[0.0],
+                    help="trim intervals (s) of the runs under --allocators (0: untrimmed)")
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
-    order = [(0.0, "glibc"), *((t, "glibc") for t in args.settings), *((0.0, a) for a in args.allocators),
-             (0.0, "glibc")]
+    order = [(0.0, "glibc"), *((t, "glibc") for t in args.settings),
+             *((t, a) for a in args.allocators for t in args.allocator_trims), (0.0, "glibc")]
     results = []
     with tempfile.TemporaryDirectory(prefix="finetune-memory-") as tmp:
         for i, (seconds, allocator) in enumerate(order):

