@@ -164,7 +164,10 @@ def use_malloc() -> None:
     env.setdefault("TCMALLOC_LARGE_ALLOC_REPORT_THRESHOLD", str(1 << 40))
     sys.stdout.flush()
     sys.stderr.flush()
-    os.execve(sys.executable, [sys.executable, *sys.orig_argv[1:]], env)
+    try:
+        os.execve(sys.executable, [sys.executable, *sys.orig_argv[1:]], env)
+    except OSError as err:  # the program goes on, on the system's malloc
+        log.warning("could not restart on %s (%s); running on the system's malloc", path, err)
 
 
 def malloc_in_use() -> str:
