@@ -18,6 +18,8 @@ Runs that already have ``metrics.json`` are reused (so the table can be rebuilt,
 call continues); ``--parallel 2`` runs two jobs at a time, one thread each. ``--single-recorded
 EARLIER.json`` takes the single-task scores of seeds whose runs are gone from an earlier output;
 the seeds whose single-task run directory exists are run (or read) and must reproduce them.
+``--recorded ROW=EARLIER.json …`` does the same for a variant's row (``sqrt``, ``mtdnn+ft``);
+``from_recorded`` in the output lists the entries taken from files.
 
     OMP_NUM_THREADS=1 python benchmarks/multitask_table.py glue --variants mtdnn --seeds 1 2 3 4 5 --parallel 2
     OMP_NUM_THREADS=1 python benchmarks/multitask_table.py conll --variants uncertainty --seeds 1 2 3 \
@@ -162,6 +164,28 @@ def add_recorded_single(found: dict[str, dict[str, dict[int, float]]], path: Pat
     return unchecked
 
 
+def add_recorded_rows(found: dict[str, dict[str, dict[int, float]]], specs: list[str]) -> list[str]:
+    """``ROW=FILE`` each: complete ``ROW`` (a variant, or ``<variant>+ft``) of every task with the
+    per-seed scores an earlier output of this script recorded for it, for seeds whose runs are gone
+    (another machine, a cleaned ``runs/``). A seed whose run is here must reproduce its recorded
+    score. Naming the row and the file for each keeps a void row of an old file (one recorded
+    before a fix) from slipping in. Returns the ``task/row/seed`` entries taken from files."""
+    taken: list[str] = []
+    for spec in specs:
+        row, sep, path = spec.partition("=")
+        if not sep or not row or not path:
+            raise ValueError(f"--recorded {spec!r}: expected ROW=FILE")
+        earlier = json.loads(Path(path).read_text())["table"]
+        for task, rows in found.items():
+            entry = earlier.get(task, {}).get(row)
+            if entry is None:
+                raise ValueError(f"--recorded {spec}: {path} has no row {row!r} for {task}")
+            here = rows.get(row, {})
+            rows[row] = with_recorded(dict(zip(entry["seeds"], entry["values"])), here, f"--recorded {spec}, {task}")
+            taken += [f"{task}/{row}/{seed}" for seed in entry["seeds"] if seed not in here]
+    return taken
+
+
 def entries_lost(out: Path, variants: list[str], seeds: list[int]) -> list[str]:
     """``task/row/seed`` entries of an existing output that a call with these variants and seeds
     would not write again (``single`` is every call's row; ``<variant>+ft`` is its variant's)."""
@@ -250,6 +274,9 @@ def main() -> None:
     parser.add_argument("--single-recorded", default="", help="an earlier output of this script: its single-task "
                         "scores fill the seeds whose runs are gone (re-run seeds must reproduce them); no "
                         "single-task job is started for them")
+    parser.add_argument("--recorded", nargs="+", default=[], metavar="ROW=FILE",
+                        help="an earlier output's row (e.g. sqrt=benchmarks/results/multitask_glue_ablation.json): its "
+                        "scores fill the seeds whose runs are gone; a seed run here must reproduce its score")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     s = SUITES[args.suite]
@@ -283,11 +310,13 @@ def main() -> None:
         run_jobs(jobs, args.parallel)
     found = scores(args.suite, variants, args.seeds)
     unchecked = add_recorded_single(found, Path(args.single_recorded)) if args.single_recorded else []
+    taken = add_recorded_rows(found, args.recorded)
     for task in found:  # only the seeds asked for
         found[task] = {row: {k: v for k, v in by_seed.items() if k in args.seeds} for row, by_seed in found[task].items()}
     result = {"suite": args.suite, "split": s["split"], "metrics": s["metrics"], "seeds": args.seeds,
               "variants": {v: s["variants"][v] for v in variants}, "wall_s": time.time() - start,
               "single_recorded": args.single_recorded or None, "single_not_rerun": unchecked,
+              "recorded": args.recorded, "from_recorded": [e for e in taken if int(e.rsplit("/", 1)[1]) in args.seeds],
               "table": table(args.suite, found)}
     if args.choose:
         result["choice"] = choose(selection_scores(args.suite, args.choose, args.seeds), args.choose, args.seeds)
