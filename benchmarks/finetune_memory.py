@@ -3,8 +3,8 @@ at a small cost in training time.
 
 Length-sorted fine-tuning batches change shape every step; glibc keeps the freed blocks, so the
 resident size of a fine-tuning run climbs far above what the step needs (``muppets.heap``).
-``train.trim_heap_seconds`` (``trim_heap_seconds`` of ``muppets finetune``) calls ``malloc_trim``
-between steps at most that often. This script runs the same fine-tuning (same seed, same batches)
+``train.trim_heap_seconds`` (``trim_heap_seconds`` of ``muppets finetune``) calls ``malloc_trim`` (or
+tcmalloc's release) between steps at most that often. This script runs the same fine-tuning (same seed, same batches)
 once per setting, as a fresh process each, and reports for each:
 
 * ``peak_rss_gb``: the largest VmRSS sampled every 50 ms over the whole run;

@@ -164,17 +164,23 @@ def add_recorded_single(found: dict[str, dict[str, dict[int, float]]], path: Pat
     return unchecked
 
 
-def add_recorded_rows(found: dict[str, dict[str, dict[int, float]]], specs: list[str]) -> list[str]:
-    """``ROW=FILE`` each: complete ``ROW`` (a variant, or ``<variant>+ft``) of every task with the
-    per-seed scores an earlier output of this script recorded for it, for seeds whose runs are gone
-    (another machine, a cleaned ``runs/``). A seed whose run is here must reproduce its recorded
-    score. Naming the row and the file for each keeps a void row of an old file (one recorded
-    before a fix) from slipping in. Returns the ``task/row/seed`` entries taken from files."""
+def add_recorded_rows(found: dict[str, dict[str, dict[int, float]]], specs: list[str],
+                      rows_known: set[str]) -> tuple[list[str], list[str]]:
+    """``ROW=FILE`` each: complete ``ROW`` (one of ``rows_known``: a variant asked for, or its
+    ``<variant>+ft``) of every task with the per-seed scores an earlier output of this script
+    recorded for it, for seeds whose runs are gone (another machine, a cleaned ``runs/``). A seed
+    whose run is here must reproduce its recorded score. Naming the row and the file for each keeps
+    a void row of an old file (one recorded before a fix) from slipping in where its run is here.
+    Returns the ``task/row/seed`` entries taken from files, and the ``task/row`` rows of which no
+    seed was run here, so that nothing checked them against the current code (reported)."""
     taken: list[str] = []
+    unchecked: list[str] = []
     for spec in specs:
         row, sep, path = spec.partition("=")
         if not sep or not row or not path:
             raise ValueError(f"--recorded {spec!r}: expected ROW=FILE")
+        if row not in rows_known:
+            raise ValueError(f"--recorded {spec}: {row!r} is not a row of this table ({', '.join(sorted(rows_known))})")
         earlier = json.loads(Path(path).read_text())["table"]
         for task, rows in found.items():
             entry = earlier.get(task, {}).get(row)
@@ -183,7 +189,9 @@ def add_recorded_rows(found: dict[str, dict[str, dict[int, float]]], specs: list
             here = rows.get(row, {})
             rows[row] = with_recorded(dict(zip(entry["seeds"], entry["values"])), here, f"--recorded {spec}, {task}")
             taken += [f"{task}/{row}/{seed}" for seed in entry["seeds"] if seed not in here]
-    return taken
+            if not set(here) & set(entry["seeds"]):
+                unchecked.append(f"{task}/{row}")
+    return taken, unchecked
 
 
 def entries_lost(out: Path, variants: list[str], seeds: list[int]) -> list[str]:
@@ -310,13 +318,15 @@ def main() -> None:
         run_jobs(jobs, args.parallel)
     found = scores(args.suite, variants, args.seeds)
     unchecked = add_recorded_single(found, Path(args.single_recorded)) if args.single_recorded else []
-    taken = add_recorded_rows(found, args.recorded)
+    taken, rows_unchecked = add_recorded_rows(found, args.recorded, {*variants, *(f"{v}+ft" for v in variants)})
     for task in found:  # only the seeds asked for
-        found[task] = {row: {k: v for k, v in by_seed.items() if k in args.seeds} for row, by_seed in found[task].items()}
+        found[task] = {row: {k: v for k, v in by_seed.items() if k in args.seeds}  # single first
+                       for row, by_seed in sorted(found[task].items(), key=lambda kv: kv[0] != "single")}
     result = {"suite": args.suite, "split": s["split"], "metrics": s["metrics"], "seeds": args.seeds,
               "variants": {v: s["variants"][v] for v in variants}, "wall_s": time.time() - start,
               "single_recorded": args.single_recorded or None, "single_not_rerun": unchecked,
               "recorded": args.recorded, "from_recorded": [e for e in taken if int(e.rsplit("/", 1)[1]) in args.seeds],
+              "recorded_not_rerun": rows_unchecked,
               "table": table(args.suite, found)}
     if args.choose:
         result["choice"] = choose(selection_scores(args.suite, args.choose, args.seeds), args.choose, args.seeds)

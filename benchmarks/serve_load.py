@@ -2,7 +2,8 @@
 
 A bounded load generator (asyncio, HTTP/1.1 keep-alive, standard library only) drives a server
 started as a subprocess (``python -m muppets.cli serve``: ``muppets serve`` itself, on the malloc
-that ``--malloc`` sets through ``$MUPPETS_MALLOC``; ``system`` is glibc's, as before 2026-11-28):
+that ``--malloc`` sets through ``$MUPPETS_MALLOC``; ``system`` is glibc's, as before 2026-11-28; the
+script restarts itself on the same malloc, so that the in-process baselines below share it):
 
 1. **Embeddings, closed loop.** ``C`` clients (concurrency 1, 4, 16, 64) each send one real
    SST-2 sentence per request to ``/v1/embeddings`` back to back for ``--duration`` seconds
@@ -138,7 +139,7 @@ class ServerProcess:
     model: str
     options: list[str] = field(default_factory=list)
     threads: int = 2
-    malloc: str = "auto"  # $MUPPETS_MALLOC of the server (muppets.heap)
+    malloc: str = "auto"  # $MUPPETS_MALLOC of the server (muppets.malloc)
     port: int = 0
     proc: subprocess.Popen | None = None
 
@@ -571,6 +572,11 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    if argv is None:  # the in-process baselines on the server's malloc too: this script restarts on it
+        from muppets.malloc import use_malloc
+
+        os.environ["MUPPETS_MALLOC"] = args.malloc
+        use_malloc()
     sentences = sst2_sentences(args.sentences)
     results: dict = {"command": " ".join(sys.argv), "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
                                                                  "platform": platform.platform()},

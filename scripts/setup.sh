@@ -13,7 +13,7 @@ fi
 .venv/bin/python -c "import torch, muppets; assert torch.__version__.startswith('2.13.0'), torch.__version__"
 # CI only, from the system's packages (installed once; kept after): Chromium for the attention
 # page's headless-browser test (tests/test_attention_page.py), tcmalloc for the malloc tests
-# (tests/test_heap.py); neither test may skip under CI=true. Elsewhere `muppets` uses tcmalloc
+# (tests/test_malloc.py); neither test may skip under CI=true. Elsewhere `muppets` uses tcmalloc
 # when it is installed (`apt-get install libtcmalloc-minimal4`; README).
 case "${CI:-}" in
   1|true|TRUE|True|yes)
@@ -21,7 +21,8 @@ case "${CI:-}" in
     if ! command -v chromium >/dev/null 2>&1 && ! command -v chromium-browser >/dev/null 2>&1; then
       PACKAGES="chromium"
     fi
-    if ! ldconfig -p 2>/dev/null | grep -q "libtcmalloc_minimal.so.4 "; then
+    # the test's own check (tests/test_malloc.py), so that set-up and test cannot disagree
+    if ! .venv/bin/python -c "import sys; from muppets.malloc import find_malloc, library_dirs; sys.exit(find_malloc('tcmalloc', library_dirs()) is None)"; then
       PACKAGES="$PACKAGES libtcmalloc-minimal4"
     fi
     if [ -n "$PACKAGES" ]; then

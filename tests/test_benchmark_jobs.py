@@ -159,15 +159,19 @@ def test_multitask_table_fills_a_named_variant_row_from_an_earlier_table(tmp_pat
     path.write_text(json.dumps({"table": {"rte": {"sqrt": {"seeds": [1], "values": [54.5]},
                                                   "joint-gradnorm": {"seeds": [1], "values": [61.7]}}}}))
     found = {"rte": {"single": {1: 57.0, 2: 57.4}, "sqrt": {2: 55.0}, "joint-gradnorm": {1: 57.8}}}
-    assert add_recorded_rows(found, [f"sqrt={path}"]) == ["rte/sqrt/1"]
+    known = {"sqrt", "joint-gradnorm", "uniform"}
+    # seed 1 of sqrt comes from the file; no seed of it was run here to check it
+    assert add_recorded_rows(found, [f"sqrt={path}"], known) == (["rte/sqrt/1"], ["rte/sqrt"])
     assert found["rte"]["sqrt"] == {1: 54.5, 2: 55.0}
     assert found["rte"]["joint-gradnorm"] == {1: 57.8}  # a row not named is never filled
     with pytest.raises(ValueError, match="rte: seed 1 was 61.700000, its re-run gives 57.800000"):
-        add_recorded_rows(found, [f"joint-gradnorm={path}"])  # a void recorded row is caught by its re-run
+        add_recorded_rows(found, [f"joint-gradnorm={path}"], known)  # a void recorded row is caught by its re-run
     with pytest.raises(ValueError, match="has no row 'uniform' for rte"):
-        add_recorded_rows(found, [f"uniform={path}"])
+        add_recorded_rows(found, [f"uniform={path}"], known)
+    with pytest.raises(ValueError, match="'annealed' is not a row of this table"):
+        add_recorded_rows(found, [f"annealed={path}"], known)
     with pytest.raises(ValueError, match="expected ROW=FILE"):
-        add_recorded_rows(found, [str(path)])
+        add_recorded_rows(found, [str(path)], known)
 
 
 def test_embedding_geometry_buckets_rows_by_corpus_count_with_hand_computed_cosines() -> None:

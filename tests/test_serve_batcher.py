@@ -195,10 +195,10 @@ def test_heap_trimmer_trims_at_most_once_per_interval():
     from muppets.heap import HeapTrimmer
 
     if platform.libc_ver()[0] == "glibc":
-        assert HeapTrimmer(1.0).trim is not None  # the real malloc_trim is found
+        assert HeapTrimmer(1.0).trim is not None  # malloc_trim (or tcmalloc's release) is found
     assert HeapTrimmer(0).trim is None  # interval 0: off
     trimmer, calls = HeapTrimmer(0.05), []
-    trimmer.trim = lambda pad: calls.append(pad) or 1
+    trimmer.trim = lambda: calls.append(0)
     trimmer.maybe()
     assert calls == []  # not yet: the interval starts at creation
     time.sleep(0.06)

@@ -17,7 +17,7 @@
     muppets weak label examples/weak/spam_lfs.py --task spam --model snorkel --out labels.jsonl
     muppets info
 
-The command runs on tcmalloc where it is installed (``$MUPPETS_MALLOC``, :mod:`muppets.heap`).
+The command runs on tcmalloc where it is installed (``$MUPPETS_MALLOC``, :mod:`muppets.malloc`).
 """
 
 from __future__ import annotations
@@ -459,7 +459,7 @@ def _info(args: argparse.Namespace) -> int:
     import torch
 
     import muppets
-    from muppets.heap import MALLOC_ENV, malloc_in_use
+    from muppets.malloc import MALLOC_ENV, malloc_in_use
     from muppets.paths import data_dir
     from muppets.train.precision import cpu_has_native_bf16
 
@@ -483,7 +483,7 @@ def _info(args: argparse.Namespace) -> int:
         "muppets": muppets.__version__, "python": platform.python_version(), "torch": torch.__version__,
         "cpu": cpu, "cpus_usable": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
         "torch_threads": torch.get_num_threads(), "native_bf16": cpu_has_native_bf16(),
-        "malloc": malloc_in_use(), "malloc_setting": os.environ.get(MALLOC_ENV, "auto"),
+        "malloc": malloc_in_use(), "malloc_setting": os.environ.get(MALLOC_ENV, "").strip() or "auto",
         "data": data, "extras": extras,
     }
     if args.json:
@@ -790,17 +790,21 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
-    """The ``muppets`` command. Run as the program (``argv`` None), it first re-executes itself
-    with the malloc that ``$MUPPETS_MALLOC`` asks for (:func:`muppets.heap.use_malloc`)."""
-    if argv is None:
-        from muppets.heap import use_malloc
+def run() -> int:
+    """The ``muppets`` program (its console entry point): first re-executes itself on the malloc
+    that ``$MUPPETS_MALLOC`` asks for (:func:`muppets.malloc.use_malloc`), then :func:`main`.
+    :func:`main` itself never re-executes, so a program may call it as often as it likes."""
+    from muppets.malloc import use_malloc
 
-        try:
-            use_malloc()
-        except MuppetsError as err:
-            print(f"muppets: error: {err}", file=sys.stderr)
-            return 2
+    try:
+        use_malloc()
+    except MuppetsError as err:
+        print(f"muppets: error: {err}", file=sys.stderr)
+        return 2
+    return main()
+
+
+def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
     if extra:  # key=value overrides written after an option (argparse stops at the first option)
@@ -819,4 +823,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run())

@@ -5,43 +5,20 @@ keeps freed chunks in its arenas and, once a large block has been freed, raises 
 threshold (up to 32 MB), so later tensors below it come from the heap, where freed holes between
 live blocks are never returned. The resident size then drifts upward although the live memory
 does not: a server under sustained load, a fine-tuning run on length-sorted batches.
-:class:`HeapTrimmer` calls ``malloc_trim(0)`` (which also returns the free pages inside the
-arenas, not only the top of the heap) at most every ``interval`` seconds, between steps or
-batches, from the thread that allocates; where there is no glibc it does nothing.
-
-A different malloc avoids most of the growth by itself, and is faster on these workloads:
-tcmalloc keeps per-size free lists instead of one heap (BENCHMARKS.md, "Fine-tuning memory").
-A malloc can only be replaced before the process starts, through ``LD_PRELOAD``, so the
-``muppets`` command re-executes itself once with the library preloaded (:func:`use_malloc`),
-as ``torch.backends.xeon.run_cpu`` does. ``$MUPPETS_MALLOC`` chooses: ``auto`` (the default:
-tcmalloc where it is installed, else the system's), ``tcmalloc`` or ``jemalloc`` (an error
-when missing), ``system``, or the path of a library. An ``LD_PRELOAD`` that already names a
-malloc is the user's choice and is left alone. Numbers do not change with the allocator.
+:class:`HeapTrimmer` gives the free pages back at most every ``interval`` seconds, between steps
+or batches, from the thread that allocates: through glibc's ``malloc_trim(0)`` (which also
+returns the free pages inside the arenas, not only the top of the heap), or through tcmalloc's
+``ReleaseFreeMemory`` when the process runs on tcmalloc (:mod:`muppets.malloc`, the default of
+the ``muppets`` command where it is installed); under any other malloc it does nothing.
 """
 
 from __future__ import annotations
 
 import ctypes
 import ctypes.util
-import logging
-import os
-import sys
-import sysconfig
 import time
-from collections.abc import Mapping, Sequence
-from pathlib import Path
 
-from muppets.errors import ConfigError
-
-log = logging.getLogger(__name__)
-
-MALLOC_ENV = "MUPPETS_MALLOC"
-# set by the re-executed process's parent: the library it preloaded (and the guard against a loop)
-_PRELOADED_ENV = "MUPPETS_MALLOC_PRELOADED"
-MALLOCS: dict[str, tuple[str, ...]] = {
-    "tcmalloc": ("libtcmalloc_minimal.so.4", "libtcmalloc.so.4"),
-    "jemalloc": ("libjemalloc.so.2",),
-}
+from muppets.malloc import malloc_in_use
 
 
 def _release_function():
@@ -89,97 +66,3 @@ class HeapTrimmer:
         self.seconds += time.perf_counter() - start
         self.count += 1
         self.last = time.monotonic()
-
-
-def library_dirs(env: Mapping[str, str] = os.environ) -> list[str]:
-    """Where the dynamic loader looks for a preloaded library by default: ``$LD_LIBRARY_PATH``,
-    then the system's directories (Debian's multiarch one first)."""
-    multiarch = sysconfig.get_config_var("MULTIARCH") or ""
-    dirs = [d for d in env.get("LD_LIBRARY_PATH", "").split(":") if d]
-    dirs += [f"/usr/lib/{multiarch}", f"/lib/{multiarch}"] if multiarch else []
-    return dirs + ["/usr/local/lib", "/usr/lib64", "/usr/lib", "/lib64", "/lib"]
-
-
-def find_malloc(name: str, dirs: Sequence[str]) -> str | None:
-    """The path of ``name``'s library (a key of :data:`MALLOCS`) in ``dirs``, or None."""
-    for soname in MALLOCS[name]:
-        for d in dirs:
-            path = Path(d) / soname
-            if path.is_file():
-                return str(path)
-    return None
-
-
-def malloc_to_preload(env: Mapping[str, str], dirs: Sequence[str] | None = None) -> str | None:
-    """The library that ``$MUPPETS_MALLOC`` asks to preload, or None when nothing is to be done:
-    the system's malloc is asked for, ``auto`` finds no tcmalloc, the process already runs with
-    a preloaded malloc (ours, or one the user put in ``LD_PRELOAD``). Raises ``ConfigError``
-    for an unknown value or a named malloc that is not installed."""
-    choice = env.get(MALLOC_ENV, "").strip() or "auto"
-    if choice not in ("auto", "system", *MALLOCS) and "/" not in choice:
-        raise ConfigError(f"{MALLOC_ENV}={choice!r}: expected auto, system, {', '.join(MALLOCS)} "
-                          "or the path of a malloc library")
-    preloaded = env.get("LD_PRELOAD", "")
-    if _PRELOADED_ENV in env or "malloc" in preloaded:
-        return None
-    if choice == "system":
-        return None
-    if "/" in choice:
-        if not Path(choice).is_file():
-            raise ConfigError(f"{MALLOC_ENV}={choice!r}: no such file")
-        return choice
-    dirs = library_dirs(env) if dirs is None else dirs
-    path = find_malloc("tcmalloc" if choice == "auto" else choice, dirs)
-    if path is None and choice != "auto":
-        raise ConfigError(
-            f"{MALLOC_ENV}={choice}: none of {', '.join(MALLOCS[choice])} is in {', '.join(dirs)}; "
-            f"install it (Debian/Ubuntu: apt-get install "
-            f"{'libtcmalloc-minimal4' if choice == 'tcmalloc' else 'libjemalloc2'}) "
-            f"or set {MALLOC_ENV}=system")
-    return path
-
-
-def use_malloc() -> None:
-    """Re-execute this program (same interpreter, same arguments) with the malloc that
-    ``$MUPPETS_MALLOC`` asks for preloaded; return at once when there is none to load. In the
-    re-executed process, take our entries back out of the environment, so that the programs it
-    starts (a browser, a shell) run as they would have, and a ``muppets`` it starts chooses again."""
-    preloaded = os.environ.pop(_PRELOADED_ENV, None)
-    if preloaded is not None:
-        rest = [p for p in os.environ.get("LD_PRELOAD", "").split(":") if p and p != preloaded]
-        if rest:
-            os.environ["LD_PRELOAD"] = ":".join(rest)
-        else:
-            os.environ.pop("LD_PRELOAD", None)
-        return
-    if not sys.platform.startswith("linux"):
-        return
-    path = malloc_to_preload(os.environ)
-    if path is None:
-        return
-    env = dict(os.environ)
-    env["LD_PRELOAD"] = ":".join(p for p in (path, env.get("LD_PRELOAD", "")) if p)
-    env[_PRELOADED_ENV] = path
-    # tcmalloc reports every allocation above 1 GB on stderr; a model's weights are one
-    env.setdefault("TCMALLOC_LARGE_ALLOC_REPORT_THRESHOLD", str(1 << 40))
-    sys.stdout.flush()
-    sys.stderr.flush()
-    try:
-        os.execve(sys.executable, [sys.executable, *sys.orig_argv[1:]], env)
-    except OSError as err:  # the program goes on, on the system's malloc
-        log.warning("could not restart on %s (%s); running on the system's malloc", path, err)
-
-
-def malloc_in_use() -> str:
-    """The malloc this process runs on: the path of a preloaded tcmalloc or jemalloc mapped into
-    it, else ``"system"`` (read from ``/proc/self/maps``; ``"system"`` where there is none)."""
-    try:
-        maps = Path("/proc/self/maps").read_text()
-    except OSError:
-        return "system"
-    for line in maps.splitlines():
-        path = line.split()[-1] if len(line.split()) >= 6 else ""
-        if any(Path(path).name.startswith(soname.split(".so")[0] + ".so")
-               for sonames in MALLOCS.values() for soname in sonames):
-            return path
-    return "system"

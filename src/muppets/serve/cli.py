@@ -94,4 +94,12 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    from muppets.errors import MuppetsError
+    from muppets.malloc import use_malloc
+
+    try:
+        use_malloc()  # on the malloc `muppets serve` runs on (muppets.malloc)
+    except MuppetsError as err:
+        print(f"muppets serve: error: {err}", file=sys.stderr)
+        sys.exit(2)
     sys.exit(main())

@@ -90,7 +90,7 @@ class TrainConfig:
     threads: int = 0  # torch.set_num_threads; 0 = leave as is
     max_minutes: float = 0.0  # wall-clock budget of one train() call: evaluate, checkpoint, stop; 0 = none
     precision: str = "fp32"  # fp32 | bf16 (autocast forward, fp32 weights) | auto (bf16 where native)
-    trim_heap_seconds: float = 30.0  # return freed heap pages to the system (malloc_trim) at most this often, between steps; 0 = never (muppets.heap)
+    trim_heap_seconds: float = 30.0  # return freed heap pages to the system (malloc_trim, or tcmalloc's release) at most this often, between steps; 0 = never (muppets.heap)
 
     def __post_init__(self) -> None:
         check_schedule(self.schedule, self.min_lr_ratio)
