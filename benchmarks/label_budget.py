@@ -30,12 +30,12 @@ SETTING = ["lr=3e-4", "epochs=6", "batch_size=32", "threads=1", "precision=fp32"
 ARMS = {"pretrained": [], "random": ["init=random"]}
 
 
-def run_dir(arm: str, size: int) -> Path:
-    return ROOT / "runs" / f"ft-sst2-labels-{arm}-n{size}"
+def run_dir(arm: str, size: int, tag: str = "") -> Path:
+    return ROOT / "runs" / f"ft-sst2-labels{tag}-{arm}-n{size}"
 
 
-def finetune(model: str, arm: str, size: int, seed: int) -> None:
-    out = run_dir(arm, size)
+def finetune(model: str, arm: str, size: int, seed: int, tag: str = "") -> None:
+    out = run_dir(arm, size, tag)
     if (out / f"seed-{seed}" / "metrics.json").is_file():
         return
     run_logged([sys.executable, "-m", "muppets.cli", "finetune", "sst2", "--seeds", str(seed), f"model={model}",
@@ -60,17 +60,23 @@ def main() -> None:
     ap.add_argument("--full", nargs=2, metavar=("PRETRAINED", "RANDOM"),
                     default=["runs/ft-sst2-bert-mini-untied-lr3e-4-ep6", "runs/ft-sst2-random-epyc-lr3e-4-ep6"],
                     help="run directories of the same setting on all of train")
+    ap.add_argument("--arms", nargs="+", choices=list(ARMS), default=list(ARMS),
+                    help="run only these (the other's runs of the same --tag, or untagged, are read)")
+    ap.add_argument("--tag", default="", help="names this model's run directories (e.g. -new-emb for a "
+                    "redraw_parts.py copy); random init is read from the untagged runs")
     ap.add_argument("--parallel", type=int, default=1)
     ap.add_argument("--table-only", action="store_true")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks/results/label_budget.json")
     args = ap.parse_args()
     if not args.table_only:
-        jobs = [(f"{arm}-n{size}-s{seed}", lambda a=arm, n=size, s=seed: finetune(args.model, a, n, s), [])
-                for size in args.sizes for seed in args.seeds for arm in ARMS]
+        jobs = [(f"{arm}-n{size}-s{seed}", lambda a=arm, n=size, s=seed: finetune(args.model, a, n, s, args.tag), [])
+                for size in args.sizes for seed in args.seeds for arm in args.arms]
         schedule(jobs, args.parallel)
     rows = {}
-    dirs = {size: {arm: run_dir(arm, size) for arm in ARMS} for size in args.sizes}
-    dirs["all"] = dict(zip(ARMS, (ROOT / d for d in args.full)))
+    dirs = {size: {arm: run_dir(arm, size, args.tag if arm in args.arms else "") for arm in ARMS}
+            for size in args.sizes}
+    if not args.tag:  # the full-data runs are of the untagged model
+        dirs["all"] = dict(zip(ARMS, (ROOT / d for d in args.full)))
     for size, by_arm in dirs.items():
         scores = {arm: dev_scores(d, args.seeds) for arm, d in by_arm.items()}
         rows[str(size)] = {**{arm: summary(s) for arm, s in scores.items() if s},

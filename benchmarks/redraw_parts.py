@@ -1,0 +1,50 @@
+"""A copy of a BERT model with some of its parts drawn afresh, to find which part of a pretrained
+model helps or hurts a task (issue 16: is the 2-CPU-hour bert-mini's handicap on SST-2 in its
+embeddings or in its transformer layers?).
+
+``--parts embeddings`` redraws the embedding block (token, position and segment tables, and its
+layer norm), ``encoder`` the transformer layers; the rest keeps the pretrained weights. Weights
+are drawn as at initialisation (``muppets.nn.block.init_weights``, the model's
+``initializer_range``, seed 0), so a redrawn part is what random initialisation gives it.
+
+    python benchmarks/redraw_parts.py runs/bert-mini-untied --parts embeddings --out runs/bert-mini-untied-new-emb
+    python benchmarks/label_budget.py --model runs/bert-mini-untied-new-emb --arms pretrained --tag -new-emb …
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from pathlib import Path
+
+import torch
+
+from muppets.interop.hf_bert import load_hf_bert, save_hf_bert
+from muppets.nn.block import init_weights
+from muppets.paths import resolve_model_path
+from muppets.tokenizers.wordpiece import WordPieceTokenizer
+
+log = logging.getLogger("redraw_parts")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("model", help="a BERT directory or muppets run")
+    ap.add_argument("--parts", nargs="+", choices=["embeddings", "encoder"], required=True)
+    ap.add_argument("--out", type=Path, required=True, help="a new directory")
+    args = ap.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    if args.out.exists():
+        raise SystemExit(f"{args.out} exists: choose a new directory")
+    directory = resolve_model_path(args.model)
+    model = load_hf_bert(directory)
+    torch.manual_seed(0)
+    for part in args.parts:
+        module = model.backbone.embeddings if part == "embeddings" else model.backbone.layers
+        init_weights(module, model.cfg.initializer_range)
+        log.info("%s: %s redrawn (%d parameters)", args.out, part, sum(p.numel() for p in module.parameters()))
+    save_hf_bert(model, args.out, WordPieceTokenizer.load(directory))
+
+
+if __name__ == "__main__":
+    main()
