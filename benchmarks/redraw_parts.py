@@ -8,7 +8,7 @@ are drawn as at initialisation (``muppets.nn.block.init_weights``, the model's
 ``initializer_range``, seed 0), so a redrawn part is what random initialisation gives it.
 
     python benchmarks/redraw_parts.py runs/bert-mini-untied --parts embeddings --out runs/bert-mini-untied-new-emb
-    python benchmarks/label_budget.py --model runs/bert-mini-untied-new-emb --arms pretrained --tag -new-emb …
+    python benchmarks/label_budget.py --model runs/bert-mini-untied-new-emb --arms pretrained --tag=-new-emb …
 """
 
 from __future__ import annotations
