@@ -26,7 +26,7 @@ from jobs import ROOT, run_logged, schedule  # noqa: E402
 from paired import paired, summary  # noqa: E402
 from tables import write_table  # noqa: E402
 
-SETTING = ["lr=3e-4", "epochs=6", "batch_size=32", "threads=1", "precision=fp32", "progress=false"]
+SETTING = ["epochs=6", "batch_size=32", "threads=1", "precision=fp32", "progress=false"]
 ARMS = {"pretrained": [], "random": ["init=random"]}
 
 
@@ -34,12 +34,12 @@ def run_dir(arm: str, size: int, tag: str = "") -> Path:
     return ROOT / "runs" / f"ft-sst2-labels{tag}-{arm}-n{size}"
 
 
-def finetune(model: str, arm: str, size: int, seed: int, tag: str = "") -> None:
+def finetune(model: str, arm: str, size: int, seed: int, tag: str = "", lr: str = "3e-4") -> None:
     out = run_dir(arm, size, tag)
     if (out / f"seed-{seed}" / "metrics.json").is_file():
         return
     run_logged([sys.executable, "-m", "muppets.cli", "finetune", "sst2", "--seeds", str(seed), f"model={model}",
-                *ARMS[arm], *SETTING, f"max_train_examples={size}", f"run_dir={out}"],
+                *ARMS[arm], *SETTING, f"lr={lr}", f"max_train_examples={size}", f"run_dir={out}"],
                out.with_name(out.name + f"-{seed}.log"))
 
 
@@ -64,12 +64,15 @@ def main() -> None:
                     help="run only these (the other's runs of the same --tag, or untagged, are read)")
     ap.add_argument("--tag", default="", help="names this model's run directories (e.g. -new-emb for a "
                     "redraw_parts.py copy); random init is read from the untagged runs")
+    ap.add_argument("--lr", default="3e-4", help="the peak learning rate of every run (another value needs a --tag)")
     ap.add_argument("--parallel", type=int, default=1)
     ap.add_argument("--table-only", action="store_true")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks/results/label_budget.json")
     args = ap.parse_args()
+    if float(args.lr) != 3e-4 and not args.tag:
+        ap.error("--lr other than 3e-4 needs a --tag, so its runs do not mix with the recorded ones")
     if not args.table_only:
-        jobs = [(f"{arm}-n{size}-s{seed}", lambda a=arm, n=size, s=seed: finetune(args.model, a, n, s, args.tag), [])
+        jobs = [(f"{arm}-n{size}-s{seed}", lambda a=arm, n=size, s=seed: finetune(args.model, a, n, s, args.tag, args.lr), [])
                 for size in args.sizes for seed in args.seeds for arm in args.arms]
         schedule(jobs, args.parallel)
     rows = {}
@@ -91,7 +94,7 @@ def main() -> None:
                      f"{row['pretrained']['std']:.2f} | {row['random']['mean']:.2f} ± {row['random']['std']:.2f} | "
                      f"**{d['mean']:+.2f}** ± {d['std']:.2f} | {d['t95'][0]:+.2f} … {d['t95'][1]:+.2f} | "
                      f"{d['wins']}-{d['losses']} |")
-    table = {"model": args.model, "setting": SETTING, "seeds": args.seeds, "full": args.full, "rows": rows}
+    table = {"model": args.model, "setting": [*SETTING, f"lr={args.lr}"], "seeds": args.seeds, "full": args.full, "rows": rows}
     print(write_table(args.out, table, "\n".join(lines) + "\n"))
 
 

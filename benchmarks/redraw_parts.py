@@ -27,6 +27,18 @@ from muppets.tokenizers.wordpiece import WordPieceTokenizer
 log = logging.getLogger("redraw_parts")
 
 
+def norms(module: torch.nn.Module) -> dict[str, float]:
+    """The Frobenius norm of each weight matrix or table, the layers of a stack pooled
+    (``0.ffn.up.weight`` and ``1.ffn.up.weight`` count as one ``ffn.up.weight``)."""
+    squares: dict[str, float] = {}
+    for name, param in module.named_parameters():
+        if param.dim() < 2:
+            continue
+        key = ".".join(p for p in name.split(".") if not p.isdigit())
+        squares[key] = squares.get(key, 0.0) + float(param.detach().float().pow(2).sum())
+    return {k: v ** 0.5 for k, v in squares.items()}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("model", help="a BERT directory or muppets run")
@@ -41,8 +53,13 @@ def main() -> None:
     torch.manual_seed(0)
     for part in args.parts:
         module = model.backbone.embeddings if part == "embeddings" else model.backbone.layers
+        before = norms(module)
         init_weights(module, model.cfg.initializer_range)
         log.info("%s: %s redrawn (%d parameters)", args.out, part, sum(p.numel() for p in module.parameters()))
+        after = norms(module)
+        for name, norm in before.items():  # how far pretraining moved each weight's scale
+            if after[name] > 0:
+                log.info("  %-40s norm pretrained / at initialisation %.2f", name, norm / after[name])
     save_hf_bert(model, args.out, WordPieceTokenizer.load(directory))
 
 
