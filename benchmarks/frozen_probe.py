@@ -6,12 +6,14 @@ encoder's, so that fine-tuning loses it, or no more?
 
 Each sentence vector is the mean of its word vectors (``muppets.transfer.embed``, each word the
 mean of its pieces) at one layer; the probe is scikit-learn's L2 logistic regression on standardised
-vectors. Its strength ``C`` is chosen on a stratified 10% of train (seed 1234, the fine-tuning
-selection slice), the probe is refit on all of train with it, and the reported split is only
-reported. The probe is convex, so one fit per setting: no seeds. SST-2 is already split into
-words (PTB); ChnSentiCorp is split as BERT's pre-tokenizer does (each CJK character a word).
-Each text keeps its first ``--max-words`` words (126: the bert-minis were pretrained at 128
-positions; no SST-2 sentence is that long).
+vectors. Its strength ``C`` is chosen on the slice of train that fine-tuning selects on
+(``muppets.tasks.splits.stratified_split``: 10%, stratified by label, seed 1234), the probe is
+refit on all of train with it, and the reported split is only reported; the layer whose probe
+scores best on the slice is recorded as ``layer_chosen_on_slice``. The probe is convex, so one
+fit per setting: no seeds (the random encoder is one draw). SST-2 is already split into words
+(PTB); ChnSentiCorp is split as BERT's pre-tokenizer does (each CJK character a word). Each text
+keeps its longest word prefix of at most ``--max-pieces`` pieces (126: the bert-minis were
+pretrained at 128 positions, [CLS] and [SEP] included).
 
     OMP_NUM_THREADS=1 python benchmarks/frozen_probe.py --models pretrained=runs/bert-mini-untied \
         random=runs/bert-mini-untied-random minilm=minilm --out benchmarks/results/frozen_probe_sst2.json
@@ -29,74 +31,99 @@ from pathlib import Path
 
 import numpy as np
 from sklearn.linear_model import LogisticRegression
-from sklearn.model_selection import train_test_split
 from sklearn.preprocessing import StandardScaler
 from tokenizers.normalizers import BertNormalizer
 from tokenizers.pre_tokenizers import BertPreTokenizer
 
 from muppets.config import write_json_atomic
 from muppets.tasks import load_task
+from muppets.tasks.splits import stratified_split
 from muppets.transfer.embed import embed
 from muppets.transfer.embedders import load_embedder
 
 log = logging.getLogger("frozen_probe")
 C_GRID = (1e-4, 1e-3, 1e-2, 0.1, 1.0, 10.0)
 REPORTED = {"sst2": "dev", "chnsenticorp": "test"}
+SLICE_FRACTION, SLICE_SEED = 0.1, 1234  # fine-tuning's train-slice defaults (selection_fraction, selection_seed)
 
 
-def words(task: str, text: str, limit: int) -> list[str]:
+def words(task: str, text: str) -> list[str]:
     if task == "sst2":
-        return text.split()[:limit]
+        return text.split()
     spaced = BertNormalizer(handle_chinese_chars=True, strip_accents=False, lowercase=False).normalize_str(text)
-    return [w for w, _ in BertPreTokenizer().pre_tokenize_str(spaced)][:limit]
+    return [w for w, _ in BertPreTokenizer().pre_tokenize_str(spaced)]
 
 
-def sentence_vectors(model: str, sentences: list[list[str]]) -> np.ndarray:
-    """(layers, sentences, dim): the mean word vector of each sentence at every layer."""
+def cut(embedder, sentences: list[list[str]], max_pieces: int) -> tuple[list[list[str]], int]:
+    """Each sentence's longest word prefix of at most ``max_pieces`` pieces (at least one word),
+    and how many sentences were cut."""
+    out, cuts = [], 0
+    for sentence, pieces in zip(sentences, embedder.pieces(sentences)):
+        total, keep = 0, 0
+        for word_pieces in pieces:
+            if keep and total + len(word_pieces) > max_pieces:
+                break
+            total, keep = total + len(word_pieces), keep + 1
+        cuts += keep < len(sentence)
+        out.append(sentence[:keep])
+    return out, cuts
+
+
+def sentence_vectors(model: str, sentences: list[list[str]], max_pieces: int, chunk: int = 512) -> np.ndarray:
+    """(layers, sentences, dim): the mean word vector of each sentence at every layer, the
+    sentences embedded ``chunk`` at a time so that only their means are kept."""
     embedder = load_embedder(model, "mean", "cpu")
-    per_sentence = embed(embedder, sentences, layers=None, batch_size=64)  # each (layers, words, dim)
-    return np.stack([v.mean(axis=1) for v in per_sentence], axis=1)
+    sentences, cuts = cut(embedder, sentences, max_pieces)
+    if cuts:
+        log.info("%s: %d of %d texts cut to their first %d pieces", model, cuts, len(sentences), max_pieces)
+    means = []
+    for start in range(0, len(sentences), chunk):
+        per_sentence = embed(embedder, sentences[start:start + chunk], layers=None, batch_size=64)  # each (layers, words, dim)
+        means += [v.mean(axis=1) for v in per_sentence]
+    return np.stack(means, axis=1)
 
 
-def probe(train_x: np.ndarray, train_y: np.ndarray, dev_x: np.ndarray, dev_y: np.ndarray) -> dict:
-    """Choose C on a stratified 10% of train, refit on all of train, score train and the reported
-    split (``dev`` in the result whichever split it is)."""
-    fit_x, sel_x, fit_y, sel_y = train_test_split(train_x, train_y, test_size=0.1, stratify=train_y,
-                                                  random_state=1234)
+def probe(train_x: np.ndarray, train_y: np.ndarray, test_x: np.ndarray, test_y: np.ndarray) -> dict:
+    """Choose C on the fine-tuning selection slice of train, refit on all of train, score train
+    and the reported split."""
+    kept, held = stratified_split([str(y) for y in train_y], SLICE_FRACTION, SLICE_SEED)
+
     def fit(x, y, c):
         scaler = StandardScaler().fit(x)
         clf = LogisticRegression(C=c, max_iter=2000).fit(scaler.transform(x), y)
         return lambda z: clf.predict(scaler.transform(z))
-    slice_acc = {c: float((fit(fit_x, fit_y, c)(sel_x) == sel_y).mean()) for c in C_GRID}
+    slice_acc = {c: float((fit(train_x[kept], train_y[kept], c)(train_x[held]) == train_y[held]).mean())
+                 for c in C_GRID}
     best = max(C_GRID, key=lambda c: (slice_acc[c], -c))  # ties: the stronger regularisation
     predict = fit(train_x, train_y, best)
     return {"C": best, "slice": slice_acc[best], "train": float((predict(train_x) == train_y).mean()),
-            "dev": float((predict(dev_x) == dev_y).mean())}
+            "reported": float((predict(test_x) == test_y).mean())}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--task", choices=list(REPORTED), default="sst2")
     ap.add_argument("--models", nargs="+", required=True, help="NAME=MODEL (a BERT directory, muppets run or minilm)")
-    ap.add_argument("--max-words", type=int, default=126)
+    ap.add_argument("--max-pieces", type=int, default=126)
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     data = load_task(args.task)
     reported = REPORTED[args.task]
-    splits = {s: ([words(args.task, e.text, args.max_words) for e in data.splits[k]], np.array([e.label for e in data.splits[k]]))
+    splits = {s: ([words(args.task, e.text) for e in data.splits[k]], np.array([e.label for e in data.splits[k]]))
               for s, k in (("train", "train"), ("dev", reported))}
-    results: dict = {"task": args.task, "reported": reported, "pooling": "mean over words of the mean of their pieces", "max_words": args.max_words, "C_grid": list(C_GRID), "models": {}}
+    results: dict = {"task": args.task, "reported": reported, "pooling": "mean over words of the mean of their pieces", "max_pieces": args.max_pieces, "C_grid": list(C_GRID), "models": {}}
     for item in args.models:
         name, _, model = item.partition("=")
         start = time.perf_counter()
-        train = sentence_vectors(model, splits["train"][0])
-        dev = sentence_vectors(model, splits["dev"][0])
+        train = sentence_vectors(model, splits["train"][0], args.max_pieces)
+        dev = sentence_vectors(model, splits["dev"][0], args.max_pieces)
         layers = [probe(train[k], splits["train"][1], dev[k], splits["dev"][1]) for k in range(train.shape[0])]
-        results["models"][name] = {"model": model, "layers": layers, "seconds": round(time.perf_counter() - start, 1)}
-        log.info("%s: %s accuracy by layer %s", name, reported, " ".join(f"{r['dev'] * 100:.2f}" for r in layers))
+        chosen = max(range(len(layers)), key=lambda k: (layers[k]["slice"], -k))  # the layer the slice picks
+        results["models"][name] = {"model": model, "layers": layers, "layer_chosen_on_slice": chosen, "seconds": round(time.perf_counter() - start, 1)}
+        log.info("%s: %s accuracy by layer %s", name, reported, " ".join(f"{r['reported'] * 100:.2f}" for r in layers))
         write_json_atomic(args.out, results)
-    print(json.dumps({n: [round(r["dev"] * 100, 2) for r in m["layers"]] for n, m in results["models"].items()}, indent=1))
+    print(json.dumps({n: [round(r["reported"] * 100, 2) for r in m["layers"]] for n, m in results["models"].items()}, indent=1))
 
 
 if __name__ == "__main__":

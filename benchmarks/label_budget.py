@@ -37,6 +37,9 @@ def run_dir(arm: str, size: int, tag: str = "") -> Path:
 def finetune(model: str, arm: str, size: int, seed: int, tag: str = "", lr: str = "3e-4") -> None:
     out = run_dir(arm, size, tag)
     if (out / f"seed-{seed}" / "metrics.json").is_file():
+        used = json.loads((out / f"seed-{seed}" / "config.json").read_text())["lr"]
+        if float(used) != float(lr):
+            raise SystemExit(f"{out}/seed-{seed} was fine-tuned at lr {used}, not {lr}: give another --tag")
         return
     run_logged([sys.executable, "-m", "muppets.cli", "finetune", "sst2", "--seeds", str(seed), f"model={model}",
                 *ARMS[arm], *SETTING, f"lr={lr}", f"max_train_examples={size}", f"run_dir={out}"],
@@ -62,15 +65,18 @@ def main() -> None:
                     help="run directories of the same setting on all of train")
     ap.add_argument("--arms", nargs="+", choices=list(ARMS), default=list(ARMS),
                     help="run only these (the other's runs of the same --tag, or untagged, are read)")
-    ap.add_argument("--tag", default="", help="names this model's run directories (e.g. -new-emb for a "
-                    "redraw_parts.py copy); random init is read from the untagged runs")
+    ap.add_argument("--tag", default="", help="names the run directories of the arms run here (e.g. -new-emb for a "
+                    "redraw_parts.py copy); an arm not in --arms is read from the untagged runs")
     ap.add_argument("--lr", default="3e-4", help="the peak learning rate of every run (another value needs a --tag)")
     ap.add_argument("--parallel", type=int, default=1)
     ap.add_argument("--table-only", action="store_true")
-    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks/results/label_budget.json")
+    ap.add_argument("--out", type=Path, help="default: benchmarks/results/label_budget<TAG>.json")
     args = ap.parse_args()
     if float(args.lr) != 3e-4 and not args.tag:
         ap.error("--lr other than 3e-4 needs a --tag, so its runs do not mix with the recorded ones")
+    if float(args.lr) != 3e-4 and set(args.arms) != set(ARMS):
+        ap.error(f"--lr {args.lr} with only --arms {' '.join(args.arms)} would pair with the untagged runs at lr 3e-4")
+    args.out = args.out or ROOT / f"benchmarks/results/label_budget{args.tag}.json"
     if not args.table_only:
         jobs = [(f"{arm}-n{size}-s{seed}", lambda a=arm, n=size, s=seed: finetune(args.model, a, n, s, args.tag, args.lr), [])
                 for size in args.sizes for seed in args.seeds for arm in args.arms]
@@ -94,7 +100,8 @@ def main() -> None:
                      f"{row['pretrained']['std']:.2f} | {row['random']['mean']:.2f} ± {row['random']['std']:.2f} | "
                      f"**{d['mean']:+.2f}** ± {d['std']:.2f} | {d['t95'][0]:+.2f} … {d['t95'][1]:+.2f} | "
                      f"{d['wins']}-{d['losses']} |")
-    table = {"model": args.model, "setting": [*SETTING, f"lr={args.lr}"], "seeds": args.seeds, "full": args.full, "rows": rows}
+    table = {"model": args.model, "setting": [*SETTING, f"lr={args.lr}"], "seeds": args.seeds,
+             "full": None if args.tag else args.full, "rows": rows}
     print(write_table(args.out, table, "\n".join(lines) + "\n"))
 
 
