@@ -12,8 +12,8 @@ refit on all of train with it, and the reported split is only reported; the laye
 scores best on the slice is recorded as ``layer_chosen_on_slice``. The probe is convex, so one
 fit per setting: no seeds (the random encoder is one draw). SST-2 is already split into words
 (PTB); ChnSentiCorp is split as BERT's pre-tokenizer does (each CJK character a word). Each text
-keeps its longest word prefix of at most ``--max-pieces`` pieces (126: the bert-minis were
-pretrained at 128 positions, [CLS] and [SEP] included).
+keeps its longest word prefix that fits in ``--max-positions`` (128, [CLS] and [SEP] included:
+the bert-minis were pretrained at 128 positions; ``muppets.transfer.embed``'s ``truncate``).
 
     OMP_NUM_THREADS=1 python benchmarks/frozen_probe.py --models pretrained=runs/bert-mini-untied \
         random=runs/bert-mini-untied-random minilm=minilm --out benchmarks/results/frozen_probe_sst2.json
@@ -54,32 +54,19 @@ def words(task: str, text: str) -> list[str]:
     return [w for w, _ in BertPreTokenizer().pre_tokenize_str(spaced)]
 
 
-def cut(embedder, sentences: list[list[str]], max_pieces: int) -> tuple[list[list[str]], int]:
-    """Each sentence's longest word prefix of at most ``max_pieces`` pieces (at least one word),
-    and how many sentences were cut."""
-    out, cuts = [], 0
-    for sentence, pieces in zip(sentences, embedder.pieces(sentences)):
-        total, keep = 0, 0
-        for word_pieces in pieces:
-            if keep and total + len(word_pieces) > max_pieces:
-                break
-            total, keep = total + len(word_pieces), keep + 1
-        cuts += keep < len(sentence)
-        out.append(sentence[:keep])
-    return out, cuts
-
-
-def sentence_vectors(model: str, sentences: list[list[str]], max_pieces: int, chunk: int = 512) -> np.ndarray:
-    """(layers, sentences, dim): the mean word vector of each sentence at every layer, the
-    sentences embedded ``chunk`` at a time so that only their means are kept."""
+def sentence_vectors(model: str, sentences: list[list[str]], max_positions: int, chunk: int = 512) -> np.ndarray:
+    """(layers, sentences, dim): the mean word vector of each sentence at every layer, each
+    sentence cut to the words that fit in ``max_positions``, embedded ``chunk`` at a time so
+    that only their means are kept."""
     embedder = load_embedder(model, "mean", "cpu")
-    sentences, cuts = cut(embedder, sentences, max_pieces)
-    if cuts:
-        log.info("%s: %d of %d texts cut to their first %d pieces", model, cuts, len(sentences), max_pieces)
     means = []
     for start in range(0, len(sentences), chunk):
-        per_sentence = embed(embedder, sentences[start:start + chunk], layers=None, batch_size=64)  # each (layers, words, dim)
+        per_sentence = embed(embedder, sentences[start:start + chunk], layers=None, batch_size=64,
+                             max_positions=max_positions, truncate=True)  # each (layers, kept words, dim)
         means += [v.mean(axis=1) for v in per_sentence]
+    if embedder.stats["truncated"]:
+        log.info("%s: %d of %d texts cut to %d positions", model, embedder.stats["truncated"], len(sentences),
+                 max_positions)
     return np.stack(means, axis=1)
 
 
@@ -104,7 +91,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--task", choices=list(REPORTED), default="sst2")
     ap.add_argument("--models", nargs="+", required=True, help="NAME=MODEL (a BERT directory, muppets run or minilm)")
-    ap.add_argument("--max-pieces", type=int, default=126)
+    ap.add_argument("--max-positions", type=int, default=128)
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
@@ -112,12 +99,12 @@ def main() -> None:
     reported = REPORTED[args.task]
     splits = {s: ([words(args.task, e.text) for e in data.splits[k]], np.array([e.label for e in data.splits[k]]))
               for s, k in (("train", "train"), ("dev", reported))}
-    results: dict = {"task": args.task, "reported": reported, "pooling": "mean over words of the mean of their pieces", "max_pieces": args.max_pieces, "C_grid": list(C_GRID), "models": {}}
+    results: dict = {"task": args.task, "reported": reported, "pooling": "mean over words of the mean of their pieces", "max_positions": args.max_positions, "C_grid": list(C_GRID), "models": {}}
     for item in args.models:
         name, _, model = item.partition("=")
         start = time.perf_counter()
-        train = sentence_vectors(model, splits["train"][0], args.max_pieces)
-        dev = sentence_vectors(model, splits["dev"][0], args.max_pieces)
+        train = sentence_vectors(model, splits["train"][0], args.max_positions)
+        dev = sentence_vectors(model, splits["dev"][0], args.max_positions)
         layers = [probe(train[k], splits["train"][1], dev[k], splits["dev"][1]) for k in range(train.shape[0])]
         chosen = max(range(len(layers)), key=lambda k: (layers[k]["slice"], -k))  # the layer the slice picks
         results["models"][name] = {"model": model, "layers": layers, "layer_chosen_on_slice": chosen, "seconds": round(time.perf_counter() - start, 1)}

@@ -240,6 +240,39 @@ def test_bad_inputs_name_file_line_and_value(models, tmp_path):
         embed_file(models["bert"], long, tmp_path / "x.pt")
 
 
+@pytest.mark.parametrize("kind", ["bert", "gpt", "elmo"])
+def test_truncate_keeps_the_longest_word_prefix_that_fits(models, kind):
+    embedder = load_embedder(models[kind])
+    long = ["unbelievably", "river", "bank", "unremarkable"] * 6  # pieces and words vary in size
+    limit = min(embedder.positions([long])[0], embedder.max_positions or 10 ** 6) - 5  # below the model's own
+    with pytest.raises(DataError, match=f"sentence 2 needs .* max_positions allows at most {limit}.*--truncate"):
+        embed_sentences(embedder, [SENTENCES[0], long], max_positions=limit)
+    short, cut = embed_sentences(embedder, [SENTENCES[0], long], max_positions=limit, truncate=True)
+    n = cut.shape[1]
+    assert embedder.positions([long[:n]])[0] <= limit < embedder.positions([long[:n + 1]])[0]
+    np.testing.assert_allclose(cut, embed_sentences(embedder, [long[:n]])[0], atol=1e-5)  # the prefix, as if alone
+    np.testing.assert_allclose(short, embed_sentences(embedder, [SENTENCES[0]])[0], atol=1e-5)  # others untouched
+    assert embedder.stats["truncated"] == 1
+
+
+def test_truncate_to_the_models_own_limit_and_in_the_cli(models, tmp_path, capsys):
+    src = tmp_path / "long.txt"
+    src.write_text("short line\n" + " ".join(["river"] * 70) + "\n", encoding="utf-8")  # 72 positions, model 64
+    out = tmp_path / "v.npy"
+    meta = embed_file(models["bert"], src, out, truncate=True)
+    assert [v.shape[1] for v in load_embeddings(out).sentences] == [2, 62]  # [CLS] + 62 words + [SEP]
+    assert meta["truncated"] == 1 and meta["max_positions"] == 64
+    assert main(["embed", "--model", str(models["bert"]), "--input", str(src), "--out", str(out),
+                 "--max-positions", "10", "--truncate"]) == 0
+    assert [v.shape[1] for v in load_embeddings(out).sentences] == [2, 8]
+    assert main(["embed", "--model", str(models["bert"]), "--input", str(src), "--out", str(out),
+                 "--max-positions", "0"]) == 2
+    assert "max_positions=0" in capsys.readouterr().err
+    one_long_word = [["river" * 15]]  # one word of 43 pieces, which cannot fit: still an error
+    with pytest.raises(DataError, match="sentence 1 needs"):
+        embed(models["bert"], one_long_word, max_positions=4, truncate=True)
+
+
 def test_cli_embed_and_its_errors(models, tmp_path, capsys):
     src = tmp_path / "in.txt"
     src.write_text("the river bank\nxyzzy money\n", encoding="utf-8")

@@ -407,7 +407,8 @@ def _embed(args: argparse.Namespace) -> int:
 
     _set_threads(args.threads)
     m = embed_file(args.model, args.input, args.out, parse_layers(args.layers), args.pooling, args.batch_size,
-                   args.device, args.oov, progress=sys.stderr.isatty())
+                   args.device, args.oov, progress=sys.stderr.isatty(), max_positions=args.max_positions,
+                   truncate=args.truncate)
     print(f"{m['num_sentences']:,} sentences, {m['num_words']:,} words x layers {m['layers']} x {m['dim']} "
           f"({m['kind']} model {m['source']}) -> {m['out']}")
     if m["kind"] in ("static", "nnlm"):
@@ -741,6 +742,10 @@ def build_parser() -> argparse.ArgumentParser:
                     help="sub-word models: a word's first piece, the mean of its pieces, or its last piece "
                     "(auto: the last for GPT, which reads it after the whole word; the first for BERT)")
     em.add_argument("--oov", default="zero", choices=["zero", "error"], help="static vectors: unknown words")
+    em.add_argument("--max-positions", type=int, help="positions a line may take, pieces and special tokens "
+                    "(default and upper bound: the model's)")
+    em.add_argument("--truncate", action="store_true", help="cut a longer line to its longest word prefix that "
+                    "fits (its words past that get no vectors; the output's offsets show it) instead of an error")
     em.add_argument("--batch-size", type=int, default=32)
     em.add_argument("--device", default="cpu")
     em.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = default)")

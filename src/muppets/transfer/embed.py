@@ -9,7 +9,9 @@ One call for every backbone (:mod:`muppets.transfer.embedders` says what each la
 
 ``muppets embed --model DIR --input FILE --layers all|0,-1 --pooling auto|first|mean|last --out FILE``
 does the same from the shell. The input file holds one pre-split sentence per line (words
-separated by whitespace); an empty line is an error, as is a layer the model does not have.
+separated by whitespace); an empty line is an error, as is a layer the model does not have, and
+a line longer than the model's positions (or ``--max-positions``) unless ``--truncate`` keeps
+its longest word prefix that fits.
 
 Sentences are sorted by length and cut into batches (:func:`~muppets.transfer.batching.
 eval_batches`), so padding is small; results come back in the input order.
@@ -97,19 +99,27 @@ def check_sentences(sentences: Sequence[Sequence[str]], source: str | Path | Non
 
 def embed_sentences(embedder: Embedder, sentences: Sequence[Sequence[str]], layers: Sequence[int] | None = None,
                     batch_size: int = 32, source: str | Path | None = None,
-                    progress: bool = False) -> list[np.ndarray]:
+                    progress: bool = False, max_positions: int | None = None,
+                    truncate: bool = False) -> list[np.ndarray]:
     """Per sentence, ``(K, n_words, dim)`` float32 for the ``K`` chosen ``layers`` (None = all).
 
     Sentences go through the model in length-sorted batches of ``batch_size`` (each under
-    ``torch.inference_mode``); a sentence longer than the model's positions raises
-    :class:`~muppets.errors.DataError` naming it (and ``source``'s line).
+    ``torch.inference_mode``). A sentence may take at most ``max_positions`` model positions
+    (pieces and special tokens; None = the model's own limit, and no smaller limit than the
+    model's is exceeded either way). A longer one raises :class:`~muppets.errors.DataError`
+    naming it (and ``source``'s line), or with ``truncate`` keeps its longest word prefix that
+    fits: its array then has a row for each kept word only (counted in ``embedder.stats
+    ["truncated"]`` and logged).
     """
     if batch_size < 1:
         raise ConfigError(f"batch_size={batch_size} must be >= 1")
     check_sentences(sentences, source)
     chosen = resolve_layers(layers, embedder.num_layers, f"{embedder.kind} model {embedder.source}")
+    limit = position_limit(embedder, max_positions)
     lengths = embedder.positions(sentences)
-    _check_lengths(embedder, lengths, source)
+    if truncate and limit is not None:
+        sentences, lengths = _truncate(embedder, sentences, lengths, limit)
+    _check_lengths(embedder, lengths, limit, source)
     out: list[np.ndarray] = [np.empty(0, np.float32)] * len(sentences)
     batches = eval_batches(lengths, batch_size)
     for index in tqdm(batches, desc="embed", unit="batch", disable=not progress):
@@ -118,23 +128,59 @@ def embed_sentences(embedder: Embedder, sentences: Sequence[Sequence[str]], laye
     return out
 
 
-def _check_lengths(embedder: Embedder, lengths: Sequence[int], source: str | Path | None) -> None:
-    limit = embedder.max_positions
+def position_limit(embedder: Embedder, max_positions: int | None) -> int | None:
+    """The positions a sentence may take: the smaller of ``max_positions`` and the model's."""
+    if max_positions is not None and max_positions < 1:
+        raise ConfigError(f"max_positions={max_positions} must be >= 1")
+    limits = [n for n in (max_positions, embedder.max_positions) if n is not None]
+    return min(limits) if limits else None
+
+
+def _truncate(embedder: Embedder, sentences: Sequence[Sequence[str]], lengths: list[int],
+              limit: int) -> tuple[list[Sequence[str]], list[int]]:
+    """Each sentence over ``limit`` positions cut to its longest word prefix within it (found by
+    bisection on the prefix length; at least one word, which the length check then judges)."""
+    sentences, lengths, cut = list(sentences), list(lengths), 0
+    for i, n in enumerate(lengths):
+        if n <= limit:
+            continue
+        words, low, high = sentences[i], 1, len(sentences[i]) - 1  # the answer lies in [low, high]
+        while low < high:
+            middle = (low + high + 1) // 2
+            if embedder.positions([words[:middle]])[0] <= limit:
+                low = middle
+            else:
+                high = middle - 1
+        sentences[i] = words[:low]
+        lengths[i] = embedder.positions([sentences[i]])[0]
+        cut += 1
+    if cut:
+        embedder.stats["truncated"] += cut
+        log.warning("%d of %d sentences cut to their longest word prefix within %d positions", cut,
+                    len(sentences), limit)
+    return sentences, lengths
+
+
+def _check_lengths(embedder: Embedder, lengths: Sequence[int], limit: int | None,
+                   source: str | Path | None) -> None:
     if limit is None:
         return
+    whose = (f"the {embedder.kind} model {embedder.source} takes" if limit == embedder.max_positions
+             else "max_positions allows")
     for i, n in enumerate(lengths):
         if n > limit:
-            raise DataError(f"sentence {i + 1} needs {n} positions; the {embedder.kind} model "
-                            f"{embedder.source} takes at most {limit}", path=source,
+            raise DataError(f"sentence {i + 1} needs {n} positions; {whose} at most {limit} "
+                            "(truncate=True / --truncate keeps the words that fit)", path=source,
                             line=i + 1 if source else None)
 
 
 def embed(model: str | Path | Embedder, sentences: Sequence[Sequence[str]], layers: Sequence[int] | None = None,
-          pooling: str = "auto", batch_size: int = 32, device: str = "cpu") -> list[np.ndarray]:
+          pooling: str = "auto", batch_size: int = 32, device: str = "cpu", max_positions: int | None = None,
+          truncate: bool = False) -> list[np.ndarray]:
     """:func:`embed_sentences` with the model given by name (see :func:`~muppets.transfer.
     embedders.load_embedder`) or as an :class:`Embedder`."""
     embedder = model if isinstance(model, Embedder) else load_embedder(model, pooling, device)
-    return embed_sentences(embedder, sentences, layers, batch_size)
+    return embed_sentences(embedder, sentences, layers, batch_size, max_positions=max_positions, truncate=truncate)
 
 
 # ----------------------------------------------------------------------------- files
@@ -229,15 +275,18 @@ def load_embeddings(path: str | Path) -> Embeddings:
 
 def embed_file(model: str | Path, input_path: str | Path, out: str | Path, layers: Sequence[int] | None = None,
                pooling: str = "auto", batch_size: int = 32, device: str = "cpu", oov: str = "zero",
-               progress: bool = False) -> dict:
-    """Embed every line of ``input_path`` and write ``out``; returns the metadata written."""
+               progress: bool = False, max_positions: int | None = None, truncate: bool = False) -> dict:
+    """Embed every line of ``input_path`` and write ``out``; returns the metadata written (with
+    ``truncate``, the offsets say how many words of each line have vectors)."""
     if Path(out).suffix not in OUTPUT_SUFFIXES:  # before any work
         raise ConfigError(f"--out {out}: the file must end in {' or '.join(OUTPUT_SUFFIXES)}")
     sentences = read_sentences(input_path)
     embedder = load_embedder(model, pooling, device, oov)
     chosen = resolve_layers(layers, embedder.num_layers, f"{embedder.kind} model {embedder.source}")
-    vectors = embed_sentences(embedder, sentences, chosen, batch_size, source=input_path, progress=progress)
+    vectors = embed_sentences(embedder, sentences, chosen, batch_size, source=input_path, progress=progress,
+                              max_positions=max_positions, truncate=truncate)
     meta = {**embedder.describe(), "model": str(model), "input": str(input_path), "layers": chosen,
+            "max_positions": position_limit(embedder, max_positions), "truncate": truncate,
             "pooling": embedder.pooling if embedder.kind in ("bert", "gpt") else None, **dict(embedder.stats)}
     save_embeddings(out, vectors, meta)
     if embedder.stats.get("oov"):
