@@ -264,13 +264,19 @@ def test_truncate_to_the_models_own_limit_and_in_the_cli(models, tmp_path, capsy
     assert meta["truncated"] == 1 and meta["max_positions"] == 64
     assert main(["embed", "--model", str(models["bert"]), "--input", str(src), "--out", str(out),
                  "--max-positions", "10", "--truncate"]) == 0
-    assert [v.shape[1] for v in load_embeddings(out).sentences] == [2, 8]
+    assert [v.shape[1] for v in load_embeddings(out).sentences] == [2, 8]  # "short line" is exactly 10 positions here: kept whole
+    assert "1 lines cut to the words that fit in 10 positions" in capsys.readouterr().out
     assert main(["embed", "--model", str(models["bert"]), "--input", str(src), "--out", str(out),
                  "--max-positions", "0"]) == 2
-    assert "max_positions=0" in capsys.readouterr().err
-    one_long_word = [["river" * 15]]  # one word of 43 pieces, which cannot fit: still an error
-    with pytest.raises(DataError, match="sentence 1 needs"):
-        embed(models["bert"], one_long_word, max_positions=4, truncate=True)
+    assert "--max-positions 0: must be >= 1" in capsys.readouterr().err
+    one_long_word = [["river" * 15, "bank"]]  # a first word of 43 pieces, which cannot fit: still an error
+    embedder = load_embedder(models["bert"])
+    with pytest.raises(DataError, match="sentence 1 needs 45 positions.*its first word alone does not fit"):
+        embed_sentences(embedder, one_long_word, max_positions=4, truncate=True)
+    assert embedder.stats["truncated"] == 0  # not counted as cut
+    static = embed_file(models["vectors"], src, out, max_positions=3, truncate=True)  # static vectors: words
+    assert [v.shape[1] for v in load_embeddings(out).sentences] == [2, 3] and static["truncated"] == 1
+    assert embed_file(models["vectors"], src, out, truncate=True)["truncated"] == 0  # no limit: nothing cut
 
 
 def test_cli_embed_and_its_errors(models, tmp_path, capsys):

@@ -411,6 +411,8 @@ def _embed(args: argparse.Namespace) -> int:
                    truncate=args.truncate)
     print(f"{m['num_sentences']:,} sentences, {m['num_words']:,} words x layers {m['layers']} x {m['dim']} "
           f"({m['kind']} model {m['source']}) -> {m['out']}")
+    if m.get("truncated"):
+        print(f"{m['truncated']:,} lines cut to the words that fit in {m['max_positions']} positions")
     if m["kind"] in ("static", "nnlm"):
         print(f"out of vocabulary: {m.get('oov', 0):,} of {m['words']:,} words (zero vectors)")
     elif m.get("empty_words"):
@@ -742,8 +744,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="sub-word models: a word's first piece, the mean of its pieces, or its last piece "
                     "(auto: the last for GPT, which reads it after the whole word; the first for BERT)")
     em.add_argument("--oov", default="zero", choices=["zero", "error"], help="static vectors: unknown words")
-    em.add_argument("--max-positions", type=int, help="positions a line may take, pieces and special tokens "
-                    "(default and upper bound: the model's)")
+    em.add_argument("--max-positions", type=int, help="positions a line may take: pieces and special tokens "
+                    "for BERT/GPT, words for static vectors, words + 2 for ELMo (default and upper bound: the "
+                    "model's limit, if it has one)")
     em.add_argument("--truncate", action="store_true", help="cut a longer line to its longest word prefix that "
                     "fits (its words past that get no vectors; the output's offsets show it) instead of an error")
     em.add_argument("--batch-size", type=int, default=32)

@@ -11,7 +11,7 @@ One call for every backbone (:mod:`muppets.transfer.embedders` says what each la
 does the same from the shell. The input file holds one pre-split sentence per line (words
 separated by whitespace); an empty line is an error, as is a layer the model does not have, and
 a line longer than the model's positions (or ``--max-positions``) unless ``--truncate`` keeps
-its longest word prefix that fits.
+its longest word prefix that fits (a first word that alone does not fit is still an error).
 
 Sentences are sorted by length and cut into batches (:func:`~muppets.transfer.batching.
 eval_batches`), so padding is small; results come back in the input order.
@@ -104,12 +104,14 @@ def embed_sentences(embedder: Embedder, sentences: Sequence[Sequence[str]], laye
     """Per sentence, ``(K, n_words, dim)`` float32 for the ``K`` chosen ``layers`` (None = all).
 
     Sentences go through the model in length-sorted batches of ``batch_size`` (each under
-    ``torch.inference_mode``). A sentence may take at most ``max_positions`` model positions
-    (pieces and special tokens; None = the model's own limit, and no smaller limit than the
-    model's is exceeded either way). A longer one raises :class:`~muppets.errors.DataError`
-    naming it (and ``source``'s line), or with ``truncate`` keeps its longest word prefix that
-    fits: its array then has a row for each kept word only (counted in ``embedder.stats
-    ["truncated"]`` and logged).
+    ``torch.inference_mode``). A sentence may take at most the smaller of ``max_positions`` and
+    the model's own limit, in model positions (:meth:`Embedder.positions`: pieces and special
+    tokens for BERT and GPT, words for static vectors, words + 2 for ELMo; None = the model's
+    limit, and a model without one has none). A longer sentence raises
+    :class:`~muppets.errors.DataError` naming it (and ``source``'s line), or with ``truncate``
+    keeps its longest word prefix that fits: its array then has a row for each kept word only
+    (counted in ``embedder.stats["truncated"]`` and logged). A first word that alone does not
+    fit is still an error.
     """
     if batch_size < 1:
         raise ConfigError(f"batch_size={batch_size} must be >= 1")
@@ -117,9 +119,12 @@ def embed_sentences(embedder: Embedder, sentences: Sequence[Sequence[str]], laye
     chosen = resolve_layers(layers, embedder.num_layers, f"{embedder.kind} model {embedder.source}")
     limit = position_limit(embedder, max_positions)
     lengths = embedder.positions(sentences)
-    if truncate and limit is not None:
+    if truncate and limit is None:
+        log.info("truncate: the %s model %s has no position limit and max_positions is not set: nothing to cut",
+                 embedder.kind, embedder.source)
+    elif truncate:
         sentences, lengths = _truncate(embedder, sentences, lengths, limit)
-    _check_lengths(embedder, lengths, limit, source)
+    _check_lengths(embedder, lengths, limit, source, truncate)
     out: list[np.ndarray] = [np.empty(0, np.float32)] * len(sentences)
     batches = eval_batches(lengths, batch_size)
     for index in tqdm(batches, desc="embed", unit="batch", disable=not progress):
@@ -153,7 +158,7 @@ def _truncate(embedder: Embedder, sentences: Sequence[Sequence[str]], lengths: l
                 high = middle - 1
         sentences[i] = words[:low]
         lengths[i] = embedder.positions([sentences[i]])[0]
-        cut += 1
+        cut += lengths[i] <= limit  # a first word too long alone is left to the length check's error
     if cut:
         embedder.stats["truncated"] += cut
         log.warning("%d of %d sentences cut to their longest word prefix within %d positions", cut,
@@ -162,16 +167,17 @@ def _truncate(embedder: Embedder, sentences: Sequence[Sequence[str]], lengths: l
 
 
 def _check_lengths(embedder: Embedder, lengths: Sequence[int], limit: int | None,
-                   source: str | Path | None) -> None:
+                   source: str | Path | None, truncated: bool = False) -> None:
     if limit is None:
         return
     whose = (f"the {embedder.kind} model {embedder.source} takes" if limit == embedder.max_positions
              else "max_positions allows")
+    hint = ("its first word alone does not fit" if truncated
+            else "truncate=True / --truncate keeps the words that fit")
     for i, n in enumerate(lengths):
         if n > limit:
-            raise DataError(f"sentence {i + 1} needs {n} positions; {whose} at most {limit} "
-                            "(truncate=True / --truncate keeps the words that fit)", path=source,
-                            line=i + 1 if source else None)
+            raise DataError(f"sentence {i + 1} needs {n} positions; {whose} at most {limit} ({hint})",
+                            path=source, line=i + 1 if source else None)
 
 
 def embed(model: str | Path | Embedder, sentences: Sequence[Sequence[str]], layers: Sequence[int] | None = None,
@@ -280,6 +286,8 @@ def embed_file(model: str | Path, input_path: str | Path, out: str | Path, layer
     ``truncate``, the offsets say how many words of each line have vectors)."""
     if Path(out).suffix not in OUTPUT_SUFFIXES:  # before any work
         raise ConfigError(f"--out {out}: the file must end in {' or '.join(OUTPUT_SUFFIXES)}")
+    if max_positions is not None and max_positions < 1:
+        raise ConfigError(f"--max-positions {max_positions}: must be >= 1")
     sentences = read_sentences(input_path)
     embedder = load_embedder(model, pooling, device, oov)
     chosen = resolve_layers(layers, embedder.num_layers, f"{embedder.kind} model {embedder.source}")
@@ -288,6 +296,8 @@ def embed_file(model: str | Path, input_path: str | Path, out: str | Path, layer
     meta = {**embedder.describe(), "model": str(model), "input": str(input_path), "layers": chosen,
             "max_positions": position_limit(embedder, max_positions), "truncate": truncate,
             "pooling": embedder.pooling if embedder.kind in ("bert", "gpt") else None, **dict(embedder.stats)}
+    if truncate:
+        meta["truncated"] = embedder.stats.get("truncated", 0)
     save_embeddings(out, vectors, meta)
     if embedder.stats.get("oov"):
         log.warning("%d of %d words were out of vocabulary (zero vectors)", embedder.stats["oov"],
