@@ -40,18 +40,19 @@ from muppets.tasks import load_task
 from muppets.tasks.splits import stratified_split
 from muppets.transfer.embed import embed
 from muppets.transfer.embedders import load_embedder
+from muppets.transfer.finetune import FinetuneConfig
 
 log = logging.getLogger("frozen_probe")
 C_GRID = (1e-4, 1e-3, 1e-2, 0.1, 1.0, 10.0)
 REPORTED = {"sst2": "dev", "chnsenticorp": "test"}
-SLICE_FRACTION, SLICE_SEED = 0.1, 1234  # fine-tuning's train-slice defaults (selection_fraction, selection_seed)
+SLICE = FinetuneConfig()  # the train slice fine-tuning selects on: selection_fraction, selection_seed
+SPLIT_CJK = BertNormalizer(handle_chinese_chars=True, strip_accents=False, lowercase=False)
 
 
 def words(task: str, text: str) -> list[str]:
     if task == "sst2":
         return text.split()
-    spaced = BertNormalizer(handle_chinese_chars=True, strip_accents=False, lowercase=False).normalize_str(text)
-    return [w for w, _ in BertPreTokenizer().pre_tokenize_str(spaced)]
+    return [w for w, _ in BertPreTokenizer().pre_tokenize_str(SPLIT_CJK.normalize_str(text))]
 
 
 def sentence_vectors(model: str, sentences: list[list[str]], max_positions: int, chunk: int = 512) -> np.ndarray:
@@ -73,7 +74,7 @@ def sentence_vectors(model: str, sentences: list[list[str]], max_positions: int,
 def probe(train_x: np.ndarray, train_y: np.ndarray, test_x: np.ndarray, test_y: np.ndarray) -> dict:
     """Choose C on the fine-tuning selection slice of train, refit on all of train, score train
     and the reported split."""
-    kept, held = stratified_split([str(y) for y in train_y], SLICE_FRACTION, SLICE_SEED)
+    kept, held = stratified_split([str(y) for y in train_y], SLICE.selection_fraction, SLICE.selection_seed)
 
     def fit(x, y, c):
         scaler = StandardScaler().fit(x)
