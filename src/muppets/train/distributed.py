@@ -11,6 +11,7 @@ Every collective here works on tensors (never ``*_object`` variants), so nothing
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 from dataclasses import dataclass
@@ -84,13 +85,29 @@ def init_distributed(backend: str | None = None) -> DistInfo:
     if backend == "nccl":
         torch.cuda.set_device(local)
     dist.init_process_group(backend=backend, init_method="env://")
+    # A process that exits with the group still joined leaves gloo's worker threads to be torn
+    # down during interpreter finalisation, which can abort (SIGABRT) after a run that succeeded;
+    # leaving it while Python is still whole avoids that. No barrier here: on an error path the
+    # other ranks may never arrive.
+    atexit.register(_leave_group)
     info = dist_info()
     logger.info("joined process group: rank %d of %d (backend %s)", info.rank, info.world, backend)
     return info
 
 
 def shutdown_distributed() -> None:
-    """Leave the process group (no-op when none was joined)."""
+    """Leave the process group after a run that succeeded (no-op when none was joined).
+
+    Every rank first waits at a barrier, so none tears down its connections while a peer's last
+    collective is still in flight.
+    """
+    if dist.is_available() and dist.is_initialized():
+        barrier()
+        dist.destroy_process_group()
+
+
+def _leave_group() -> None:
+    """The exit hook: leave the group if the program did not (no barrier, see init_distributed)."""
     if dist.is_available() and dist.is_initialized():
         dist.destroy_process_group()
 
