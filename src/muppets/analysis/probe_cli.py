@@ -5,6 +5,10 @@
     muppets probe minilm --out runs/probe/minilm
     muppets probe runs/gpt-mini --tasks pos,ner,structural --layers 0,2,4 --max-train-sentences 2000
     muppets probe runs/elmo-small --probe mlp --no-control --threads 2
+    muppets probe minilm --tasks sst2,cola --out runs/probe/minilm-sentences
+
+Sentence tasks (any single-text classify task: sst2, cola, mr, youtube-spam, chnsenticorp) probe
+one mean vector per text (:mod:`muppets.analysis.probe_sentences`).
 
 Writes ``probe.json`` (per task and layer: test accuracy, control accuracy and selectivity, the
 random encoder's numbers; the mix weights, γ and expected layer; UUAS and DSpr. per layer) and
@@ -21,12 +25,13 @@ from muppets.analysis.probe_data import CHINESE_TASKS, ENGLISH_TASKS, STRUCTURAL
 def add_parser(sub) -> argparse.ArgumentParser:
     """Add the ``probe`` subcommand to an argparse subparsers object; returns its parser."""
     p = sub.add_parser("probe", help="probe every layer of a frozen model: POS, chunk, NER (CoNLL-2003), UPOS, "
-                       "relations and the structural probe (UD EWT); mix weights, expected layer, random encoder, "
-                       "control tasks")
+                       "relations and the structural probe (UD EWT), sentence labels (SST-2, CoLA, ChnSentiCorp …); mix "
+                       "weights, expected layer, random encoder, control tasks")
     p.add_argument("model", help="HF BERT/GPT directory, 'minilm', an ELMo/NNLM/word2vec run, or a vector file")
     p.add_argument("--tasks", default=",".join(ENGLISH_TASKS),
                    help=f"comma-separated, from {','.join(TASKS)} (default: the English ones; a Chinese model: "
-                        f"{','.join(CHINESE_TASKS)})")
+                        f"{','.join(CHINESE_TASKS)}), or sentence tasks: any single-text classify task "
+                        "(sst2, cola, mr, youtube-spam, chnsenticorp)")
     p.add_argument("--layers", default="all", help="layers to probe: all, or numbers like 0,2,-1")
     p.add_argument("--random-baseline", action=argparse.BooleanOptionalAction, default=True,
                    help="also probe a randomly initialised encoder of the same architecture")
@@ -85,6 +90,8 @@ def summary_lines(report: dict) -> list[str]:
             text += f", E_Δ[l] = {trained['cumulative']['accuracy']['expected_layer']:.2f}"
         if random is not None:
             text += f"  random encoder {random['best_layer'][key]:.4f}"
+        if "majority_accuracy" in result:
+            text += f"  majority {result['majority_accuracy']:.4f}"
         lines.append(text)
     return lines
 

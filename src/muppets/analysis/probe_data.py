@@ -15,6 +15,9 @@ corpus          tasks (one label per word)                  splits (train / sele
                 GSDSimp (words as its segmentation gives)
 ==============  ==========================================  ===================================
 
+Sentence tasks (one label per text: any single-text classify task such as ``sst2``, ``cola``,
+``chnsenticorp``) are one-task corpora of their own, read by :mod:`~muppets.analysis.probe_sentences`.
+
 GSDSimp's train file is not in the shared data (data README §16), so its probes train on four
 fifths of its dev sentences, select on the other fifth (every fifth sentence) and report test.
 
@@ -83,6 +86,9 @@ class ProbeCorpus:
     tasks: dict[str, WordTask] = field(default_factory=dict)
     trees: dict[str, list[UDSentence]] | None = None  # UD corpora: heads and UPOS for the structural probe
     dropped: dict[str, int] = field(default_factory=dict)  # split -> sentences left out (too long)
+    unit: str = "word"  # word: a label per word | sentence: one per sentence (probe_sentences)
+    selection: str = "dev"  # what the probes are chosen on (sentence tasks may hold a train slice out)
+    truncated: dict[str, int] = field(default_factory=dict)  # split -> texts cut to fit (sentence tasks)
 
     def subset(self, keep: Mapping[str, Sequence[int]]) -> ProbeCorpus:
         """The same corpus with only the sentences ``keep[split]`` (indices, in order)."""
@@ -93,11 +99,16 @@ class ProbeCorpus:
                  for name, t in self.tasks.items()}
         trees = None if self.trees is None else {s: pick(v, s) for s, v in self.trees.items()}
         sentences = {s: pick(v, s) for s, v in self.sentences.items()}
-        return ProbeCorpus(self.name, sentences, tasks, trees, dict(self.dropped))
+        return ProbeCorpus(self.name, sentences, tasks, trees, dict(self.dropped), self.unit, self.selection,
+                           dict(self.truncated))
 
     def stats(self) -> dict:
-        return {s: {"sentences": len(v), "words": sum(map(len, v)), "dropped_too_long": self.dropped.get(s, 0)}
-                for s, v in self.sentences.items()}
+        out = {s: {"sentences": len(v), "words": sum(map(len, v)), "dropped_too_long": self.dropped.get(s, 0)}
+               for s, v in self.sentences.items()}
+        if self.unit == "sentence":
+            for s in out:
+                out[s]["truncated"] = self.truncated.get(s, 0)
+        return out
 
 
 def tree_task(corpus: str) -> str:
@@ -170,17 +181,23 @@ def load_ud_corpus(corpus: str, names: Sequence[str], data_dir: str | Path | Non
 def load_corpora(tasks: Sequence[str], data_dir: str | Path | None = None,
                  deprel_subtypes: bool = False) -> dict[str, ProbeCorpus]:
     """The corpora the ``tasks`` need, each with those of its tasks that were asked for."""
-    unknown = [t for t in tasks if t not in TASKS]
+    from muppets.analysis.probe_sentences import is_sentence_task, load_sentence_corpus
+
+    unknown = [t for t in tasks if t not in TASKS and not is_sentence_task(t)]
     if unknown or not tasks:
-        raise ConfigError(f"probe tasks {list(tasks)}: choose from {', '.join(TASKS)}")
+        raise ConfigError(f"probe tasks {list(tasks)}: choose from {', '.join(TASKS)}, or a sentence task "
+                          "(a single-text classify task such as sst2, cola, chnsenticorp)")
     out = {}
-    conll = [t for t in tasks if CORPUS_OF[t] == "conll2003"]
+    conll = [t for t in tasks if CORPUS_OF.get(t) == "conll2003"]
     if conll:
         out["conll2003"] = load_conll2003_corpus(conll, data_dir)
     for corpus in ("ewt", "gsd"):
-        names = [t for t in tasks if CORPUS_OF[t] == corpus]
+        names = [t for t in tasks if CORPUS_OF.get(t) == corpus]
         if names:
             out[corpus] = load_ud_corpus(corpus, names, data_dir, deprel_subtypes)
+    for name in tasks:
+        if name not in TASKS:
+            out[name] = load_sentence_corpus(name, data_dir)
     return out
 
 

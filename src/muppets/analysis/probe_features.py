@@ -11,11 +11,12 @@ shapes, same pooling; the weights come from the model family's own initialisatio
 random encoder never reads the trained model's vectors or stale ones.
 
 :func:`load_split` turns a split's cached vectors into one ``(K, N, D)`` tensor (every word of
-the split, sentence after sentence) and :class:`Standardizer` z-scores each layer with the
-train split's mean and standard deviation per dimension. A linear map can undo z-scoring, so it
-changes no probe's capacity; it puts every layer on one scale, which keeps Adam's step sizes
-comparable across layers and models (GPT-2-style residual streams have a few huge dimensions)
-and lets a scalar mix's weights say which layer helps rather than which layer is large.
+the split, sentence after sentence; :func:`load_sentence_split`: one mean vector per sentence)
+and :class:`Standardizer` z-scores each layer with the train split's mean and standard deviation
+per dimension. A linear map can undo z-scoring, so it changes no probe's capacity; it puts every
+layer on one scale, which keeps Adam's step sizes comparable across layers and models (GPT-2-style
+residual streams have a few huge dimensions) and lets a scalar mix's weights say which layer
+helps rather than which layer is large.
 """
 
 from __future__ import annotations
@@ -129,6 +130,18 @@ def load_split(source: FeatureSource, sentences: Sequence[Sequence[str]], tag: s
         raise DataError(f"{tag}: the model's vectors overflow {array.dtype} (use a float32 cache)",
                         path=source.cache_path(sentences, tag))
     return SplitFeatures(torch.from_numpy(array), list(meta["layers"]), [len(s) for s in sentences])
+
+
+def load_sentence_split(source: FeatureSource, sentences: Sequence[Sequence[str]], tag: str) -> SplitFeatures:
+    """One vector per sentence: the mean of its words' cached vectors at every layer, as a
+    ``(K, S, D)`` float32 :class:`SplitFeatures` whose sentences each count one "word"."""
+    per_sentence, meta = source.features(sentences, tag)
+    pooled = np.stack([words.astype(np.float32).mean(axis=1) for words in per_sentence], axis=1)  # (K, S, D)
+    del per_sentence
+    if not np.isfinite(pooled).all():
+        raise DataError(f"{tag}: the model's vectors overflow the cache's dtype (use a float32 cache)",
+                        path=source.cache_path(sentences, tag))
+    return SplitFeatures(torch.from_numpy(pooled), list(meta["layers"]), [1] * len(sentences))
 
 
 class Standardizer:

@@ -6,7 +6,9 @@ For a model (BERT / MiniLM, GPT, ELMo, static vectors: anything ``muppets embed`
 1. reads the corpora of the asked tasks (:mod:`~muppets.analysis.probe_data`: CoNLL-2003 POS,
    chunk and NER; UD English EWT UPOS, relation labels and trees), optionally a seeded sample
    of ``max_train_sentences`` (and ``max_eval_sentences``); sentences longer than the model's
-   positions are left out and counted;
+   positions are left out and counted; sentence tasks (one label per text: SST-2, CoLA,
+   ChnSentiCorp …, :mod:`~muppets.analysis.probe_sentences`) cut a long text to what fits instead
+   and select on a slice of train when they have no labelled test split;
 2. embeds every split once, every layer, and caches it
    (:mod:`~muppets.analysis.probe_features`); with ``random_baseline`` also with a randomly
    initialised encoder of the same architecture;
@@ -18,7 +20,8 @@ For a model (BERT / MiniLM, GPT, ELMo, static vectors: anything ``muppets embed`
    accuracy``; BIO tasks (chunk, NER) also report span F1 of the word-level tags; with
    ``cumulative`` also Tenney et al.'s cumulative scoring: a mix probe over the lowest layers
    ``0..l`` for every ``l``, the test gain ``Δ(l)`` of each added layer and the expected layer
-   ``E_Δ[l]`` (on accuracy, and on span F1 for BIO tasks);
+   ``E_Δ[l]`` (on accuracy, and on span F1 for BIO tasks); a sentence task is probed the same
+   way on one vector per sentence (the mean of its words'), with no control task;
 4. structural: the structural probe per layer (Hewitt & Manning 2019,
    :mod:`~muppets.analysis.structural_probe`): test UUAS and DSpr.;
 5. writes ``probe.json`` and the plots (:mod:`~muppets.analysis.probe_plots`) in ``out``.
@@ -45,7 +48,9 @@ from muppets.errors import ConfigError
 from muppets.metrics import entity_f1
 from muppets.analysis.probe_data import (ENGLISH_TASKS, SPLITS, STRUCTURAL, TASKS, ProbeCorpus, WordTask, control_task,
                                          load_corpora, sample_indices, tree_task)
-from muppets.analysis.probe_features import ProbeFeatureSource, SplitFeatures, Standardizer, fits, load_split
+from muppets.analysis.probe_features import (ProbeFeatureSource, SplitFeatures, Standardizer, fits, load_sentence_split,
+                                             load_split)
+from muppets.analysis.probe_sentences import is_sentence_task, majority_accuracy, truncating_corpus
 from muppets.analysis.probe_models import (MixProbe, Stopping, differential_expected_layer, expected_layer,
                                            make_probe, train_early_stopping)
 from muppets.analysis import structural_probe as sp
@@ -90,9 +95,10 @@ class ProbeConfig:
 
     def task_list(self) -> list[str]:
         names = [t.strip() for t in self.tasks.split(",") if t.strip()]
-        bad = [t for t in names if t not in TASKS]
+        bad = [t for t in names if t not in TASKS and not is_sentence_task(t)]
         if bad or not names:
-            raise ConfigError(f"probe tasks {self.tasks!r}: choose from {', '.join(TASKS)}")
+            raise ConfigError(f"probe tasks {self.tasks!r}: choose from {', '.join(TASKS)}, or a sentence task "
+                              "(a single-text classify task such as sst2, cola, chnsenticorp)")
         return list(dict.fromkeys(names))
 
     def out_dir(self) -> Path:
@@ -336,7 +342,8 @@ def _probe_corpus(corpus: ProbeCorpus, source: ProbeFeatureSource, encoder: str,
                   report: dict) -> None:
     """Embed one corpus with one encoder and run every asked task on it into ``report``."""
     tag = f"probe-{corpus.name}" + ("-random" if source.random_seed is not None else "")
-    features = {s: load_split(source, corpus.sentences[s], f"{tag}-{s}") for s in SPLITS}
+    load = load_sentence_split if corpus.unit == "sentence" else load_split
+    features = {s: load(source, corpus.sentences[s], f"{tag}-{s}") for s in SPLITS}
     data = WordSplits(features, Standardizer(features["train"]), cfg)
     slots = choose_layers(cfg.layers, features["train"].layers)
     if cfg.cumulative and slots != list(range(len(slots))):
@@ -345,7 +352,7 @@ def _probe_corpus(corpus: ProbeCorpus, source: ProbeFeatureSource, encoder: str,
     report["layers"] = features["train"].layers
     for name, task in corpus.tasks.items():
         control = None
-        if cfg.control and encoder == "pretrained":
+        if cfg.control and encoder == "pretrained" and corpus.unit == "word":  # no control for sentences
             control = control_task(task, corpus.sentences, _seed(cfg.seed, "control", name))
         report["tasks"][name][encoder] = probe_word_task(task, control, data, slots, f"{encoder}/{corpus.name}",
                                                          cumulative=cfg.cumulative and encoder == "pretrained")
@@ -361,8 +368,12 @@ def _task_headers(tasks: Sequence[str], corpora: Mapping[str, ProbeCorpus]) -> d
             out[name] = {"corpus": next((c for c in corpora if tree_task(c) == name), STRUCTURAL[name]),
                          "metric": "uuas"}
             continue
-        task = next(c.tasks[name] for c in corpora.values() if name in c.tasks)
-        out[name] = {"corpus": task.corpus, "metric": "accuracy", "labels": len(task.labels), "spans": task.spans}
+        corpus = next(c for c in corpora.values() if name in c.tasks)
+        task = corpus.tasks[name]
+        out[name] = {"corpus": task.corpus, "metric": "accuracy", "labels": len(task.labels), "spans": task.spans,
+                     "unit": corpus.unit, "selection": corpus.selection}
+        if corpus.unit == "sentence":
+            out[name]["majority_accuracy"] = majority_accuracy(task)
     return out
 
 
@@ -384,7 +395,10 @@ def probe_model(cfg: ProbeConfig, corpora: Mapping[str, ProbeCorpus]) -> dict:
                                     dtype=cfg.cache_dtype, batch_size=cfg.embed_batch_size, progress=cfg.progress)
         report["encoders"][encoder] = {**source.embedder().describe(), "random_init_seed": random_seed}
         for name, corpus in corpora.items():
-            corpus = fitting_corpus(corpus, source)
+            if corpus.unit == "sentence":
+                corpus = truncating_corpus(corpus, source.embedder())
+            else:
+                corpus = fitting_corpus(corpus, source)
             report["data"][name] = corpus.stats()
             _probe_corpus(corpus, source, encoder, cfg, report)
     report["seconds"] = time.time() - start

@@ -123,7 +123,7 @@ def embed_sentences(embedder: Embedder, sentences: Sequence[Sequence[str]], laye
         log.info("truncate: the %s model %s has no position limit and max_positions is not set: nothing to cut",
                  embedder.kind, embedder.source)
     elif truncate:
-        sentences, lengths = _truncate(embedder, sentences, lengths, limit)
+        sentences, lengths = truncate_to_limit(embedder, sentences, lengths, limit)
     _check_lengths(embedder, lengths, limit, source, truncate)
     out: list[np.ndarray] = [np.empty(0, np.float32)] * len(sentences)
     batches = eval_batches(lengths, batch_size)
@@ -141,7 +141,7 @@ def position_limit(embedder: Embedder, max_positions: int | None) -> int | None:
     return min(limits) if limits else None
 
 
-def _truncate(embedder: Embedder, sentences: Sequence[Sequence[str]], lengths: list[int],
+def truncate_to_limit(embedder: Embedder, sentences: Sequence[Sequence[str]], lengths: list[int],
               limit: int) -> tuple[list[Sequence[str]], list[int]]:
     """Each sentence over ``limit`` positions cut to its longest word prefix within it (found by
     bisection on the prefix length; at least one word, which the length check then judges)."""

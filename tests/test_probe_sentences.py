@@ -1,0 +1,143 @@
+"""Sentence tasks in ``muppets probe``: the splits never select on the reported one (fine-tuning's
+train slice when there is no labelled test split, dev otherwise); texts are split as BERT's basic
+tokenizer does; a text too long for the model is cut, not dropped; a pooled probe learns a
+sentence label a random tiny BERT can see and reports no control task; the command runs on the
+real SST-2."""
+
+from __future__ import annotations
+
+import argparse
+import doctest
+import json
+import random
+import sys
+from pathlib import Path
+
+import pytest
+
+from muppets.analysis import probe_sentences
+from muppets.analysis.probe_cli import add_parser, run, summary_lines
+from muppets.analysis.probe_data import ProbeCorpus, WordTask
+from muppets.analysis.probe_sentences import load_sentence_corpus, majority_accuracy, split_words, truncating_corpus
+from muppets.analysis.probing import ProbeConfig, probe_model
+from muppets.errors import ConfigError
+from muppets.tasks import load_task
+from muppets.transfer.embedders import load_embedder
+from muppets.transfer.selection import select
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _tiny_backbones import WORDS, tiny_bert  # noqa: E402
+
+VOCAB = [w for w in WORDS if w.isalpha()]
+
+
+@pytest.fixture(autouse=True)
+def _one_thread(one_thread):
+    yield
+
+
+def test_doctests():
+    assert doctest.testmod(probe_sentences).failed == 0
+
+
+def test_split_words_like_berts_basic_tokenizer():
+    from transformers import BasicTokenizer
+
+    basic = BasicTokenizer(do_lower_case=False, strip_accents=False)
+    for text in ["Don't stop -- it's 3.5 stars!", "酒店的服务很好，房间干净。", "naïve café (really)…"]:
+        assert split_words(text) == basic.tokenize(text)
+
+
+def test_sst2_selects_on_fine_tunings_train_slice_and_reports_dev():
+    corpus = load_sentence_corpus("sst2")
+    data = load_task("sst2")
+    sel = select("train-slice", "classify", [ex.label for ex in data["train"]], 0, 0.1, 1234)
+    assert corpus.unit == "sentence" and corpus.selection.startswith("train-slice")
+    assert len(corpus.sentences["dev"]) == len(sel.select) == 692
+    assert len(corpus.sentences["train"]) == 6920 - 692 and len(corpus.sentences["test"]) == 872
+    assert corpus.sentences["dev"][0] == split_words(data["train"][sel.select[0]].text)
+    assert corpus.sentences["test"][-1] == split_words(data["dev"][-1].text)  # reported: SST-2's dev
+    task = corpus.tasks["sst2"]
+    assert [t[0] for t in task.tags["test"]] == [ex.label for ex in data["dev"]]
+    assert 0.49 < majority_accuracy(task) < 0.52  # SST-2 dev is balanced
+
+
+def test_chnsenticorp_selects_on_dev_and_reports_test():
+    corpus = load_sentence_corpus("chnsenticorp")
+    assert corpus.selection == "dev"
+    assert [len(corpus.sentences[s]) for s in ("train", "dev", "test")] == [9600, 1200, 1200]
+    assert all(len(w) == 1 for w in corpus.sentences["test"][0] if "\u4e00" <= w <= "\u9fff")  # a CJK character a word
+
+
+@pytest.mark.parametrize("name, kind", [("rte", "pair"), ("stsb", "regress"), ("conll2003", "tag")])
+def test_only_single_text_classify_tasks(name, kind):
+    with pytest.raises(ConfigError, match=f"{kind} task"):
+        load_sentence_corpus(name)
+    with pytest.raises(ConfigError, match="choose from"):
+        ProbeConfig(tasks="sst2,not-a-task").task_list()
+
+
+def _labelled(n: int, seed: int, long_every: int = 0) -> tuple[list[list[str]], list[list[str]]]:
+    """Sentences of the tiny vocabulary, labelled by whether "bank" occurs; every
+    ``long_every``-th is 100 words long (over the tiny BERT's 64 positions)."""
+    rng = random.Random(seed)
+    sentences, tags = [], []
+    for i in range(n):
+        words = [rng.choice([w for w in VOCAB if w != "bank"]) for _ in range(rng.randint(3, 7))]
+        if i % 2:
+            words.insert(rng.randint(0, len(words)), "bank")
+        if long_every and i % long_every == 0:
+            words = words + ["the"] * 100
+        sentences.append(words)
+        tags.append(["P" if "bank" in words[:50] else "N"])
+    return sentences, tags
+
+
+def _sentence_corpus(long_every: int = 0) -> ProbeCorpus:
+    parts = {"train": _labelled(120, 1), "dev": _labelled(40, 2), "test": _labelled(40, 3, long_every)}
+    sentences = {s: v[0] for s, v in parts.items()}
+    task = WordTask("sst2", "toy", ["N", "P"], {s: v[1] for s, v in parts.items()}, spans=False)  # a sentence task's name
+    return ProbeCorpus("toy", sentences, {"sst2": task}, unit="sentence", selection="dev")
+
+
+def test_too_long_texts_are_cut_to_fit_and_counted_not_dropped(tmp_path):
+    embedder = load_embedder(str(tiny_bert(tmp_path / "bert")))
+    corpus = _sentence_corpus(long_every=10)
+    cut = truncating_corpus(corpus, embedder)
+    assert [len(cut.sentences[s]) for s in ("train", "dev", "test")] == [120, 40, 40]
+    assert cut.truncated == {"train": 0, "dev": 0, "test": 4} and cut.dropped == {"train": 0, "dev": 0, "test": 0}
+    assert max(embedder.positions(cut.sentences["test"])) <= 64
+    long = cut.sentences["test"][0]
+    assert long == corpus.sentences["test"][0][:len(long)] and embedder.positions([long + ["the"]])[0] > 64
+    assert cut.stats()["test"]["truncated"] == 4
+
+
+def test_pooled_probe_learns_a_sentence_label_without_a_control_task(tmp_path):
+    model = tiny_bert(tmp_path / "bert")
+    cfg = ProbeConfig(model=str(model), tasks="sst2", cache_dir=str(tmp_path / "cache"), max_epochs=60, patience=10,
+                      lr=1e-2, batch_size=16, random_baseline=True, control=True)
+    report = probe_model(cfg, {"toy": _sentence_corpus()})
+    result = report["tasks"]["sst2"]
+    assert result["unit"] == "sentence" and result["majority_accuracy"] == 0.5
+    best = result["pretrained"]["best_layer"]
+    assert best["accuracy"] >= 0.85 and "selectivity" not in best  # "bank" in the mean of the word vectors
+    assert [r["layer"] for r in result["random_encoder"]["layers"]] == [0, 1, 2] and "mix" in result["pretrained"]
+    assert report["data"]["toy"]["test"]["truncated"] == 0 and report["data"]["toy"]["test"]["sentences"] == 40
+
+
+def test_probe_command_on_real_sst2(tmp_path, capsys):
+    model = tiny_bert(tmp_path / "bert")
+    parser = argparse.ArgumentParser()
+    add_parser(parser.add_subparsers(dest="command"))
+    out = tmp_path / "out"
+    args = parser.parse_args(["probe", str(model), "--tasks", "sst2", "--out", str(out), "--cache-dir",
+                              str(tmp_path / "cache"), "--epochs", "2", "--max-train-sentences", "60",
+                              "--max-eval-sentences", "30", "--threads", "1"])
+    assert run(args) == 0
+    report = json.loads((out / "probe.json").read_text())
+    sst2 = report["tasks"]["sst2"]
+    assert sst2["selection"].startswith("train-slice (0.1 of train, seed 1234); reported: dev")
+    assert {r["layer"] for r in sst2["pretrained"]["layers"]} == {0, 1, 2} and "random_encoder" in sst2
+    assert report["data"]["sst2"]["train"]["sentences"] == 60 and report["data"]["sst2"]["test"]["sentences"] == 30
+    assert (out / "probe_layers.png").stat().st_size > 1000
+    assert "majority" in capsys.readouterr().out and len(summary_lines(report)) == 1
