@@ -14,14 +14,16 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from muppets.analysis import probe_sentences
 from muppets.analysis.probe_cli import add_parser, run, summary_lines
 from muppets.analysis.probe_data import ProbeCorpus, WordTask
 from muppets.analysis.probe_sentences import load_sentence_corpus, majority_accuracy, split_words, truncating_corpus
+from muppets.analysis.probe_features import ProbeFeatureSource, load_sentence_split, load_split
 from muppets.analysis.probing import ProbeConfig, probe_model
-from muppets.errors import ConfigError
-from muppets.tasks import load_task
+from muppets.errors import ConfigError, DataError
+from muppets.tasks import TaskData, TaskSpec, TextExample, load_task
 from muppets.transfer.embedders import load_embedder
 from muppets.transfer.selection import select
 
@@ -40,12 +42,12 @@ def test_doctests():
     assert doctest.testmod(probe_sentences).failed == 0
 
 
-def test_split_words_like_berts_basic_tokenizer():
-    from transformers import BasicTokenizer
-
-    basic = BasicTokenizer(do_lower_case=False, strip_accents=False)
-    for text in ["Don't stop -- it's 3.5 stars!", "酒店的服务很好，房间干净。", "naïve café (really)…"]:
-        assert split_words(text) == basic.tokenize(text)
+def test_split_words_keeps_tokens_and_splits_cjk_characters():
+    assert split_words("it 's not a  good film , is n't it ?") == ["it", "'s", "not", "a", "good", "film", ",", "is",
+                                                                  "n't", "it", "?"]
+    assert split_words("酒店的服务很好，房间干净。") == list("酒店的服务很好，房间干净。")
+    assert split_words("价格198元。OK") == ["价", "格", "198", "元", "。OK"]  # only CJK characters are split off
+    assert split_words("tab\there\u00a0too") == ["tab", "here", "too"]
 
 
 def test_sst2_selects_on_fine_tunings_train_slice_and_reports_dev():
@@ -59,14 +61,39 @@ def test_sst2_selects_on_fine_tunings_train_slice_and_reports_dev():
     assert corpus.sentences["test"][-1] == split_words(data["dev"][-1].text)  # reported: SST-2's dev
     task = corpus.tasks["sst2"]
     assert [t[0] for t in task.tags["test"]] == [ex.label for ex in data["dev"]]
-    assert 0.49 < majority_accuracy(task) < 0.52  # SST-2 dev is balanced
+    assert majority_accuracy(task) == pytest.approx(444 / 872)  # train's majority is "1", dev holds 444 of them
 
 
 def test_chnsenticorp_selects_on_dev_and_reports_test():
     corpus = load_sentence_corpus("chnsenticorp")
+    data = load_task("chnsenticorp")
     assert corpus.selection == "dev"
     assert [len(corpus.sentences[s]) for s in ("train", "dev", "test")] == [9600, 1200, 1200]
-    assert all(len(w) == 1 for w in corpus.sentences["test"][0] if "\u4e00" <= w <= "\u9fff")  # a CJK character a word
+    assert [t[0] for t in corpus.tasks["chnsenticorp"].tags["test"]] == [ex.label for ex in data["test"]]
+    assert corpus.sentences["test"][5] == split_words(data["test"][5].text)
+    assert all(len(w) == 1 for w in corpus.sentences["test"][0] if "\u4e00" <= w[0] <= "\u9fff")  # a character a word
+
+
+def _task(splits: dict[str, list[tuple[str, str | None]]]) -> TaskData:
+    spec = TaskSpec("toy", "classify", ["0", "1"], "mcc", ("sentence",))
+    return TaskData(spec, {s: [TextExample(f"{s}-{i}", text, None, label, f"toy.tsv:{i + 2}")
+                               for i, (text, label) in enumerate(rows)] for s, rows in splits.items()})
+
+
+def test_labelled_test_without_dev_selects_on_a_train_slice_and_reports_test():
+    train = [(f"t {i}", str(i % 2)) for i in range(40)]
+    corpus = load_sentence_corpus("toy", data=_task({"train": train, "dev": [("d", None)],
+                                                     "test": [("x 0", "0"), ("x 1", "1"), ("x 2", None)]}))
+    assert corpus.selection.endswith("reported: test")
+    assert corpus.sentences["test"] == [["x", "0"], ["x", "1"]]  # the labelled test rows only
+    assert len(corpus.sentences["dev"]) == 4 and len(corpus.sentences["train"]) == 36
+    picked = {" ".join(w) for split in ("train", "dev") for w in corpus.sentences[split]}
+    assert picked == {text for text, _ in train}  # slice and rest partition train
+    assert corpus.tasks["toy"].metric == "mcc"
+    with pytest.raises(DataError, match=r"toy.tsv:3: the text ' ' has no words"):
+        load_sentence_corpus("toy", data=_task({"train": [("a", "0"), (" ", "1")] * 10, "dev": [("b", "1")]}))
+    with pytest.raises(ConfigError, match="no labelled dev or test"):
+        load_sentence_corpus("toy", data=_task({"train": train, "dev": [("d", None)]}))
 
 
 @pytest.mark.parametrize("name, kind", [("rte", "pair"), ("stsb", "regress"), ("conll2003", "tag")])
@@ -84,7 +111,7 @@ def _labelled(n: int, seed: int, long_every: int = 0) -> tuple[list[list[str]], 
     sentences, tags = [], []
     for i in range(n):
         words = [rng.choice([w for w in VOCAB if w != "bank"]) for _ in range(rng.randint(3, 7))]
-        if i % 2:
+        if i % 3 == 0:  # a third of the sentences hold "bank"
             words.insert(rng.randint(0, len(words)), "bank")
         if long_every and i % long_every == 0:
             words = words + ["the"] * 100
@@ -93,10 +120,15 @@ def _labelled(n: int, seed: int, long_every: int = 0) -> tuple[list[list[str]], 
     return sentences, tags
 
 
+def report_tags(split: str) -> list[list[str]]:
+    return _sentence_corpus().tasks["sst2"].tags[split]
+
+
 def _sentence_corpus(long_every: int = 0) -> ProbeCorpus:
     parts = {"train": _labelled(120, 1), "dev": _labelled(40, 2), "test": _labelled(40, 3, long_every)}
     sentences = {s: v[0] for s, v in parts.items()}
-    task = WordTask("sst2", "toy", ["N", "P"], {s: v[1] for s, v in parts.items()}, spans=False)  # a sentence task's name
+    task = WordTask("sst2", "toy", ["N", "P"], {s: v[1] for s, v in parts.items()}, spans=False,  # a sentence task's name
+                    metric="mcc")
     return ProbeCorpus("toy", sentences, {"sst2": task}, unit="sentence", selection="dev")
 
 
@@ -118,9 +150,11 @@ def test_pooled_probe_learns_a_sentence_label_without_a_control_task(tmp_path):
                       lr=1e-2, batch_size=16, random_baseline=True, control=True)
     report = probe_model(cfg, {"toy": _sentence_corpus()})
     result = report["tasks"]["sst2"]
-    assert result["unit"] == "sentence" and result["majority_accuracy"] == 0.5
+    majority = sum(t[0] == "N" for t in report_tags("test")) / 40
+    assert result["unit"] == "sentence" and result["majority_accuracy"] == pytest.approx(majority) and majority > 0.6
     best = result["pretrained"]["best_layer"]
-    assert best["accuracy"] >= 0.85 and "selectivity" not in best  # "bank" in the mean of the word vectors
+    assert best["accuracy"] >= 0.9 and "selectivity" not in best  # "bank" in the mean of the word vectors
+    assert best["mcc"] > 0.75 and result["task_metric"] == "mcc"
     assert [r["layer"] for r in result["random_encoder"]["layers"]] == [0, 1, 2] and "mix" in result["pretrained"]
     assert report["data"]["toy"]["test"]["truncated"] == 0 and report["data"]["toy"]["test"]["sentences"] == 40
 
@@ -141,3 +175,17 @@ def test_probe_command_on_real_sst2(tmp_path, capsys):
     assert report["data"]["sst2"]["train"]["sentences"] == 60 and report["data"]["sst2"]["test"]["sentences"] == 30
     assert (out / "probe_layers.png").stat().st_size > 1000
     assert "majority" in capsys.readouterr().out and len(summary_lines(report)) == 1
+
+
+def test_sentence_features_are_the_mean_of_the_word_features(tmp_path):
+    model = tiny_bert(tmp_path / "bert")
+    source = ProbeFeatureSource(str(model), cache_dir=tmp_path / "cache")
+    sentences = _sentence_corpus().sentences["dev"]
+    words = load_split(source, sentences, "w")
+    pooled = load_sentence_split(source, sentences, "s", chunk=7)  # several chunks
+    offsets = words.offsets()
+    expected = torch.stack([words.vectors[:, a:b].float().mean(1) for a, b in zip(offsets[:-1], offsets[1:])], 1)
+    assert pooled.vectors.shape == expected.shape == (3, 40, 32) and pooled.lengths == [1] * 40
+    assert torch.allclose(pooled.vectors.float(), expected, atol=2e-3)  # both through float16 caches
+    again = load_sentence_split(source, sentences, "s", chunk=40)  # the cache: the same numbers
+    assert torch.equal(again.vectors, pooled.vectors)

@@ -82,6 +82,8 @@ def summary_lines(report: dict) -> list[str]:
         key = "uuas" if name in STRUCTURAL else "accuracy"
         best = trained["best_layer"]
         text = f"{name:>10}  best layer {best['layer']}: {key} {best[key]:.4f}"
+        if result.get("task_metric") in best:
+            text += f", {result['task_metric']} {best[result['task_metric']]:.4f}"
         if "selectivity" in best:
             text += f" (selectivity {best['selectivity']:+.4f})"
         if "mix" in trained:

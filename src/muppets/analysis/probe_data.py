@@ -38,6 +38,7 @@ accuracy`` says how much of a probe's accuracy the representation, not the probe
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -68,13 +69,15 @@ GSD_SELECT_EVERY = 5  # GSDSimp: every 5th dev sentence selects, the other four 
 
 @dataclass
 class WordTask:
-    """One label per word of a corpus's sentences."""
+    """One label per word of a corpus's sentences (a sentence task: one per sentence, see
+    :mod:`~muppets.analysis.probe_sentences`)."""
 
-    name: str  # one of WORD_TASKS
-    corpus: str  # conll2003 | ewt | gsd
+    name: str  # one of WORD_TASKS, or a sentence task's name
+    corpus: str  # conll2003 | ewt | gsd, or the sentence task's name
     labels: list[str]  # the output classes (every label seen in any split, train's first)
     tags: dict[str, list[list[str]]]  # split -> per sentence, per word
     spans: bool  # BIO tags: span F1 is reported beside accuracy
+    metric: str = "accuracy"  # another muppets.metrics name (e.g. mcc) is reported beside accuracy
 
 
 @dataclass
@@ -95,7 +98,7 @@ class ProbeCorpus:
         def pick(rows: Sequence, split: str) -> list:
             return [rows[i] for i in keep[split]] if split in keep else list(rows)
 
-        tasks = {name: WordTask(t.name, t.corpus, t.labels, {s: pick(v, s) for s, v in t.tags.items()}, t.spans)
+        tasks = {name: dataclasses.replace(t, tags={s: pick(v, s) for s, v in t.tags.items()})
                  for name, t in self.tasks.items()}
         trees = None if self.trees is None else {s: pick(v, s) for s, v in self.trees.items()}
         sentences = {s: pick(v, s) for s, v in self.sentences.items()}

@@ -31,11 +31,13 @@ import torch
 
 from muppets.errors import ConfigError, DataError
 from muppets.transfer.embedders import Embedder, StaticEmbedder
-from muppets.transfer.feature_cache import FeatureSource, code_version
+from muppets.transfer.embed import embed_sentences, load_embeddings, save_embeddings
+from muppets.transfer.feature_cache import FeatureSource, code_version, plan_layers
 
 log = logging.getLogger(__name__)
 
 RANDOM_CODE = ("analysis/probe_features.py",)  # the code that re-initialises a model (part of the cache key)
+POOL_CODE = ("analysis/probe_features.py",)  # the code that pools a sentence's words (part of its cache name)
 
 
 def randomize_embedder(embedder: Embedder, seed: int) -> None:
@@ -132,16 +134,35 @@ def load_split(source: FeatureSource, sentences: Sequence[Sequence[str]], tag: s
     return SplitFeatures(torch.from_numpy(array), list(meta["layers"]), [len(s) for s in sentences])
 
 
-def load_sentence_split(source: FeatureSource, sentences: Sequence[Sequence[str]], tag: str) -> SplitFeatures:
-    """One vector per sentence: the mean of its words' cached vectors at every layer, as a
-    ``(K, S, D)`` float32 :class:`SplitFeatures` whose sentences each count one "word"."""
-    per_sentence, meta = source.features(sentences, tag)
-    pooled = np.stack([words.astype(np.float32).mean(axis=1) for words in per_sentence], axis=1)  # (K, S, D)
-    del per_sentence
+def load_sentence_split(source: FeatureSource, sentences: Sequence[Sequence[str]], tag: str,
+                        chunk: int = 512) -> SplitFeatures:
+    """One vector per sentence, the mean of its words' vectors at every layer, as a
+    :class:`SplitFeatures` whose sentences each count one "word" (``(K, S, D)``).
+
+    Only the means are kept and cached (``<tag>-mean-…`` beside the word caches, keyed also by
+    this file's code): the sentences are embedded ``chunk`` at a time, so a corpus of long texts
+    (ChnSentiCorp: a million characters in train) never holds every word's vectors at once.
+    """
+    path = source.cache_path(sentences, f"{tag}-mean{code_version(POOL_CODE)[:8]}")
+    if not path.is_file():
+        embedder = source.embedder()
+        layers, _ = plan_layers(source.mode, embedder.num_layers)
+        log.info("embedding %d sentences (%s) with %s, layers %s, keeping their means", len(sentences), tag,
+                 source.path, layers)
+        means: list[np.ndarray] = []
+        for start in range(0, len(sentences), chunk):
+            words = embed_sentences(embedder, sentences[start:start + chunk], layers, source.batch_size, source=tag,
+                                    progress=source.progress)  # each (K, n, D) float32
+            means += [v.mean(axis=1, keepdims=True) for v in words]  # (K, 1, D)
+        save_embeddings(path, means, {**embedder.describe(), "layers": layers, "pooled": "mean over words"},
+                        dtype=source.dtype)
+    else:
+        log.info("sentence means from the cache: %s", path)
+    loaded = load_embeddings(path)
+    pooled = np.concatenate(loaded.sentences, axis=1)  # (K, S, D)
     if not np.isfinite(pooled).all():
-        raise DataError(f"{tag}: the model's vectors overflow the cache's dtype (use a float32 cache)",
-                        path=source.cache_path(sentences, tag))
-    return SplitFeatures(torch.from_numpy(pooled), list(meta["layers"]), [1] * len(sentences))
+        raise DataError(f"{tag}: the model's vectors overflow the cache's dtype (use a float32 cache)", path=path)
+    return SplitFeatures(torch.from_numpy(pooled), list(loaded.metadata["layers"]), [1] * len(sentences))
 
 
 class Standardizer:

@@ -45,7 +45,7 @@ import torch.nn.functional as F
 
 from muppets.config import write_json_atomic
 from muppets.errors import ConfigError
-from muppets.metrics import entity_f1
+from muppets.metrics import compute, entity_f1
 from muppets.analysis.probe_data import (ENGLISH_TASKS, SPLITS, STRUCTURAL, TASKS, ProbeCorpus, WordTask, control_task,
                                          load_corpora, sample_indices, tree_task)
 from muppets.analysis.probe_features import (ProbeFeatureSource, SplitFeatures, Standardizer, fits, load_sentence_split,
@@ -186,6 +186,9 @@ def fit_word_probe(task: WordTask, data: WordSplits, slots: Sequence[int], seed:
     predicted = _predict(probe, data, "test", slots)
     out = {"accuracy": float((predicted == y["test"]).float().mean()), "dev_accuracy": fitted.dev_score,
            "epochs": fitted.epochs, "best_epoch": fitted.best_epoch}
+    if task.metric != "accuracy":  # on label ids: for f1 the positive class is the second label
+        scores = compute(task.metric, predicted.tolist(), y["test"].tolist())
+        out.update({k: v for k, v in scores.items() if k != "accuracy"})
     if task.spans:
         out["span_f1"] = _span_f1(task, predicted, data.features["test"].lengths)
     if len(slots) > 1:
@@ -372,8 +375,8 @@ def _task_headers(tasks: Sequence[str], corpora: Mapping[str, ProbeCorpus]) -> d
         task = corpus.tasks[name]
         out[name] = {"corpus": task.corpus, "metric": "accuracy", "labels": len(task.labels), "spans": task.spans,
                      "unit": corpus.unit, "selection": corpus.selection}
-        if corpus.unit == "sentence":
-            out[name]["majority_accuracy"] = majority_accuracy(task)
+        if task.metric != "accuracy":
+            out[name]["task_metric"] = task.metric
     return out
 
 
@@ -397,6 +400,8 @@ def probe_model(cfg: ProbeConfig, corpora: Mapping[str, ProbeCorpus]) -> dict:
         for name, corpus in corpora.items():
             if corpus.unit == "sentence":
                 corpus = truncating_corpus(corpus, source.embedder())
+                for task_name, task in corpus.tasks.items():  # on the texts the probes report
+                    report["tasks"][task_name]["majority_accuracy"] = majority_accuracy(task)
             else:
                 corpus = fitting_corpus(corpus, source)
             report["data"][name] = corpus.stats()
