@@ -75,7 +75,8 @@ def main() -> None:
                                         dtype=cfg.cache_dtype, batch_size=cfg.embed_batch_size)
             fitted = truncating_corpus(corpus, source.embedder())
             tag = f"probe-{corpus.name}" + ("-random" if seed is not None else "")  # the tags run_probing cached
-            features = {s: load_sentence_split(source, fitted.sentences[s], f"{tag}-{s}").vectors.numpy() for s in SPLITS}
+            features = {s: load_sentence_split(source, fitted.sentences[s], f"{tag}-{s}").vectors.numpy().astype(np.float64)
+                        for s in SPLITS}  # float16 in the cache: too coarse for a variance
             labels = {s: np.array([t[0] for t in fitted.tasks[name].tags[s]]) for s in SPLITS}
             ours = report["tasks"][name][encoder]
             sk = reference(features, labels)

@@ -147,7 +147,7 @@ def test_too_long_texts_are_cut_to_fit_and_counted_not_dropped(tmp_path):
 def test_pooled_probe_learns_a_sentence_label_without_a_control_task(tmp_path):
     model = tiny_bert(tmp_path / "bert")
     cfg = ProbeConfig(model=str(model), tasks="sst2", cache_dir=str(tmp_path / "cache"), max_epochs=60, patience=10,
-                      lr=1e-2, batch_size=16, random_baseline=True, control=True)
+                      lr=1e-2, sentence_batch_size=16, random_baseline=True, control=True)
     report = probe_model(cfg, {"toy": _sentence_corpus()})
     result = report["tasks"]["sst2"]
     majority = sum(t[0] == "N" for t in report_tags("test")) / 40

@@ -45,6 +45,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
     p.add_argument("--hidden", type=int, default=256, help="mlp probe: hidden units")
     p.add_argument("--rank", type=int, default=128, help="structural probe: rank of B")
     p.add_argument("--epochs", type=int, default=20, help="word probes: epochs at most (early stopping on dev)")
+    p.add_argument("--sentence-batch-size", type=int, default=64, help="sentence tasks: texts per probe step")
     p.add_argument("--pooling", choices=["auto", "first", "mean", "last"], default="auto",
                    help="sub-word models: a word's vector (auto: last piece for GPT, first for BERT)")
     p.add_argument("--deprel-subtypes", action="store_true", help="deprel: keep subtypes (nmod:poss)")
@@ -66,7 +67,7 @@ def config_of(args: argparse.Namespace):
     return ProbeConfig(model=args.model, tasks=args.tasks, layers=args.layers, random_baseline=args.random_baseline,
                        control=args.control, mix=args.mix, cumulative=args.cumulative, probe=args.probe,
                        hidden=args.hidden, rank=args.rank,
-                       max_epochs=args.epochs, pooling=args.pooling, deprel_subtypes=args.deprel_subtypes,
+                       max_epochs=args.epochs, sentence_batch_size=args.sentence_batch_size, pooling=args.pooling, deprel_subtypes=args.deprel_subtypes,
                        out=args.out or "", cache_dir=args.cache_dir,
                        max_train_sentences=args.max_train_sentences, max_eval_sentences=args.max_eval_sentences,
                        data_dir=args.data_dir, seed=args.seed, progress=True)

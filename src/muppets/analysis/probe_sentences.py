@@ -7,8 +7,10 @@ sentences are the texts split into words, and its one task gives each sentence o
 probes then see one vector per sentence, the mean of its words' vectors at a layer
 (:func:`~muppets.analysis.probe_features.load_sentence_split`), and are the word probes (linear
 or MLP, early stopping and the best layer chosen on the selection split): a sentence task is a
-word task whose sentences have one "word" each. Beside accuracy they report the task's own
-metric when it is another (MCC for CoLA).
+word task whose sentences have one "word" each, trained in steps of ``sentence_batch_size``
+texts (64: a task of a few thousand texts in steps of 512 would stop at the epoch cap before
+its probe fits). Beside accuracy they report the task's own metric when it is another (MCC for
+CoLA).
 
 The splits are fine-tuning's (:func:`muppets.transfer.finetune.selection_split` with its default
 settings): a task with a labelled dev and a labelled test split trains on train, selects on dev

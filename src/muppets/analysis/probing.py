@@ -76,6 +76,7 @@ class ProbeConfig:
     mix_lr: float = 1e-2  # Adam learning rate of the mix logits and gamma (see probe_models.Stopping)
     weight_decay: float = 0.0  # Adam weight decay (L2) of the word probes
     batch_size: int = 512  # word probes: words per step
+    sentence_batch_size: int = 64  # sentence tasks: texts per step (a few thousand texts need more, smaller steps)
     max_epochs: int = 20  # word probes: epochs at most
     patience: int = 3  # epochs without a better dev score before stopping
     rank: int = 128  # structural probe: rank k of B (at most the model's width)
@@ -347,6 +348,8 @@ def _probe_corpus(corpus: ProbeCorpus, source: ProbeFeatureSource, encoder: str,
     tag = f"probe-{corpus.name}" + ("-random" if source.random_seed is not None else "")
     load = load_sentence_split if corpus.unit == "sentence" else load_split
     features = {s: load(source, corpus.sentences[s], f"{tag}-{s}") for s in SPLITS}
+    if corpus.unit == "sentence":
+        cfg = dataclasses.replace(cfg, batch_size=cfg.sentence_batch_size)
     data = WordSplits(features, Standardizer(features["train"]), cfg)
     slots = choose_layers(cfg.layers, features["train"].layers)
     if cfg.cumulative and slots != list(range(len(slots))):
