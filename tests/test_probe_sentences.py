@@ -96,7 +96,7 @@ def test_labelled_test_without_dev_selects_on_a_train_slice_and_reports_test():
         load_sentence_corpus("toy", data=_task({"train": train, "dev": [("d", None)]}))
 
 
-@pytest.mark.parametrize("name, kind", [("rte", "pair"), ("stsb", "regress"), ("conll2003", "tag")])
+@pytest.mark.parametrize("name, kind", [("stsb", "regress"), ("conll2003", "tag")])
 def test_only_single_text_classify_tasks(name, kind):
     with pytest.raises(ConfigError, match=f"{kind} task"):
         load_sentence_corpus(name)
@@ -189,3 +189,52 @@ def test_sentence_features_are_the_mean_of_the_word_features(tmp_path):
     assert torch.allclose(pooled.vectors.float(), expected, atol=2e-3)  # both through float16 caches
     again = load_sentence_split(source, sentences, "s", chunk=40)  # the cache: the same numbers
     assert torch.equal(again.vectors, pooled.vectors)
+
+
+def test_rte_is_a_pair_task_on_its_train_slice_reporting_dev():
+    corpus = load_sentence_corpus("rte")
+    data = load_task("rte")
+    assert corpus.unit == "pair" and corpus.selection.endswith("reported: dev")
+    assert [len(corpus.sentences[s]) for s in ("train", "dev", "test")] == [2490 - 249, 249, 277]
+    assert corpus.second is not None and len(corpus.second["test"]) == 277
+    assert corpus.sentences["test"][3] == split_words(data["dev"][3].text)
+    assert corpus.second["test"][3] == split_words(data["dev"][3].text_b)
+
+
+def _pair_corpus(long_every: int = 0) -> ProbeCorpus:
+    """Pairs labelled by whether the second text holds "bank": a probe that missed it would sit at
+    the majority class."""
+    parts = {}
+    for split, (n, seed) in {"train": (200, 4), "dev": (60, 5), "test": (60, 6)}.items():
+        first, _ = _labelled(n, seed, long_every)
+        second, _ = _labelled(n, seed + 10)
+        random.Random(seed).shuffle(second)
+        tags = [["any" if "bank" in b else "none"] for b in second]
+        parts[split] = (first, second, tags)
+    task = WordTask("rte", "toy", ["none", "any"], {s: v[2] for s, v in parts.items()}, spans=False)
+    return ProbeCorpus("toy", {s: v[0] for s, v in parts.items()}, {"rte": task}, unit="pair", selection="dev",
+                       second={s: v[1] for s, v in parts.items()})
+
+
+def test_pair_features_and_a_pair_probe(tmp_path):
+    from muppets.analysis.probe_features import SplitFeatures, pair_features
+
+    u, v = torch.randn(2, 5, 3), torch.randn(2, 5, 3)
+    both = pair_features(SplitFeatures(u, [0, 1], [1] * 5), SplitFeatures(v, [0, 1], [1] * 5)).vectors
+    assert both.shape == (2, 5, 12) and torch.equal(both[..., 6:9], (u - v).abs()) and torch.equal(both[..., 9:], u * v)
+    model = tiny_bert(tmp_path / "bert")
+    cfg = ProbeConfig(model=str(model), tasks="rte", cache_dir=str(tmp_path / "cache"), max_epochs=60, patience=10,
+                      lr=1e-2, sentence_batch_size=16, random_baseline=False, control=True)
+    report = probe_model(cfg, {"toy": _pair_corpus()})
+    result = report["tasks"]["rte"]
+    assert result["unit"] == "pair" and "selectivity" not in result["pretrained"]["best_layer"]
+    assert result["pretrained"]["best_layer"]["accuracy"] >= 0.78 > result["majority_accuracy"] + 0.1
+
+
+def test_a_pair_is_cut_when_either_text_is_too_long(tmp_path):
+    embedder = load_embedder(str(tiny_bert(tmp_path / "bert")))
+    corpus = _pair_corpus(long_every=10)
+    cut = truncating_corpus(corpus, embedder)
+    assert cut.truncated["test"] == 6 and cut.dropped["test"] == 0 and len(cut.second["test"]) == 60
+    assert max(embedder.positions(cut.sentences["test"])) <= 64
+    assert cut.second["test"] == corpus.second["test"]  # the second texts fit as they were

@@ -5,10 +5,11 @@
     muppets probe minilm --out runs/probe/minilm
     muppets probe runs/gpt-mini --tasks pos,ner,structural --layers 0,2,4 --max-train-sentences 2000
     muppets probe runs/elmo-small --probe mlp --no-control --threads 2
-    muppets probe minilm --tasks sst2,cola --out runs/probe/minilm-sentences
+    muppets probe minilm --tasks sst2,cola,mrpc,rte --out runs/probe/minilm-sentences
 
 Sentence tasks (any single-text classify task: sst2, cola, mr, youtube-spam, chnsenticorp) probe
-one mean vector per text (:mod:`muppets.analysis.probe_sentences`).
+one mean vector per text, pair tasks (mrpc, rte, qnli, xnli-<lang>, pawsx-<lang>) the pair
+features of their two texts' vectors (:mod:`muppets.analysis.probe_sentences`).
 
 Writes ``probe.json`` (per task and layer: test accuracy, control accuracy and selectivity, the
 random encoder's numbers; the mix weights, γ and expected layer; UUAS and DSpr. per layer) and
@@ -31,7 +32,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
     p.add_argument("--tasks", default=",".join(ENGLISH_TASKS),
                    help=f"comma-separated, from {','.join(TASKS)} (default: the English ones; a Chinese model: "
                         f"{','.join(CHINESE_TASKS)}), or sentence tasks: any single-text classify task "
-                        "(sst2, cola, mr, youtube-spam, chnsenticorp)")
+                        "(sst2, cola, mr, youtube-spam, chnsenticorp) or pair task (mrpc, rte, qnli, xnli-en …)")
     p.add_argument("--layers", default="all", help="layers to probe: all, or numbers like 0,2,-1")
     p.add_argument("--random-baseline", action=argparse.BooleanOptionalAction, default=True,
                    help="also probe a randomly initialised encoder of the same architecture")

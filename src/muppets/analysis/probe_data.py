@@ -89,9 +89,10 @@ class ProbeCorpus:
     tasks: dict[str, WordTask] = field(default_factory=dict)
     trees: dict[str, list[UDSentence]] | None = None  # UD corpora: heads and UPOS for the structural probe
     dropped: dict[str, int] = field(default_factory=dict)  # split -> sentences left out (too long)
-    unit: str = "word"  # word: a label per word | sentence: one per sentence (probe_sentences)
+    unit: str = "word"  # word: a label per word | sentence: one per text | pair: one per text pair (probe_sentences)
     selection: str = "dev"  # what the probes are chosen on (sentence tasks may hold a train slice out)
-    truncated: dict[str, int] = field(default_factory=dict)  # split -> texts cut to fit (sentence tasks)
+    truncated: dict[str, int] = field(default_factory=dict)  # split -> examples cut to fit (sentence and pair tasks)
+    second: dict[str, list[list[str]]] | None = None  # pair tasks: each example's second text (words)
 
     def subset(self, keep: Mapping[str, Sequence[int]]) -> ProbeCorpus:
         """The same corpus with only the sentences ``keep[split]`` (indices, in order)."""
@@ -102,13 +103,17 @@ class ProbeCorpus:
                  for name, t in self.tasks.items()}
         trees = None if self.trees is None else {s: pick(v, s) for s, v in self.trees.items()}
         sentences = {s: pick(v, s) for s, v in self.sentences.items()}
+        second = None if self.second is None else {s: pick(v, s) for s, v in self.second.items()}
         return ProbeCorpus(self.name, sentences, tasks, trees, dict(self.dropped), self.unit, self.selection,
-                           dict(self.truncated))
+                           dict(self.truncated), second)
 
     def stats(self) -> dict:
         out = {s: {"sentences": len(v), "words": sum(map(len, v)), "dropped_too_long": self.dropped.get(s, 0)}
                for s, v in self.sentences.items()}
-        if self.unit == "sentence":
+        if self.second is not None:
+            for s, v in self.second.items():
+                out[s]["words"] += sum(map(len, v))
+        if self.unit != "word":
             for s in out:
                 out[s]["truncated"] = self.truncated.get(s, 0)
         return out

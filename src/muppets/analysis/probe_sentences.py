@@ -1,13 +1,17 @@
-"""Sentence tasks for the probes: which layer of a frozen model holds a sentence's label.
+"""Sentence and pair tasks for the probes: which layer of a frozen model holds a text's label.
 
 A sentence task is any registered single-text ``classify`` task of :func:`muppets.tasks.load_task`
-(``sst2``, ``cola``, ``mr``, ``youtube-spam``, ``chnsenticorp``). It is read into a
-:class:`~muppets.analysis.probe_data.ProbeCorpus` with ``unit="sentence"``: the corpus's
-sentences are the texts split into words, and its one task gives each sentence one label. The
-probes then see one vector per sentence, the mean of its words' vectors at a layer
-(:func:`~muppets.analysis.probe_features.load_sentence_split`), and are the word probes (linear
-or MLP, early stopping and the best layer chosen on the selection split): a sentence task is a
-word task whose sentences have one "word" each, trained in steps of ``sentence_batch_size``
+(``sst2``, ``cola``, ``mr``, ``youtube-spam``, ``chnsenticorp``); a pair task any ``pair`` task
+(``mrpc``, ``rte``, ``qnli``, ``xnli-<lang>``, ``pawsx-<lang>``). Either is read into a
+:class:`~muppets.analysis.probe_data.ProbeCorpus` with ``unit="sentence"`` or ``"pair"``: the
+corpus's sentences are the (first) texts split into words, ``second`` holds a pair's second
+texts, and its one task gives each example one label. The probes then see one vector per text,
+the mean of its words' vectors at a layer
+(:func:`~muppets.analysis.probe_features.load_sentence_split`; each text of a pair is embedded
+alone), a pair as ``[u, v, |u − v|, u ⊙ v]`` of its two texts' vectors (InferSent's and
+SentEval's pair features, :func:`~muppets.analysis.probe_features.pair_features`). They are the
+word probes (linear or MLP, early stopping and the best layer chosen on the selection split):
+an example is a "sentence" of one "word", trained in steps of ``sentence_batch_size``
 texts (64: a task of a few thousand texts in steps of 512 would stop at the epoch cap before
 its probe fits). Beside accuracy they report the task's own metric when it is another (MCC for
 CoLA).
@@ -81,9 +85,9 @@ def load_sentence_corpus(name: str, data_dir: str | Path | None = None, data: Ta
 
     data = data if data is not None else load_task(name, data_dir)
     spec = data.spec
-    if spec.kind != "classify":
-        raise ConfigError(f"probe task {name!r} is a {spec.kind} task; sentence probes read single-text "
-                          "classify tasks (sst2, cola, mr, youtube-spam, chnsenticorp)")
+    if spec.kind not in ("classify", "pair"):
+        raise ConfigError(f"probe task {name!r} is a {spec.kind} task; sentence probes read classify tasks (sst2, "
+                          "cola, mr, youtube-spam, chnsenticorp) and pair tasks (mrpc, rte, qnli, xnli-*, pawsx-*)")
     train, mode, chosen, dev = selection_split(FinetuneConfig(), data)
     test = labelled(spec.kind, data.splits.get("test", []))
     if mode == "dev":  # a labelled dev and test split
@@ -98,17 +102,20 @@ def load_sentence_corpus(name: str, data_dir: str | Path | None = None, data: Ta
     if not reported:
         raise ConfigError(f"probe task {name!r} has no labelled dev or test split to report")
     examples = {"train": train, "dev": chosen, "test": reported}
-    sentences: dict[str, list[list[str]]] = {}
-    for split, rows in examples.items():
-        sentences[split] = []
-        for ex in rows:
-            words = split_words(ex.text)
-            if not words:
-                raise DataError(f"probe task {name!r}: {ex.source}: the text {ex.text!r} has no words")
-            sentences[split].append(words)
+    pair = spec.kind == "pair"
+
+    def words_of(ex, text: str | None) -> list[str]:
+        words = split_words(text or "")
+        if not words:
+            raise DataError(f"probe task {name!r}: {ex.source}: the text {text!r} has no words")
+        return words
+
+    sentences = {s: [words_of(ex, ex.text) for ex in rows] for s, rows in examples.items()}
+    second = {s: [words_of(ex, ex.text_b) for ex in rows] for s, rows in examples.items()} if pair else None
     tags = {s: [[str(ex.label)] for ex in rows] for s, rows in examples.items()}
     task = WordTask(name, name, list(spec.labels), tags, spans=False, metric=spec.metric)
-    corpus = ProbeCorpus(name, sentences, {name: task}, unit="sentence", selection=selection)
+    corpus = ProbeCorpus(name, sentences, {name: task}, unit="pair" if pair else "sentence", selection=selection,
+                         second=second)
     log.info("sentence task %s: %s", name, ", ".join(f"{s} {len(v)}" for s, v in sentences.items()))
     return corpus
 
@@ -120,24 +127,34 @@ def majority_accuracy(task: WordTask) -> float:
     return sum(tags[0] == majority for tags in test) / max(len(test), 1)
 
 
+def _cut(embedder: Embedder, rows: Sequence[Sequence[str]], limit: int) -> tuple[list[list[str]], list[bool], list[bool]]:
+    """Each text cut to fit: the texts, whether each now fits, whether each was cut."""
+    before = embedder.positions(rows)
+    cut, lengths = truncate_to_limit(embedder, rows, before, limit)
+    return [list(w) for w in cut], [0 < n <= limit for n in lengths], [n > limit for n in before]
+
+
 def truncating_corpus(corpus: ProbeCorpus, embedder: Embedder) -> ProbeCorpus:
-    """``corpus`` with each text cut to its longest word prefix within the model's positions
-    (counted in ``truncated``); a text whose first word alone does not fit is left out (counted
-    in ``dropped``). A model without a position limit gets the corpus back as it is."""
+    """``corpus`` with each text (both texts of a pair: each is embedded alone) cut to its longest
+    word prefix within the model's positions (an example with a cut text is counted in
+    ``truncated``); an example with a text whose first word alone does not fit is left out
+    (counted in ``dropped``). A model without a position limit gets the corpus back as it is."""
     limit = embedder.max_positions
     if limit is None:
         return corpus
-    sentences: dict[str, list[Sequence[str]]] = {}
+    parts = [corpus.sentences] + ([corpus.second] if corpus.second is not None else [])
+    texts: list[dict[str, list[list[str]]]] = [{} for _ in parts]
     keep: dict[str, list[int]] = {}
     truncated: dict[str, int] = {}
-    for split, rows in corpus.sentences.items():
-        before = embedder.positions(rows)
-        cut, lengths = truncate_to_limit(embedder, rows, before, limit)
-        sentences[split] = cut
-        keep[split] = [i for i, n in enumerate(lengths) if 0 < n <= limit]
-        truncated[split] = sum(1 for i in keep[split] if before[i] > limit)
-    out = ProbeCorpus(corpus.name, {s: [list(w) for w in v] for s, v in sentences.items()}, corpus.tasks,
-                      corpus.trees, unit=corpus.unit, selection=corpus.selection).subset(keep)
+    for split in corpus.sentences:
+        cuts = [_cut(embedder, part[split], limit) for part in parts]
+        for target, (rows, _, _) in zip(texts, cuts):
+            target[split] = rows
+        n = len(corpus.sentences[split])
+        keep[split] = [i for i in range(n) if all(fits[i] for _, fits, _ in cuts)]
+        truncated[split] = sum(1 for i in keep[split] if any(was[i] for _, _, was in cuts))
+    out = ProbeCorpus(corpus.name, texts[0], corpus.tasks, corpus.trees, unit=corpus.unit,
+                      selection=corpus.selection, second=texts[1] if len(texts) > 1 else None).subset(keep)
     out.dropped = {s: len(corpus.sentences[s]) - len(keep[s]) for s in corpus.sentences}
     out.truncated = truncated
     for s, n in out.dropped.items():

@@ -21,7 +21,8 @@ For a model (BERT / MiniLM, GPT, ELMo, static vectors: anything ``muppets embed`
    ``cumulative`` also Tenney et al.'s cumulative scoring: a mix probe over the lowest layers
    ``0..l`` for every ``l``, the test gain ``Δ(l)`` of each added layer and the expected layer
    ``E_Δ[l]`` (on accuracy, and on span F1 for BIO tasks); a sentence task is probed the same
-   way on one vector per sentence (the mean of its words'), with no control task;
+   way on one vector per text (the mean of its words'), a pair task on ``[u, v, |u − v|, u ⊙ v]``
+   of its two texts' vectors, with no control task;
 4. structural: the structural probe per layer (Hewitt & Manning 2019,
    :mod:`~muppets.analysis.structural_probe`): test UUAS and DSpr.;
 5. writes ``probe.json`` and the plots (:mod:`~muppets.analysis.probe_plots`) in ``out``.
@@ -49,7 +50,7 @@ from muppets.metrics import compute, entity_f1
 from muppets.analysis.probe_data import (ENGLISH_TASKS, SPLITS, STRUCTURAL, TASKS, ProbeCorpus, WordTask, control_task,
                                          load_corpora, sample_indices, tree_task)
 from muppets.analysis.probe_features import (ProbeFeatureSource, SplitFeatures, Standardizer, fits, load_sentence_split,
-                                             load_split)
+                                             load_split, pair_features)
 from muppets.analysis.probe_sentences import is_sentence_task, majority_accuracy, truncating_corpus
 from muppets.analysis.probe_models import (MixProbe, Stopping, differential_expected_layer, expected_layer,
                                            make_probe, train_early_stopping)
@@ -342,13 +343,25 @@ def fitting_corpus(corpus: ProbeCorpus, source: ProbeFeatureSource) -> ProbeCorp
     return out
 
 
+def split_features(source: ProbeFeatureSource, corpus: ProbeCorpus, split: str, tag: str) -> SplitFeatures:
+    """What the probes of ``corpus`` read on ``split``: every word's vectors (word tasks), each
+    text's mean vector (sentence tasks) or each pair's :func:`~muppets.analysis.probe_features.
+    pair_features` (pair tasks); ``tag`` names the cache files."""
+    if corpus.unit == "word":
+        return load_split(source, corpus.sentences[split], f"{tag}-{split}")
+    first = load_sentence_split(source, corpus.sentences[split], f"{tag}-{split}")
+    if corpus.unit == "sentence":
+        return first
+    assert corpus.second is not None
+    return pair_features(first, load_sentence_split(source, corpus.second[split], f"{tag}-{split}-second"))
+
+
 def _probe_corpus(corpus: ProbeCorpus, source: ProbeFeatureSource, encoder: str, cfg: ProbeConfig,
                   report: dict) -> None:
     """Embed one corpus with one encoder and run every asked task on it into ``report``."""
     tag = f"probe-{corpus.name}" + ("-random" if source.random_seed is not None else "")
-    load = load_sentence_split if corpus.unit == "sentence" else load_split
-    features = {s: load(source, corpus.sentences[s], f"{tag}-{s}") for s in SPLITS}
-    if corpus.unit == "sentence":
+    features = {s: split_features(source, corpus, s, tag) for s in SPLITS}
+    if corpus.unit != "word":
         cfg = dataclasses.replace(cfg, batch_size=cfg.sentence_batch_size)
     data = WordSplits(features, Standardizer(features["train"]), cfg)
     slots = choose_layers(cfg.layers, features["train"].layers)
@@ -358,7 +371,7 @@ def _probe_corpus(corpus: ProbeCorpus, source: ProbeFeatureSource, encoder: str,
     report["layers"] = features["train"].layers
     for name, task in corpus.tasks.items():
         control = None
-        if cfg.control and encoder == "pretrained" and corpus.unit == "word":  # no control for sentences
+        if cfg.control and encoder == "pretrained" and corpus.unit == "word":  # none for sentences or pairs
             control = control_task(task, corpus.sentences, _seed(cfg.seed, "control", name))
         report["tasks"][name][encoder] = probe_word_task(task, control, data, slots, f"{encoder}/{corpus.name}",
                                                          cumulative=cfg.cumulative and encoder == "pretrained")
@@ -401,7 +414,7 @@ def probe_model(cfg: ProbeConfig, corpora: Mapping[str, ProbeCorpus]) -> dict:
                                     dtype=cfg.cache_dtype, batch_size=cfg.embed_batch_size, progress=cfg.progress)
         report["encoders"][encoder] = {**source.embedder().describe(), "random_init_seed": random_seed}
         for name, corpus in corpora.items():
-            if corpus.unit == "sentence":
+            if corpus.unit != "word":
                 corpus = truncating_corpus(corpus, source.embedder())
                 for task_name, task in corpus.tasks.items():  # on the texts the probes report
                     report["tasks"][task_name]["majority_accuracy"] = majority_accuracy(task)
