@@ -46,7 +46,7 @@ def test_split_words_keeps_tokens_and_splits_cjk_characters():
     assert split_words("it 's not a  good film , is n't it ?") == ["it", "'s", "not", "a", "good", "film", ",", "is",
                                                                   "n't", "it", "?"]
     assert split_words("酒店的服务很好，房间干净。") == list("酒店的服务很好，房间干净。")
-    assert split_words("价格198元。OK") == ["价", "格", "198", "元", "。OK"]  # only CJK characters are split off
+    assert split_words("价格198元。OK") == ["价", "格", "198", "元", "。OK"]  # CJK characters only
     assert split_words("tab\there\u00a0too") == ["tab", "here", "too"]
 
 
@@ -127,8 +127,8 @@ def report_tags(split: str) -> list[list[str]]:
 def _sentence_corpus(long_every: int = 0) -> ProbeCorpus:
     parts = {"train": _labelled(120, 1), "dev": _labelled(40, 2), "test": _labelled(40, 3, long_every)}
     sentences = {s: v[0] for s, v in parts.items()}
-    task = WordTask("sst2", "toy", ["N", "P"], {s: v[1] for s, v in parts.items()}, spans=False,  # a sentence task's name
-                    metric="mcc")
+    task = WordTask("sst2", "toy", ["N", "P"], {s: v[1] for s, v in parts.items()}, spans=False,
+                    metric="mcc")  # named as a sentence task
     return ProbeCorpus("toy", sentences, {"sst2": task}, unit="sentence", selection="dev")
 
 

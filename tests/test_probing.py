@@ -428,3 +428,35 @@ def test_gsd_probes_train_on_four_fifths_of_dev_select_on_the_rest_and_report_te
 def test_real_gsd_split_sizes():
     trees = load_ud_trees("gsd")
     assert [len(trees[s]) for s in ("train", "dev", "test")] == [400, 100, 500]
+
+
+@pytest.mark.parametrize("labels", [2, 3])
+def test_logistic_probe_equals_scikit_learns_logistic_regression(labels):
+    from sklearn.linear_model import LogisticRegression
+
+    from muppets.analysis.probe_models import fit_logistic
+
+    g = torch.Generator().manual_seed(labels)
+    x = torch.randn(400, 12, generator=g)
+    y = (x @ torch.randn(12, labels, generator=g) + torch.randn(400, labels, generator=g)).argmax(1)
+    for c in (0.01, 1.0):
+        probe, iterations = fit_logistic(x, y, labels, c)
+        reference = LogisticRegression(C=c, max_iter=5000, tol=1e-10).fit(x.numpy(), y.numpy())
+        with torch.no_grad():
+            ours = torch.softmax(probe(x), -1).numpy()
+        assert np.abs(ours - reference.predict_proba(x.numpy())).max() < 1e-3 and 0 < iterations < 1000
+
+
+def test_logistic_probe_chooses_c_on_dev_and_mixes_as_linear(tmp_path):
+    path = tiny_vectors(tmp_path / "w2v.txt", dim=8)
+    table = WordVectors.load(path)
+    sign = {w: "P" if table.vectors[table.index[w]][0] > 0 else "N" for w in VOCAB}
+    report = probe_model(_cfg(path, tmp_path, probe="logistic"), {"toy": _toy_corpus(sign.get)})
+    row = report["tasks"]["pos"]["pretrained"]["layers"][0]
+    assert row["accuracy"] > 0.97 and row["C"] in (1e-3, 1e-2, 0.1, 1.0, 10.0) and "best_epoch" not in row
+    model = tiny_bert(tmp_path / "bert")
+    report = probe_model(_cfg(model, tmp_path, probe="logistic"), {"toy": _toy_corpus(sign.get)})
+    pos = report["tasks"]["pos"]["pretrained"]
+    assert all("C" in r for r in pos["layers"]) and "best_epoch" in pos["mix"]  # the mix: Adam, early stopping
+    with pytest.raises(ConfigError, match="logistic"):
+        probe_model(_cfg(model, tmp_path, probe="svm"), {"toy": _toy_corpus(sign.get)})

@@ -26,8 +26,8 @@ from muppets.analysis.probe_data import CHINESE_TASKS, ENGLISH_TASKS, STRUCTURAL
 def add_parser(sub) -> argparse.ArgumentParser:
     """Add the ``probe`` subcommand to an argparse subparsers object; returns its parser."""
     p = sub.add_parser("probe", help="probe every layer of a frozen model: POS, chunk, NER (CoNLL-2003), UPOS, "
-                       "relations and the structural probe (UD EWT), sentence labels (SST-2, CoLA, ChnSentiCorp …); mix "
-                       "weights, expected layer, random encoder, control tasks")
+                       "relations and the structural probe (UD EWT), sentence and pair labels (SST-2, CoLA, "
+                       "MRPC …); mix weights, expected layer, random encoder, control tasks")
     p.add_argument("model", help="HF BERT/GPT directory, 'minilm', an ELMo/NNLM/word2vec run, or a vector file")
     p.add_argument("--tasks", default=",".join(ENGLISH_TASKS),
                    help=f"comma-separated, from {','.join(TASKS)} (default: the English ones; a Chinese model: "
@@ -42,7 +42,9 @@ def add_parser(sub) -> argparse.ArgumentParser:
     p.add_argument("--cumulative", action="store_true",
                    help="also Tenney et al.'s cumulative scoring: a mix over layers 0..l for every l, the gain of each "
                         "layer and its expected layer E_Δ (needs --mix)")
-    p.add_argument("--probe", choices=["linear", "mlp"], default="linear", help="probe kind")
+    p.add_argument("--probe", choices=["linear", "mlp", "logistic"], default="linear",
+                   help="probe kind: linear (Adam, early stopping), mlp, or logistic (L2 logistic regression solved to "
+                        "its optimum, C chosen on the selection split; its mix probe trains as linear)")
     p.add_argument("--hidden", type=int, default=256, help="mlp probe: hidden units")
     p.add_argument("--rank", type=int, default=128, help="structural probe: rank of B")
     p.add_argument("--epochs", type=int, default=20, help="word probes: epochs at most (early stopping on dev)")
@@ -68,7 +70,8 @@ def config_of(args: argparse.Namespace):
     return ProbeConfig(model=args.model, tasks=args.tasks, layers=args.layers, random_baseline=args.random_baseline,
                        control=args.control, mix=args.mix, cumulative=args.cumulative, probe=args.probe,
                        hidden=args.hidden, rank=args.rank,
-                       max_epochs=args.epochs, sentence_batch_size=args.sentence_batch_size, pooling=args.pooling, deprel_subtypes=args.deprel_subtypes,
+                       max_epochs=args.epochs, sentence_batch_size=args.sentence_batch_size, pooling=args.pooling,
+                       deprel_subtypes=args.deprel_subtypes,
                        out=args.out or "", cache_dir=args.cache_dir,
                        max_train_sentences=args.max_train_sentences, max_eval_sentences=args.max_eval_sentences,
                        data_dir=args.data_dir, seed=args.seed, progress=True)

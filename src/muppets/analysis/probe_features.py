@@ -169,7 +169,8 @@ def pair_features(first: SplitFeatures, second: SplitFeatures) -> SplitFeatures:
     """Each pair as ``[u, v, |u − v|, u ⊙ v]`` of its two texts' vectors at every layer (the
     sentence-pair features of InferSent and SentEval): ``(K, S, 4D)`` float32."""
     if first.vectors.shape != second.vectors.shape:
-        raise DataError(f"pair features: {tuple(first.vectors.shape)} first texts, {tuple(second.vectors.shape)} second")
+        raise DataError(f"pair features: {tuple(first.vectors.shape)} first texts, "
+                        f"{tuple(second.vectors.shape)} second")
     u, v = first.vectors.float(), second.vectors.float()  # (K, S, D) each
     return SplitFeatures(torch.cat([u, v, (u - v).abs(), u * v], dim=-1), first.layers, first.lengths)
 

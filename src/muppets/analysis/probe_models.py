@@ -10,6 +10,9 @@
   :func:`differential_expected_layer` is their second measure, from cumulative scoring: the
   gain ``Δ(l)`` of a mix over layers ``0..l`` against one over ``0..l-1``, and
   ``E_Δ[l] = Σ_l l · Δ(l) / Σ_l Δ(l)``;
+* :func:`fit_logistic` — the linear probe as a convex problem solved to its optimum
+  (L2-regularised logistic regression, scikit-learn's objective, by L-BFGS); the probes choose
+  its ``C`` among :data:`LOGISTIC_C` on dev;
 * :func:`train_early_stopping` — Adam, one pass over shuffled batches per epoch, a dev score
   after each epoch; the best state is kept and training stops after ``patience`` epochs
   without improvement (optionally dividing the learning rate by 10 at each, as Hewitt &
@@ -29,7 +32,8 @@ from torch import nn
 from muppets.errors import ConfigError
 from muppets.nn.scalar_mix import ScalarMix
 
-PROBE_KINDS = ("linear", "mlp")
+PROBE_KINDS = ("linear", "mlp", "logistic")
+LOGISTIC_C = (1e-3, 1e-2, 0.1, 1.0, 10.0)  # the inverse L2 strengths a logistic probe chooses among
 
 
 def expected_layer(weights: Sequence[float], layers: Sequence[int] | None = None) -> float:
@@ -107,12 +111,49 @@ class MixProbe(nn.Module):
 
 
 def make_probe(kind: str, num_layers: int, dim: int, num_labels: int, hidden: int, dropout: float) -> MixProbe:
-    """A :class:`MixProbe` of ``kind`` (``linear`` ignores ``hidden`` and ``dropout``)."""
+    """A :class:`MixProbe` of ``kind`` (``linear`` ignores ``hidden`` and ``dropout``; a mix of
+    ``logistic`` probes is trained as ``linear``: the mix weights make it non-convex)."""
     if kind not in PROBE_KINDS:
         raise ConfigError(f"probe {kind!r} is not one of {', '.join(PROBE_KINDS)}")
     if kind == "mlp" and hidden < 1:
         raise ConfigError(f"probe=mlp needs hidden >= 1, got {hidden}")
     return MixProbe(num_layers, dim, num_labels, hidden if kind == "mlp" else 0, dropout if kind == "mlp" else 0.0)
+
+
+def fit_logistic(x: torch.Tensor, y: torch.Tensor, num_labels: int, c: float,
+                 max_iter: int = 1000) -> tuple[WordProbe, int]:
+    """A linear softmax probe at the optimum of L2-regularised logistic regression.
+
+    It minimises ``C · Σ_i CE(x_i, y_i) + ½ ‖W‖²`` (the bias not penalised), the objective of
+    scikit-learn's ``LogisticRegression(C=c)``. The solver is full-batch L-BFGS with a strong
+    Wolfe line search; the objective is divided by ``C · N`` so the gradient tolerance does not
+    depend on N. With two labels, scikit-learn fits one weight vector ``w``. A two-class softmax
+    spreads it as ``±w/2``, which halves the penalty, so ``C / 2`` is used: ``c`` then means what
+    it means there. Returns the probe (eval mode) and the L-BFGS iterations it took.
+
+    Args:
+        x: ``(N, D)`` float32 features; y: ``(N,)`` label ids.
+    """
+    if c <= 0:
+        raise ConfigError(f"logistic probe: C={c} must be positive")
+    n, dim = x.shape
+    strength = c / 2 if num_labels == 2 else c
+    probe = WordProbe(dim, num_labels)
+    with torch.no_grad():
+        probe.net.weight.zero_()
+        probe.net.bias.zero_()
+    optimizer = torch.optim.LBFGS(probe.parameters(), lr=1.0, max_iter=max_iter, tolerance_grad=1e-7,
+                                  tolerance_change=1e-12, history_size=20, line_search_fn="strong_wolfe")
+
+    def objective() -> torch.Tensor:
+        optimizer.zero_grad(set_to_none=True)
+        loss = nn.functional.cross_entropy(probe(x), y) + probe.net.weight.pow(2).sum() / (2 * strength * n)
+        loss.backward()
+        return loss
+
+    optimizer.step(objective)
+    probe.eval()
+    return probe, int(optimizer.state[probe.net.weight]["n_iter"])
 
 
 @dataclass

@@ -127,7 +127,8 @@ def majority_accuracy(task: WordTask) -> float:
     return sum(tags[0] == majority for tags in test) / max(len(test), 1)
 
 
-def _cut(embedder: Embedder, rows: Sequence[Sequence[str]], limit: int) -> tuple[list[list[str]], list[bool], list[bool]]:
+def _cut(embedder: Embedder, rows: Sequence[Sequence[str]],
+         limit: int) -> tuple[list[list[str]], list[bool], list[bool]]:
     """Each text cut to fit: the texts, whether each now fits, whether each was cut."""
     before = embedder.positions(rows)
     cut, lengths = truncate_to_limit(embedder, rows, before, limit)

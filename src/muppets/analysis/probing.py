@@ -52,8 +52,8 @@ from muppets.analysis.probe_data import (ENGLISH_TASKS, SPLITS, STRUCTURAL, TASK
 from muppets.analysis.probe_features import (ProbeFeatureSource, SplitFeatures, Standardizer, fits, load_sentence_split,
                                              load_split, pair_features)
 from muppets.analysis.probe_sentences import is_sentence_task, majority_accuracy, truncating_corpus
-from muppets.analysis.probe_models import (MixProbe, Stopping, differential_expected_layer, expected_layer,
-                                           make_probe, train_early_stopping)
+from muppets.analysis.probe_models import (LOGISTIC_C, PROBE_KINDS, MixProbe, Stopping, differential_expected_layer,
+                                           expected_layer, fit_logistic, make_probe, train_early_stopping)
 from muppets.analysis import structural_probe as sp
 
 log = logging.getLogger(__name__)
@@ -70,7 +70,7 @@ class ProbeConfig:
     control: bool = True  # word tasks: also train on the control task -> selectivity (pretrained model)
     mix: bool = True  # word tasks: a scalar-mix probe over the layers (weights, gamma, expected layer)
     cumulative: bool = False  # word tasks: cumulative scoring (a mix over layers 0..l for every l; Δ(l), E_Δ[l])
-    probe: str = "linear"  # linear (softmax classifier) | mlp (one hidden ReLU layer)
+    probe: str = "linear"  # linear (softmax, Adam) | mlp (one hidden ReLU layer) | logistic (L2 optimum, C on dev)
     hidden: int = 256  # mlp: hidden units
     dropout: float = 0.0  # mlp: dropout after the hidden layer
     lr: float = 1e-3  # Adam learning rate (word probes and the structural probe)
@@ -169,25 +169,30 @@ def _span_f1(task: WordTask, predicted: torch.Tensor, lengths: Sequence[int]) ->
 
 def fit_word_probe(task: WordTask, data: WordSplits, slots: Sequence[int], seed: int) -> dict:
     """Train one probe on ``slots`` (one layer, or several mixed) with early stopping on dev
-    accuracy; its test accuracy (and span F1 for BIO tasks; mix weights for a mix)."""
+    accuracy (``probe=logistic`` on one layer: to its optimum for each ``C`` of
+    :data:`~muppets.analysis.probe_models.LOGISTIC_C`, the best on dev kept); its test accuracy
+    (and span F1 for BIO tasks; the task's own metric; mix weights for a mix)."""
     cfg = data.cfg
     y = {s: _label_ids(task, s) for s in SPLITS}
     torch.manual_seed(seed)
     dim = data.features["train"].vectors.shape[-1]
-    probe = make_probe(cfg.probe, len(slots), dim, len(task.labels), cfg.hidden, cfg.dropout)
+    if cfg.probe == "logistic" and len(slots) == 1:
+        probe, out = _fit_logistic_probe(task, data, slots, y)
+    else:
+        probe = make_probe(cfg.probe, len(slots), dim, len(task.labels), cfg.hidden, cfg.dropout)
 
-    def losses(generator: torch.Generator):
-        for index in torch.randperm(len(y["train"]), generator=generator).split(cfg.batch_size):
-            yield F.cross_entropy(probe(data.rows("train", slots, index)), y["train"][index])
+        def losses(generator: torch.Generator):
+            for index in torch.randperm(len(y["train"]), generator=generator).split(cfg.batch_size):
+                yield F.cross_entropy(probe(data.rows("train", slots, index)), y["train"][index])
 
-    def dev_accuracy() -> float:
-        return float((_predict(probe, data, "dev", slots) == y["dev"]).float().mean())
+        def dev_accuracy() -> float:
+            return float((_predict(probe, data, "dev", slots) == y["dev"]).float().mean())
 
-    stopping = Stopping(cfg.lr, cfg.weight_decay, cfg.max_epochs, cfg.patience, mix_lr=cfg.mix_lr)
-    fitted = train_early_stopping(probe, losses, dev_accuracy, stopping, seed)
+        stopping = Stopping(cfg.lr, cfg.weight_decay, cfg.max_epochs, cfg.patience, mix_lr=cfg.mix_lr)
+        fitted = train_early_stopping(probe, losses, dev_accuracy, stopping, seed)
+        out = {"dev_accuracy": fitted.dev_score, "epochs": fitted.epochs, "best_epoch": fitted.best_epoch}
     predicted = _predict(probe, data, "test", slots)
-    out = {"accuracy": float((predicted == y["test"]).float().mean()), "dev_accuracy": fitted.dev_score,
-           "epochs": fitted.epochs, "best_epoch": fitted.best_epoch}
+    out = {"accuracy": float((predicted == y["test"]).float().mean()), **out}
     if task.metric != "accuracy":  # on label ids: for f1 the positive class is the second label
         scores = compute(task.metric, predicted.tolist(), y["test"].tolist())
         out.update({k: v for k, v in scores.items() if k != "accuracy"})
@@ -199,6 +204,25 @@ def fit_word_probe(task: WordTask, data: WordSplits, slots: Sequence[int], seed:
         out.update(weights=weights, gamma=probe.gamma(), mixed_layers=layers,
                    expected_layer=expected_layer(weights, layers))
     return out
+
+
+def _fit_logistic_probe(task: WordTask, data: WordSplits, slots: Sequence[int], y: Mapping[str, torch.Tensor]
+                        ) -> tuple[MixProbe, dict]:
+    """One layer's logistic probe for every ``C`` of the grid, fitted on train; the one with
+    the best dev accuracy (a tie: the smaller ``C``, the stronger penalty) and what it scored."""
+    x = {s: data.rows(s, slots, torch.arange(len(y[s])))[:, 0] for s in ("train", "dev")}  # (N, D) each
+    best: tuple[float, float, MixProbe, int] | None = None
+    for c in LOGISTIC_C:
+        fitted, iterations = fit_logistic(x["train"], y["train"], len(task.labels), c)
+        with torch.no_grad():
+            dev = float((fitted(x["dev"]).argmax(-1) == y["dev"]).float().mean())
+        if best is None or dev > best[0]:
+            probe = MixProbe(1, x["train"].shape[1], len(task.labels))
+            probe.probe = fitted
+            best = (dev, c, probe, iterations)
+    assert best is not None
+    dev, c, probe, iterations = best
+    return probe.eval(), {"dev_accuracy": dev, "C": c, "iterations": iterations}
 
 
 def probe_word_task(task: WordTask, control: WordTask | None, data: WordSplits, slots: Sequence[int],
@@ -402,8 +426,8 @@ def probe_model(cfg: ProbeConfig, corpora: Mapping[str, ProbeCorpus]) -> dict:
     start = time.time()
     tasks = [t for t in cfg.task_list() if any(t in c.tasks for c in corpora.values())
              or any(c.trees is not None and tree_task(name) == t for name, c in corpora.items())]
-    if cfg.probe not in ("linear", "mlp"):
-        raise ConfigError(f"probe={cfg.probe!r}: expected linear or mlp")
+    if cfg.probe not in PROBE_KINDS:
+        raise ConfigError(f"probe={cfg.probe!r}: expected one of {', '.join(PROBE_KINDS)}")
     if cfg.cumulative and not cfg.mix:
         raise ConfigError("cumulative scoring is made of mix probes: it needs mix (drop --no-mix)")
     report: dict = {"model": cfg.model, "config": dataclasses.asdict(cfg), "encoders": {}, "data": {},
