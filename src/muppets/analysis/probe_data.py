@@ -193,8 +193,8 @@ def load_corpora(tasks: Sequence[str], data_dir: str | Path | None = None,
 
     unknown = [t for t in tasks if t not in TASKS and not is_sentence_task(t)]
     if unknown or not tasks:
-        raise ConfigError(f"probe tasks {list(tasks)}: choose from {', '.join(TASKS)}, or a sentence task "
-                          "(a single-text classify task such as sst2, cola, chnsenticorp)")
+        raise ConfigError(f"probe tasks {list(tasks)}: choose from {', '.join(TASKS)}, or a sentence or pair task "
+                          "(a classify or pair task such as sst2, cola, chnsenticorp, mrpc, rte)")
     out = {}
     conll = [t for t in tasks if CORPUS_OF.get(t) == "conll2003"]
     if conll:

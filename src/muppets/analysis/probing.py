@@ -99,8 +99,8 @@ class ProbeConfig:
         names = [t.strip() for t in self.tasks.split(",") if t.strip()]
         bad = [t for t in names if t not in TASKS and not is_sentence_task(t)]
         if bad or not names:
-            raise ConfigError(f"probe tasks {self.tasks!r}: choose from {', '.join(TASKS)}, or a sentence task "
-                              "(a single-text classify task such as sst2, cola, chnsenticorp)")
+            raise ConfigError(f"probe tasks {self.tasks!r}: choose from {', '.join(TASKS)}, or a sentence or pair "
+                              "task (a classify or pair task such as sst2, cola, chnsenticorp, mrpc, rte)")
         return list(dict.fromkeys(names))
 
     def out_dir(self) -> Path:
