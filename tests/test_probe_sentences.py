@@ -233,8 +233,15 @@ def test_pair_features_and_a_pair_probe(tmp_path):
 
 def test_a_pair_is_cut_when_either_text_is_too_long(tmp_path):
     embedder = load_embedder(str(tiny_bert(tmp_path / "bert")))
-    corpus = _pair_corpus(long_every=10)
+    corpus = _pair_corpus(long_every=10)  # first texts 0, 10, … of each split are long
+    second = corpus.second["test"]
+    second[5] = second[5] + ["the"] * 100  # a long second text
+    second[7] = ["." * 90] + second[7]  # a first word of 90 pieces alone: the pair is left out
+    tags = [t[0] for t in corpus.tasks["rte"].tags["test"]]
     cut = truncating_corpus(corpus, embedder)
-    assert cut.truncated["test"] == 6 and cut.dropped["test"] == 0 and len(cut.second["test"]) == 60
-    assert max(embedder.positions(cut.sentences["test"])) <= 64
-    assert cut.second["test"] == corpus.second["test"]  # the second texts fit as they were
+    assert cut.truncated["test"] == 7 and cut.dropped["test"] == 1 and len(cut.second["test"]) == 59
+    assert max(embedder.positions(cut.sentences["test"] + cut.second["test"])) <= 64
+    kept = [i for i in range(60) if i != 7]
+    assert [t[0] for t in cut.tasks["rte"].tags["test"]] == [tags[i] for i in kept]  # labels stay with their pairs
+    assert cut.second["test"][6] == second[kept[6]] and cut.sentences["test"][6] == corpus.sentences["test"][kept[6]]
+    assert cut.second["test"][5] == second[5][:len(cut.second["test"][5])]

@@ -437,26 +437,67 @@ def test_logistic_probe_equals_scikit_learns_logistic_regression(labels):
     from muppets.analysis.probe_models import fit_logistic
 
     g = torch.Generator().manual_seed(labels)
-    x = torch.randn(400, 12, generator=g)
-    y = (x @ torch.randn(12, labels, generator=g) + torch.randn(400, labels, generator=g)).argmax(1)
-    for c in (0.01, 1.0):
-        probe, iterations = fit_logistic(x, y, labels, c)
-        reference = LogisticRegression(C=c, max_iter=5000, tol=1e-10).fit(x.numpy(), y.numpy())
+    mixing = torch.randn(16, 16, generator=g) + 3 * torch.eye(16)
+    x = torch.randn(600, 16, generator=g) @ mixing  # correlated, badly scaled features
+    y = (x @ torch.randn(16, labels, generator=g) + 4 * torch.randn(600, labels, generator=g)).argmax(1)
+    for c in (0.01, 1.0, 10.0):
+        probe, fit = fit_logistic(x, y, labels, c)
+        reference = LogisticRegression(C=c, max_iter=20000, tol=1e-10).fit(x.double().numpy(), y.numpy())
         with torch.no_grad():
             ours = torch.softmax(probe(x), -1).numpy()
-        assert np.abs(ours - reference.predict_proba(x.numpy())).max() < 1e-3 and 0 < iterations < 1000
+        assert fit.converged and np.abs(ours - reference.predict_proba(x.double().numpy())).max() < 1e-3
 
 
-def test_logistic_probe_chooses_c_on_dev_and_mixes_as_linear(tmp_path):
+def test_logistic_probe_leaves_out_labels_train_never_shows():
+    from muppets.analysis.probe_models import fit_logistic
+
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(200, 4, generator=g)
+    y = (x[:, 0] > 0).long() * 2  # labels 0 and 2 of 3; label 1 only in dev / test
+    probe, fit = fit_logistic(x, y, 3, 1.0)
+    with torch.no_grad():
+        predicted = probe(x).argmax(-1)
+    assert fit.converged and fit.iterations < 200 and set(predicted.tolist()) <= {0, 2}
+    assert (predicted == y).float().mean() > 0.95
+
+
+def test_logistic_probe_keeps_the_c_that_is_best_on_dev(tmp_path):
+    from muppets.analysis.probe_models import LOGISTIC_C, fit_logistic
+    from muppets.analysis.probing import WordSplits, _label_ids, fit_word_probe
+    from muppets.analysis.probe_features import SplitFeatures, Standardizer
+
+    g = torch.Generator().manual_seed(1)
+    sizes = {"train": 120, "dev": 60, "test": 60}
+    vectors = {s: torch.randn(1, n, 30, generator=g) for s, n in sizes.items()}
+    tags = {s: [["P" if float(v[0, i, :3].sum() + torch.randn(1, generator=g)) > 0 else "N"] for i in range(n)]
+            for (s, n), v in zip(sizes.items(), vectors.values())}
+    task = WordTask("sst2", "toy", ["N", "P"], tags, spans=False)
+    features = {s: SplitFeatures(v, [0], [1] * v.shape[1]) for s, v in vectors.items()}
+    data = WordSplits(features, Standardizer(features["train"]), ProbeConfig(probe="logistic"))
+    row = fit_word_probe(task, data, [0], seed=0)
+    x = {s: data.rows(s, [0], torch.arange(sizes[s]))[:, 0] for s in sizes}
+    y = {s: _label_ids(task, s) for s in sizes}
+    dev = {}
+    for c in LOGISTIC_C:
+        probe, _ = fit_logistic(x["train"], y["train"], 2, c)
+        with torch.no_grad():
+            dev[c] = float((probe(x["dev"]).argmax(-1) == y["dev"]).float().mean())
+    assert row["C"] == min(c for c in LOGISTIC_C if dev[c] == max(dev.values()))  # ties: the stronger penalty
+    assert row["dev_accuracy"] == pytest.approx(max(dev.values())) and row["estimator"] == "logistic"
+
+
+def test_logistic_probe_on_word_tasks_and_its_mix(tmp_path):
     path = tiny_vectors(tmp_path / "w2v.txt", dim=8)
     table = WordVectors.load(path)
     sign = {w: "P" if table.vectors[table.index[w]][0] > 0 else "N" for w in VOCAB}
-    report = probe_model(_cfg(path, tmp_path, probe="logistic"), {"toy": _toy_corpus(sign.get)})
+    report = probe_model(_cfg(path, tmp_path, probe="logistic", control=True), {"toy": _toy_corpus(sign.get)})
     row = report["tasks"]["pos"]["pretrained"]["layers"][0]
-    assert row["accuracy"] > 0.97 and row["C"] in (1e-3, 1e-2, 0.1, 1.0, 10.0) and "best_epoch" not in row
+    assert row["accuracy"] > 0.97 and row["converged"] and "selectivity" in row and "best_epoch" not in row
     model = tiny_bert(tmp_path / "bert")
     report = probe_model(_cfg(model, tmp_path, probe="logistic"), {"toy": _toy_corpus(sign.get)})
     pos = report["tasks"]["pos"]["pretrained"]
-    assert all("C" in r for r in pos["layers"]) and "best_epoch" in pos["mix"]  # the mix: Adam, early stopping
+    assert all(r["estimator"] == "logistic" for r in pos["layers"]) and pos["mix"]["estimator"] == "linear"
+    with pytest.raises(ConfigError, match="cumulative"):
+        probe_model(_cfg(model, tmp_path, probe="logistic", cumulative=True), {"toy": _toy_corpus(sign.get)})
     with pytest.raises(ConfigError, match="logistic"):
         probe_model(_cfg(model, tmp_path, probe="svm"), {"toy": _toy_corpus(sign.get)})

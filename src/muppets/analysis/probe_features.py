@@ -167,12 +167,14 @@ def load_sentence_split(source: FeatureSource, sentences: Sequence[Sequence[str]
 
 def pair_features(first: SplitFeatures, second: SplitFeatures) -> SplitFeatures:
     """Each pair as ``[u, v, |u − v|, u ⊙ v]`` of its two texts' vectors at every layer (the
-    sentence-pair features of InferSent and SentEval): ``(K, S, 4D)`` float32."""
+    sentence-pair features of InferSent and SentEval): ``(K, S, 4D)`` in the texts' dtype
+    (float16 from a float16 cache: four times the texts' vectors is the largest array here)."""
     if first.vectors.shape != second.vectors.shape:
         raise DataError(f"pair features: {tuple(first.vectors.shape)} first texts, "
                         f"{tuple(second.vectors.shape)} second")
     u, v = first.vectors.float(), second.vectors.float()  # (K, S, D) each
-    return SplitFeatures(torch.cat([u, v, (u - v).abs(), u * v], dim=-1), first.layers, first.lengths)
+    both = torch.cat([u, v, (u - v).abs(), u * v], dim=-1).to(first.vectors.dtype)  # kept in the cache's dtype
+    return SplitFeatures(both, first.layers, first.lengths)
 
 
 class Standardizer:

@@ -22,6 +22,7 @@
 from __future__ import annotations
 
 import copy
+import logging
 import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -31,6 +32,8 @@ from torch import nn
 
 from muppets.errors import ConfigError
 from muppets.nn.scalar_mix import ScalarMix
+
+log = logging.getLogger(__name__)
 
 PROBE_KINDS = ("linear", "mlp", "logistic")
 LOGISTIC_C = (1e-3, 1e-2, 0.1, 1.0, 10.0)  # the inverse L2 strengths a logistic probe chooses among
@@ -120,40 +123,69 @@ def make_probe(kind: str, num_layers: int, dim: int, num_labels: int, hidden: in
     return MixProbe(num_layers, dim, num_labels, hidden if kind == "mlp" else 0, dropout if kind == "mlp" else 0.0)
 
 
-def fit_logistic(x: torch.Tensor, y: torch.Tensor, num_labels: int, c: float,
-                 max_iter: int = 1000) -> tuple[WordProbe, int]:
+@dataclass
+class LogisticFit:
+    """What :func:`fit_logistic` reports: L-BFGS iterations, the final gradient's largest entry
+    (of the objective divided by ``C · N``) and whether it reached the tolerance."""
+
+    iterations: int
+    gradient: float
+    converged: bool
+
+
+def fit_logistic(x: torch.Tensor, y: torch.Tensor, num_labels: int, c: float, max_iter: int = 5000,
+                 tolerance: float = 1e-7) -> tuple[WordProbe, LogisticFit]:
     """A linear softmax probe at the optimum of L2-regularised logistic regression.
 
     It minimises ``C · Σ_i CE(x_i, y_i) + ½ ‖W‖²`` (the bias not penalised), the objective of
-    scikit-learn's ``LogisticRegression(C=c)``. The solver is full-batch L-BFGS with a strong
-    Wolfe line search; the objective is divided by ``C · N`` so the gradient tolerance does not
-    depend on N. With two labels, scikit-learn fits one weight vector ``w``. A two-class softmax
-    spreads it as ``±w/2``, which halves the penalty, so ``C / 2`` is used: ``c`` then means what
-    it means there. Returns the probe (eval mode) and the L-BFGS iterations it took.
+    scikit-learn's ``LogisticRegression(C=c)``, in float64 by full-batch L-BFGS with a strong
+    Wolfe line search (float32 stalls above the tolerance on correlated features). The objective
+    is divided by ``C · N`` so the tolerance does not depend on N. Only the labels seen in ``y``
+    are fitted, as scikit-learn does: a label absent from train would send its unpenalised bias
+    to −∞; its row is left at zero weight and a bias of −1e4. With two such labels scikit-learn
+    fits one weight vector ``w``; a two-class softmax spreads it as ``±w/2``, which halves the
+    penalty, so ``C / 2`` is used: ``c`` then means what it means there. A fit that hits
+    ``max_iter`` before the tolerance is logged. Returns the probe (float32, eval mode) and how
+    the fit ended.
 
     Args:
-        x: ``(N, D)`` float32 features; y: ``(N,)`` label ids.
+        x: ``(N, D)`` features; y: ``(N,)`` label ids below ``num_labels``.
     """
     if c <= 0:
         raise ConfigError(f"logistic probe: C={c} must be positive")
     n, dim = x.shape
-    strength = c / 2 if num_labels == 2 else c
-    probe = WordProbe(dim, num_labels)
+    present = torch.unique(y)  # (P,) sorted label ids seen in train
+    remap = torch.full((num_labels,), -1, dtype=torch.long)
+    remap[present] = torch.arange(len(present))
+    strength = c / 2 if len(present) == 2 else c
+    inner = nn.Linear(dim, len(present)).double()
     with torch.no_grad():
-        probe.net.weight.zero_()
-        probe.net.bias.zero_()
-    optimizer = torch.optim.LBFGS(probe.parameters(), lr=1.0, max_iter=max_iter, tolerance_grad=1e-7,
-                                  tolerance_change=1e-12, history_size=20, line_search_fn="strong_wolfe")
+        inner.weight.zero_()
+        inner.bias.zero_()
+    x64, target = x.double(), remap[y]
+    optimizer = torch.optim.LBFGS(inner.parameters(), lr=1.0, max_iter=max_iter, tolerance_grad=tolerance,
+                                  tolerance_change=1e-15, history_size=20, line_search_fn="strong_wolfe")
 
     def objective() -> torch.Tensor:
         optimizer.zero_grad(set_to_none=True)
-        loss = nn.functional.cross_entropy(probe(x), y) + probe.net.weight.pow(2).sum() / (2 * strength * n)
+        loss = nn.functional.cross_entropy(inner(x64), target) + inner.weight.pow(2).sum() / (2 * strength * n)
         loss.backward()
         return loss
 
     optimizer.step(objective)
-    probe.eval()
-    return probe, int(optimizer.state[probe.net.weight]["n_iter"])
+    objective()
+    gradient = max(float(p.grad.abs().max()) for p in inner.parameters())
+    fit = LogisticFit(int(optimizer.state[inner.weight]["n_iter"]), gradient, gradient <= tolerance)
+    if not fit.converged:
+        log.warning("logistic probe (C=%g, %d examples): stopped after %d L-BFGS iterations with gradient %.2e > %.0e",
+                    c, n, fit.iterations, gradient, tolerance)
+    probe = WordProbe(dim, num_labels)
+    with torch.no_grad():
+        probe.net.weight.zero_()
+        probe.net.bias.fill_(-1e4)
+        probe.net.weight[present] = inner.weight.float()
+        probe.net.bias[present] = inner.bias.float()
+    return probe.eval(), fit
 
 
 @dataclass

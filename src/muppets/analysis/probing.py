@@ -52,8 +52,9 @@ from muppets.analysis.probe_data import (ENGLISH_TASKS, SPLITS, STRUCTURAL, TASK
 from muppets.analysis.probe_features import (ProbeFeatureSource, SplitFeatures, Standardizer, fits, load_sentence_split,
                                              load_split, pair_features)
 from muppets.analysis.probe_sentences import is_sentence_task, majority_accuracy, truncating_corpus
-from muppets.analysis.probe_models import (LOGISTIC_C, PROBE_KINDS, MixProbe, Stopping, differential_expected_layer,
-                                           expected_layer, fit_logistic, make_probe, train_early_stopping)
+from muppets.analysis.probe_models import (LOGISTIC_C, PROBE_KINDS, LogisticFit, MixProbe, Stopping,
+                                           differential_expected_layer, expected_layer, fit_logistic, make_probe,
+                                           train_early_stopping)
 from muppets.analysis import structural_probe as sp
 
 log = logging.getLogger(__name__)
@@ -70,7 +71,8 @@ class ProbeConfig:
     control: bool = True  # word tasks: also train on the control task -> selectivity (pretrained model)
     mix: bool = True  # word tasks: a scalar-mix probe over the layers (weights, gamma, expected layer)
     cumulative: bool = False  # word tasks: cumulative scoring (a mix over layers 0..l for every l; Δ(l), E_Δ[l])
-    probe: str = "linear"  # linear (softmax, Adam) | mlp (one hidden ReLU layer) | logistic (L2 optimum, C on dev)
+    probe: str = "linear"  # linear (softmax, Adam) | mlp (one hidden ReLU layer) | logistic (L2 optimum, C on dev;
+    # its mix probe trains as linear, and weight_decay applies to that mix only)
     hidden: int = 256  # mlp: hidden units
     dropout: float = 0.0  # mlp: dropout after the hidden layer
     lr: float = 1e-3  # Adam learning rate (word probes and the structural probe)
@@ -190,7 +192,8 @@ def fit_word_probe(task: WordTask, data: WordSplits, slots: Sequence[int], seed:
 
         stopping = Stopping(cfg.lr, cfg.weight_decay, cfg.max_epochs, cfg.patience, mix_lr=cfg.mix_lr)
         fitted = train_early_stopping(probe, losses, dev_accuracy, stopping, seed)
-        out = {"dev_accuracy": fitted.dev_score, "epochs": fitted.epochs, "best_epoch": fitted.best_epoch}
+        out = {"dev_accuracy": fitted.dev_score, "epochs": fitted.epochs, "best_epoch": fitted.best_epoch,
+               "estimator": "mlp" if cfg.probe == "mlp" else "linear"}  # a logistic run's mix: linear
     predicted = _predict(probe, data, "test", slots)
     out = {"accuracy": float((predicted == y["test"]).float().mean()), **out}
     if task.metric != "accuracy":  # on label ids: for f1 the positive class is the second label
@@ -211,18 +214,19 @@ def _fit_logistic_probe(task: WordTask, data: WordSplits, slots: Sequence[int], 
     """One layer's logistic probe for every ``C`` of the grid, fitted on train; the one with
     the best dev accuracy (a tie: the smaller ``C``, the stronger penalty) and what it scored."""
     x = {s: data.rows(s, slots, torch.arange(len(y[s])))[:, 0] for s in ("train", "dev")}  # (N, D) each
-    best: tuple[float, float, MixProbe, int] | None = None
+    best: tuple[float, float, MixProbe, LogisticFit] | None = None
     for c in LOGISTIC_C:
-        fitted, iterations = fit_logistic(x["train"], y["train"], len(task.labels), c)
+        fitted, fit = fit_logistic(x["train"], y["train"], len(task.labels), c)
         with torch.no_grad():
             dev = float((fitted(x["dev"]).argmax(-1) == y["dev"]).float().mean())
         if best is None or dev > best[0]:
             probe = MixProbe(1, x["train"].shape[1], len(task.labels))
             probe.probe = fitted
-            best = (dev, c, probe, iterations)
+            best = (dev, c, probe, fit)
     assert best is not None
-    dev, c, probe, iterations = best
-    return probe.eval(), {"dev_accuracy": dev, "C": c, "iterations": iterations}
+    dev, c, probe, fit = best
+    return probe.eval(), {"dev_accuracy": dev, "C": c, "estimator": "logistic", "iterations": fit.iterations,
+                          "converged": fit.converged}
 
 
 def probe_word_task(task: WordTask, control: WordTask | None, data: WordSplits, slots: Sequence[int],
@@ -428,6 +432,9 @@ def probe_model(cfg: ProbeConfig, corpora: Mapping[str, ProbeCorpus]) -> dict:
              or any(c.trees is not None and tree_task(name) == t for name, c in corpora.items())]
     if cfg.probe not in PROBE_KINDS:
         raise ConfigError(f"probe={cfg.probe!r}: expected one of {', '.join(PROBE_KINDS)}")
+    if cfg.cumulative and cfg.probe == "logistic":
+        raise ConfigError("cumulative scoring compares mix probes with the lowest layer's probe: with probe=logistic "
+                          "that layer would be fitted by another estimator than the mixes (use linear)")
     if cfg.cumulative and not cfg.mix:
         raise ConfigError("cumulative scoring is made of mix probes: it needs mix (drop --no-mix)")
     report: dict = {"model": cfg.model, "config": dataclasses.asdict(cfg), "encoders": {}, "data": {},
