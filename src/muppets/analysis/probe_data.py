@@ -15,8 +15,9 @@ corpus          tasks (one label per word)                  splits (train / sele
                 GSDSimp (words as its segmentation gives)
 ==============  ==========================================  ===================================
 
-Sentence tasks (one label per text: any single-text classify task such as ``sst2``, ``cola``,
-``chnsenticorp``) are one-task corpora of their own, read by :mod:`~muppets.analysis.probe_sentences`.
+Sentence and pair tasks (one label per text or text pair: any classify or pair task such as
+``sst2``, ``cola``, ``chnsenticorp``, ``mrpc``) are one-task corpora of their own, read by
+:mod:`~muppets.analysis.probe_sentences`.
 
 GSDSimp's train file is not in the shared data (data README §16), so its probes train on four
 fifths of its dev sentences, select on the other fifth (every fifth sentence) and report test.

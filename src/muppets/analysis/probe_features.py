@@ -36,8 +36,7 @@ from muppets.transfer.feature_cache import FeatureSource, code_version, plan_lay
 
 log = logging.getLogger(__name__)
 
-RANDOM_CODE = ("analysis/probe_features.py",)  # the code that re-initialises a model (part of the cache key)
-POOL_CODE = ("analysis/probe_features.py",)  # the code that pools a sentence's words (part of its cache name)
+PROBE_CODE = ("analysis/probe_features.py",)  # re-initialises a model and pools sentences (part of the cache keys)
 
 
 def randomize_embedder(embedder: Embedder, seed: int) -> None:
@@ -86,7 +85,7 @@ class ProbeFeatureSource(FeatureSource):
                          device=device, progress=progress)
         self.random_seed = random_seed
         if random_seed is not None:
-            self._key = {**self._key, "random_init": int(random_seed), "random_code": code_version(RANDOM_CODE)}
+            self._key = {**self._key, "random_init": int(random_seed), "random_code": code_version(PROBE_CODE)}
 
     def embedder(self) -> Embedder:
         fresh = self._embedder is None
@@ -143,7 +142,7 @@ def load_sentence_split(source: FeatureSource, sentences: Sequence[Sequence[str]
     this file's code): the sentences are embedded ``chunk`` at a time, so a corpus of long texts
     (ChnSentiCorp: a million characters in train) never holds every word's vectors at once.
     """
-    path = source.cache_path(sentences, f"{tag}-mean{code_version(POOL_CODE)[:8]}")
+    path = source.cache_path(sentences, f"{tag}-mean{code_version(PROBE_CODE)[:8]}")
     if not path.is_file():
         embedder = source.embedder()
         layers, _ = plan_layers(source.mode, embedder.num_layers)

@@ -88,13 +88,13 @@ def load_sentence_corpus(name: str, data_dir: str | Path | None = None, data: Ta
     if spec.kind not in ("classify", "pair"):
         raise ConfigError(f"probe task {name!r} is a {spec.kind} task; sentence probes read classify tasks (sst2, "
                           "cola, mr, youtube-spam, chnsenticorp) and pair tasks (mrpc, rte, qnli, xnli-*, pawsx-*)")
-    train, mode, chosen, dev = selection_split(FinetuneConfig(), data)
+    cfg = FinetuneConfig()  # its default selection settings
+    train, mode, chosen, dev = selection_split(cfg, data)
     test = labelled(spec.kind, data.splits.get("test", []))
     if mode == "dev":  # a labelled dev and test split
         reported, selection = test, "dev"
     elif mode == "train-slice":
         reported = test or dev
-        cfg = FinetuneConfig()
         selection = (f"train-slice ({cfg.selection_fraction:g} of train, seed {cfg.selection_seed}); "
                      f"reported: {'test' if test else 'dev'}")
     else:
