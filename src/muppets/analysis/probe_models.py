@@ -133,10 +133,9 @@ class LogisticFit:
     converged: bool
 
 
-# L-BFGS stops when one iteration changes the loss (a mean, mostly below 1) by less than this:
-# scipy's L-BFGS-B criterion as scikit-learn sets it (ftol = 64 float64 epsilons, relative to
-# max(|loss|, 1)). Below it the loss no longer moves in float64, and at large C the line search
-# can wander for thousands of iterations without reaching the gradient tolerance.
+# L-BFGS also stops when one iteration changes the loss by less than this: scikit-learn's second
+# rule for the same solver (scipy's ftol, 64 float64 epsilons relative to max(|loss|, 1)); the
+# loss here is a mean, mostly below 1, so the absolute threshold torch takes is about the same.
 _LOSS_CHANGE = 64 * torch.finfo(torch.float64).eps
 
 
