@@ -27,6 +27,7 @@ from pathlib import Path
 import numpy as np
 import torch
 from sklearn.linear_model import LogisticRegression
+from sklearn.preprocessing import StandardScaler
 from threadpoolctl import threadpool_limits
 
 from muppets.analysis.probe_features import ProbeFeatureSource
@@ -93,8 +94,7 @@ def main() -> None:
                 y = np.array([labels.index(t[0]) for t in fitted.tasks[name].tags["train"]])
                 rows = []
                 for k in range(vectors.shape[0]):
-                    x = vectors[k].astype(np.float64)
-                    x = (x - x.mean(0)) / np.where(x.std(0) < 1e-6, 1.0, x.std(0))
+                    x = StandardScaler().fit_transform(vectors[k].astype(np.float64))  # as probe_sentences.py
                     rows.append(time_layer(x, y, len(labels), ours_first=k % 2 == 0))
                     log.info("%s %s layer slot %d: %s", name, encoder, k,
                              {key: rows[-1][key] for key in ("muppets_s", "sklearn_s", "muppets_iter", "sklearn_iter")})

@@ -155,9 +155,9 @@ def fit_logistic(x: torch.Tensor, y: torch.Tensor, num_labels: int, c: float, ma
     ``±b/2``, the same softmax probabilities. L-BFGS runs until the gradient's largest entry is
     below ``tolerance`` or an iteration changes the loss by less than 64 float64 epsilons
     (scikit-learn's rule for the same solver); a fit whose gradient is still above
-    ``converged_below`` is flagged and logged. A tighter tolerance buys nothing: at large C the
-    gradient hovers between 1e-7 and 1e-6 for thousands of iterations while the predicted
-    probabilities move by less than 1e-4. Returns the probe (float32, eval mode) and
+    ``converged_below`` is flagged and logged. A tighter tolerance mostly buys iterations: at
+    large C, L-BFGS can spend thousands of them between 1e-6 and 1e-7 (BENCHMARKS.md, the
+    logistic solver against scikit-learn). Returns the probe (float32, eval mode) and
     how the fit ended.
 
     Args:
