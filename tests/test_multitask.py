@@ -22,6 +22,7 @@ from muppets.errors import ConfigError, TrainingInterrupted
 from muppets.interop.hf_bert import save_hf_bert
 from muppets.models.bert import BertConfig, BertForPreTraining
 from muppets.multitask import MultitaskConfig, TaskEntry, TaskSchedule, TaskWeighting, run, task_probabilities
+from muppets.multitask import plots as mt_plots
 from muppets.multitask.model import MultiTaskModel
 from muppets.tasks.spec import TagExample, TaskData, TaskSpec
 from muppets.train import read_log
@@ -321,6 +322,9 @@ def test_joint_aligned_tags_share_one_batch_and_one_encoder_pass(model_dir, tmp_
             handle.remove()
 
     monkeypatch.setattr(mt_run.MultiTaskModel, "forward", counting)
+    drawn = []
+    draw = mt_run.write_multitask_plot
+    monkeypatch.setattr(mt_run, "write_multitask_plot", lambda *a: drawn.append(draw(*a)))
     cfg = mt_config(model_dir, tmp_path / "mt", ["ner", "pos"], mode="joint", weighting="uncertainty")
     summary = run(cfg, resume=False, datas={"ner": ner, "pos": pos})
     assert len(calls) == summary["steps"]  # one encoder pass per step for both tasks
@@ -331,6 +335,35 @@ def test_joint_aligned_tags_share_one_batch_and_one_encoder_pass(model_dir, tmp_
     path = [r["weight/pos"] for r in records if "loss" in r]  # every step's weight, not only at evaluations
     assert len(path) == summary["steps"] and path[0] != path[-1] and path[-1] == pytest.approx(weights[-1])
     assert "accuracy" in summary["per_task"]["pos"]["dev"]
+    # multitask.png: redrawn after every evaluation and at the end, with the weights' path and
+    # each task's loss divided by the weight its step used (1 at the first step)
+    assert len(drawn) == len(weights) + 1 and all(p == tmp_path / "mt" / "multitask.png" for p in drawn)
+    panels = {p.title: p for p in mt_plots.plan(records, {"ner": "f1", "pos": "accuracy"})}
+    assert list(panels) == ["selection score per task", "task weight", "task training loss, unweighted"]
+    assert [len(s.steps) for s in panels["task weight"].series] == [summary["steps"]] * 2
+    steps, pos_loss = mt_plots.unweighted_losses(records, "pos", 1.0)
+    trained = [r for r in records if "loss" in r]
+    assert pos_loss[0] == trained[0]["loss/task:pos"]
+    assert pos_loss[-1] == pytest.approx(trained[-1]["loss/task:pos"] / trained[-2]["weight/pos"])
+
+
+def test_unweighted_task_loss_divides_by_the_weight_its_step_used():
+    records = [{"step": 1, "loss/task:a": 3.0, "weight/a": 2.0},  # step 1 ran with the start weight
+               {"step": 1, "eval/weight/a": 2.0},  # an evaluation record: not a step's weight
+               {"step": 2, "loss/task:a": 4.0, "weight/a": 0.0},
+               {"step": 3, "loss/task:a": 0.0, "weight/a": 0.5},  # weight 0: nothing to recover
+               {"step": 4, "loss/task:b": 1.0},  # another task's step (alternating)
+               {"step": 5, "loss/task:a": 1.0}]
+    steps, values = mt_plots.unweighted_losses(records, "a", 1.5)
+    assert steps.tolist() == [1, 2, 5] and values.tolist() == [2.0, 2.0, 2.0]
+
+
+def test_the_weight_panel_appears_only_when_a_weight_moved():
+    fixed = [{"step": s, "loss/task:a": 1.0 / s, "loss/task:b": 2.0 / s} for s in (1, 2, 3, 4)]
+    fixed += [{"step": 4, "eval/a/f1": 0.5, "eval/b/f1": 0.6, "eval/weight/a": 1.0, "eval/weight/b": 2.0}]
+    panels = mt_plots.plan(fixed, {"a": "f1", "b": "f1"}, {"a": 1.0, "b": 2.0})
+    assert [p.title for p in panels] == ["selection score per task", "task training loss, unweighted"]
+    assert panels[1].series[1].values[0] == pytest.approx(1.0)  # b's 2.0 / its fixed weight 2
 
 
 @pytest.mark.parametrize("settings", [dict(sampler="annealed"),

@@ -80,6 +80,18 @@ def test_plot_off_writes_nothing(tmp_path: Path) -> None:
     assert (tmp_path / "log.jsonl").is_file() and not (tmp_path / PLOT_FILE).exists()
 
 
+def test_the_callers_picture_is_redrawn_with_the_trainers(tmp_path: Path) -> None:
+    steps: list[int] = []  # the last logged step each time draw() runs
+    config = toy_config(steps=4, eval_every=2)
+    Trainer(ToyModel(), ToyData(8, 2), config, tmp_path, evaluate=lambda m: {"x": 1.0},
+            draw=lambda: steps.append(read_log(tmp_path)[-1]["step"])).train(resume=False)
+    assert steps == [2, 4]  # after each evaluation's record (the last step's: once)
+    off = tmp_path / "off"
+    Trainer(ToyModel(), ToyData(8, 2), toy_config(steps=2, eval_every=1, plot=False), off,
+            draw=lambda: steps.append(-1)).train(resume=False)
+    assert steps == [2, 4]
+
+
 def test_only_the_main_rank_draws(tmp_path: Path) -> None:
     trainer = Trainer(ToyModel(), ToyData(8, 2), toy_config(steps=2, eval_every=1), tmp_path)
     _write_log(tmp_path, _steps(2))  # a log the main rank would have written

@@ -1,6 +1,15 @@
-"""``run_dir/multitask.png``: each task's selection score and each task's weight over training,
-drawn from ``log.jsonl`` (``eval/<task>/<metric>``, ``eval/weight/<task>``) with the trainer's
-plotting (:mod:`muppets.train.plots`); drawing never raises."""
+"""``run_dir/multitask.png``, redrawn from ``log.jsonl`` at every evaluation (with the trainer's
+``training_curves.png``) and at the end: per task,
+
+* its selection score (``eval/<task>/<metric>``, one point per evaluation);
+* its weight, step by step (``weight/<task>``, logged after every update by adaptive
+  weightings; ``eval/weight/<task>`` otherwise), drawn only when some weight moved;
+* its own training loss, **unweighted** (the logged term ``loss/task:<task>`` divided by the
+  weight that step used), smoothed like the trainer's loss line. This is where a task that fits
+  more slowly when it shares the updates shows itself; the weighted terms hide it.
+
+Drawing uses the trainer's plotting (:mod:`muppets.train.plots`) and never raises.
+"""
 
 from __future__ import annotations
 
@@ -13,33 +22,76 @@ from pathlib import Path
 import numpy as np
 
 from muppets.train.logger import read_log
-from muppets.train.plots import Panel, Series, render
+from muppets.train.plots import Panel, Series, moving_average, render, smoothing_window
 
 logger = logging.getLogger(__name__)
 
 PLOT_FILE = "multitask.png"
 
 
-def plan(records: list[dict], keys: Mapping[str, str]) -> list[Panel]:
-    """Two panels: every task's primary selection score (``keys``: task -> metric key) and,
-    when they moved, the task weights."""
+def _series(records: list[dict], name: str) -> tuple[np.ndarray, np.ndarray]:
+    """The steps and finite values of ``name`` in the records that have it."""
+    rows = [(r["step"], r[name]) for r in records
+            if type(r.get("step")) is int and type(r.get(name)) in (int, float) and np.isfinite(r[name])]
+    return (np.array([s for s, _ in rows], dtype=np.int64), np.array([v for _, v in rows], dtype=np.float64))
+
+
+def unweighted_losses(records: list[dict], task: str, start_weight: float) -> tuple[np.ndarray, np.ndarray]:
+    """``loss/task:<task>`` divided by the weight its step used: the ``weight/<task>`` logged
+    after the previous update (``start_weight`` before the first one). Steps whose weight is 0
+    are left out (their term carries no loss to recover).
+
+    >>> recs = [{"step": 1, "loss/task:a": 2.0, "weight/a": 4.0}, {"step": 2, "loss/task:a": 8.0}]
+    >>> [v.tolist() for v in unweighted_losses(recs, "a", 1.0)]
+    [[1, 2], [2.0, 2.0]]
+    """
+    weight, steps, values = start_weight, [], []
+    for r in records:
+        loss = r.get(f"loss/task:{task}")
+        if type(r.get("step")) is int and type(loss) in (int, float) and weight != 0 and np.isfinite(loss):
+            steps.append(r["step"])
+            values.append(loss / weight)
+        new = r.get(f"weight/{task}")
+        if type(new) in (int, float) and np.isfinite(new):
+            weight = new
+    return np.array(steps, dtype=np.int64), np.array(values, dtype=np.float64)
+
+
+def plan(records: list[dict], keys: Mapping[str, str], start_weights: Mapping[str, float] | None = None
+         ) -> list[Panel]:
+    """Up to three panels (see the module docstring). ``keys``: task -> its primary metric;
+    ``start_weights``: task -> the weight of its first step (1 when not given)."""
+    start_weights = start_weights or {}
     scores, weights = Panel("selection score per task"), Panel("task weight")
+    losses = Panel("task training loss, unweighted")
     for task, key in keys.items():
-        for panel, name in ((scores, f"eval/{task}/{key}"), (weights, f"eval/weight/{task}")):
-            rows = [(r["step"], r[name]) for r in records if name in r and np.isfinite(r[name])]
-            if rows:
-                steps, values = map(np.asarray, zip(*rows))
-                panel.series.append(Series(task if panel is weights else f"{task} ({key})", steps, values))
+        steps, values = _series(records, f"eval/{task}/{key}")
+        if len(values):
+            scores.series.append(Series(f"{task} ({key})", steps, values))
+        steps, values = _series(records, f"weight/{task}")
+        style = "smooth"
+        if not len(values):
+            (steps, values), style = _series(records, f"eval/weight/{task}"), "points"
+        if len(values):
+            weights.series.append(Series(task, steps, values, style))
+        steps, values = unweighted_losses(records, task, start_weights.get(task, 1.0))
+        if len(values):
+            smooth = moving_average(values, smoothing_window(len(values)))
+            losses.series.append(Series(task, steps, smooth, "smooth"))
     moved = any(np.ptp(s.values) > 0 for s in weights.series)
-    return [p for p in (scores, weights if moved else None) if p is not None and p.series]
+    losses.log_y = all(bool((s.values > 0).all()) for s in losses.series)  # a regression loss can dwarf the rest
+    return [p for p in (scores, weights if moved else None, losses) if p is not None and p.series]
 
 
-def write_multitask_plot(run_dir: Path, keys: Mapping[str, str]) -> Path | None:
+def write_multitask_plot(run_dir: Path, keys: Mapping[str, str],
+                         start_weights: Mapping[str, float] | None = None) -> Path | None:
     """Draw :func:`plan` into ``run_dir/multitask.png`` atomically; None when nothing was drawn."""
-    path = Path(run_dir) / PLOT_FILE
+    run_dir = Path(run_dir)
+    path = run_dir / PLOT_FILE
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
-        fig = render(plan(read_log(Path(run_dir), strict=False), keys), Path(run_dir).name)
+        title = "/".join(run_dir.resolve().parts[-2:])  # e.g. dwa/seed-4
+        fig = render(plan(read_log(run_dir, strict=False), keys, start_weights), title)
         fig.savefig(tmp, format="png", dpi=90)
         os.replace(tmp, path)
         return path

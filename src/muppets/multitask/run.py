@@ -14,8 +14,9 @@
    batches; at each epoch end (and every ``eval_every`` steps) every task is scored on its
    selection examples and, when it improves, saved to ``tasks/<name>/best`` (a standard
    fine-tuned directory: ``muppets evaluate``, ``Predictor`` and transformers read it).
-   ``log.jsonl`` gets ``eval/<task>/<metric>`` and ``eval/weight/<task>``; ``multitask.png``
-   plots them.
+   ``log.jsonl`` gets ``eval/<task>/<metric>`` and ``eval/weight/<task>`` (adaptive weights
+   also ``weight/<task>`` after every update); ``multitask.png``, redrawn at every evaluation,
+   plots the scores, the weights and each task's unweighted training loss.
 4. Save ``tasks/<name>/final`` (the model after the last step), reload each ``best``, predict
    dev and test (``tasks/<name>/predictions.jsonl``), and with ``then_finetune`` (MT-DNN) fine-tune
    each task alone from its ``final`` model (head kept) into ``finetuned/<name>``.
@@ -211,24 +212,27 @@ def run(cfg: MultitaskConfig, resume: bool = True, datas: dict[str, TaskData] | 
     weighting = TaskWeighting(cfg.names, cfg.weighting, [e.weight for e in cfg.tasks], base.lr, cfg.weight_lr,
                               cfg.gradnorm_alpha, cfg.dwa_temperature,
                               (cfg.dwa_window or epoch_steps) * base.accumulation)
+    start_weights = dict(zip(cfg.names, weighting.weights().tolist()))  # before a resume loads the checkpoint's
     model = MultiTaskModel({t.name: t.model for t in tasks}, weighting, cfg.sharing, cfg.soft_penalty)
     model.weighting.to(next(model.parameters()).device)
     data = MultiTaskData(groups, cfg.mode, schedule, model.extra_terms)
     keepers = _Keepers(tasks, tok, run_dir, base.patience, dist.is_main, fresh=not resume)
+    keys = {t.name: t.key for t in tasks}
     log.info("multi-task: %d tasks in %d groups, %s, %d steps (%d per epoch), weighting %s, sharing %s",
              len(tasks), len(groups), cfg.mode, steps, epoch_steps, cfg.weighting, cfg.sharing)
     trainer = Trainer(model, data, ft.train_config(base, steps, epoch_steps), run_dir,
                       evaluate=_evaluator(tasks, tok), run_config=to_dict(cfg),
                       should_stop=keepers,
                       eval_also_at=lambda step: step % epoch_steps == 0,
-                      step_extras=_weights_now(model, cfg.names) if cfg.weighting in ADAPTIVE else None)
+                      step_extras=_weights_now(model, cfg.names) if cfg.weighting in ADAPTIVE else None,
+                      draw=lambda: write_multitask_plot(run_dir, keys, start_weights))
     result = trainer.train(resume=resume)
     if result.interrupted:
         raise TrainingInterrupted(f"{run_dir}: stopped by a signal after step {result.step} (checkpoint "
                                   f"{result.checkpoint}); run the same command again to resume it")
     if dist.is_main:
         _save_final(tasks, tok, run_dir, keepers)
-        write_multitask_plot(run_dir, {t.name: t.key for t in tasks})
+        write_multitask_plot(run_dir, keys, start_weights)
     barrier()
     summary = {"tasks": cfg.names, "run_dir": str(run_dir), "model": str(model_dir), "mode": cfg.mode,
                "sampler": cfg.sampler if cfg.mode == "alternating" else None, "weighting": cfg.weighting,

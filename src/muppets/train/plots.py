@@ -106,8 +106,8 @@ def moving_average(values: np.ndarray, window: int) -> np.ndarray:
     return (sums[ends] - sums[starts]) / (ends - starts)
 
 
-def _window(n: int) -> int:
-    """Moving-average width: about 1/25 of the run, at least 1, at most 500 steps."""
+def smoothing_window(n: int) -> int:
+    """Moving-average width for ``n`` logged values: about 1/25 of them, at least 1, at most 500."""
     return max(1, min(500, n // 25))
 
 
@@ -115,7 +115,7 @@ def _loss_panel(columns: dict[str, Column]) -> Panel | None:
     steps, loss = _finite(columns.get("loss", ([], [])))
     if len(loss) == 0:
         return None
-    window = _window(len(loss))
+    window = smoothing_window(len(loss))
     panel = Panel("training loss", [Series("loss", steps, loss, "raw"),
                                     Series(f"loss (mean of {window})", steps, moving_average(loss, window), "smooth")])
     terms = sorted(k for k in columns if k.startswith("loss/"))
@@ -186,9 +186,11 @@ def _draw_series(ax: Any, s: Series, color: str) -> None:
 
 
 def _draw_panel(ax: Any, panel: Panel) -> None:
+    colour = -1
     for index, series in enumerate(panel.series):
-        same = series.style != "points" and index < 2  # the raw loss and its average share a colour
-        _draw_series(ax, series, "C0" if same else f"C{index % 10}")
+        if index == 0 or panel.series[index - 1].style != "raw":  # a raw line and its average share one
+            colour += 1
+        _draw_series(ax, series, f"C{colour % 10}")
     if panel.log_y:
         ax.set_yscale("log")
     ax.set_title(panel.title, fontsize=10)

@@ -207,6 +207,9 @@ class Trainer:
             pass, before clipping, so AdamW neither moves nor decays them and their moments
             stay untouched (e.g. a fresh head trained alone before the encoder joins). A
             function of the step only, so a resumed run freezes exactly what the first did.
+        draw: optional ``draw()``, called on the main rank whenever ``training_curves.png`` is
+            redrawn (after each evaluation, unless ``config.plot`` is off) to redraw a picture
+            of the caller's from ``log.jsonl`` (e.g. ``multitask.png``); it must not raise.
 
     Under ``torchrun`` the constructor joins the process group (:func:`init_distributed`) and
     wraps the model in DistributedDataParallel; build the same model on every rank.
@@ -225,12 +228,13 @@ class Trainer:
         eval_also_at: Callable[[int], bool] | None = None,
         step_extras: Callable[[], dict[str, float]] | None = None,
         frozen: Callable[[int], Sequence[nn.Parameter]] | None = None,
+        draw: Callable[[], object] | None = None,
     ) -> None:
         self.model, self.data, self.config = model, data, config
         self.run_dir = Path(run_dir)
         self.evaluate, self.save_model = evaluate, save_model
         self.should_stop, self.eval_also_at = should_stop, eval_also_at
-        self.step_extras, self.frozen = step_extras, frozen
+        self.step_extras, self.frozen, self.draw = step_extras, frozen, draw
         self.run_config = run_config if run_config is not None else {"train": to_dict(config)}
         self.dist = init_distributed()
         _check_split(config, self.dist.world)
@@ -545,12 +549,15 @@ class Trainer:
         return metrics
 
     def _plot(self) -> None:
-        """Main rank redraws ``run_dir/training_curves.png`` from the log (once per step; never raises)."""
+        """Main rank redraws ``run_dir/training_curves.png`` (and the caller's ``draw``) from the
+        log, once per step; never raises."""
         if not (self.config.plot and self.dist.is_main) or self._plotted_step == self.step:
             return
         self._plotted_step = self.step
         name = "/".join(self.run_dir.resolve().parts[-2:])  # e.g. sst2-bert-mix/seed-1
         write_run_plot(self.run_dir, title=f"{name}: step {self.step} of {self.config.steps}")
+        if self.draw is not None:
+            self.draw()
 
     def _save_checkpoint(self) -> None:
         """Main rank writes the checkpoint (with every rank's torch RNG state); all ranks wait."""
