@@ -132,6 +132,13 @@ def test_per_class_scores_share_a_panel() -> None:
                       "mlm_loss": ["eval", "dev"], "mlm_accuracy": ["eval", "dev"]}
 
 
+def test_task_weights_share_a_panel() -> None:
+    records = _steps(2, terms=("task:a", "task:b")) + [
+        {"step": 2, "eval/a/f1": 0.5, "eval/b/accuracy": 0.7, "eval/weight/a": 1.2, "eval/weight/b": 0.8}]
+    panels = {p.title: [s.label for s in p.series] for p in plan_panels(records)}
+    assert panels["task weights"] == ["a", "b"] and "weight/a" not in panels
+
+
 def test_one_loss_term_draws_no_duplicate_line() -> None:
     panels = plan_panels(_steps(5, terms=("task",)))
     assert [p.title for p in panels] == ["training loss"] and len(panels[0].series) == 2

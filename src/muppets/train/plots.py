@@ -134,6 +134,8 @@ def _metric_group(name: str, names: set[str]) -> tuple[str, str]:
     head, _, tail = base.partition("_")
     if _MIX_WEIGHT.fullmatch(base):
         title, label = "mix weights", base
+    elif base.startswith("weight/"):  # multi-task weights (eval/weight/<task>): one panel for all tasks
+        title, label = "task weights", base[len("weight/"):]
     elif tail and head in names:
         title, label = f"{head} by class", tail
     else:
