@@ -13,18 +13,12 @@ Drawing uses the trainer's plotting (:mod:`muppets.train.plots`) and never raise
 
 from __future__ import annotations
 
-import contextlib
-import logging
-import os
 from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
 
-from muppets.train.logger import read_log
-from muppets.train.plots import Panel, Series, moving_average, render, smoothing_window
-
-logger = logging.getLogger(__name__)
+from muppets.train.plots import Panel, Series, moving_average, smoothing_window, write_run_plot
 
 PLOT_FILE = "multitask.png"
 
@@ -87,16 +81,5 @@ def write_multitask_plot(run_dir: Path, keys: Mapping[str, str],
                          start_weights: Mapping[str, float] | None = None) -> Path | None:
     """Draw :func:`plan` into ``run_dir/multitask.png`` atomically; None when nothing was drawn."""
     run_dir = Path(run_dir)
-    path = run_dir / PLOT_FILE
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        title = "/".join(run_dir.resolve().parts[-2:])  # e.g. dwa/seed-4
-        fig = render(plan(read_log(run_dir, strict=False), keys, start_weights), title)
-        fig.savefig(tmp, format="png", dpi=90)
-        os.replace(tmp, path)
-        return path
-    except Exception as error:  # a picture must never end a run
-        logger.warning("could not draw %s: %s: %s", path, type(error).__name__, error)
-        with contextlib.suppress(OSError):
-            tmp.unlink(missing_ok=True)
-        return None
+    return write_run_plot(run_dir, run_dir / PLOT_FILE, "/".join(run_dir.resolve().parts[-2:]),  # e.g. dwa/seed-4
+                          panels=lambda records: plan(records, keys, start_weights))

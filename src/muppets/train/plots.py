@@ -27,6 +27,7 @@ import logging
 import math
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -230,10 +231,13 @@ def render(panels: list[Panel], title: str = "") -> Any:
     return fig
 
 
-def write_run_plot(run_dir: Path, path: Path | None = None, title: str | None = None) -> Path | None:
+def write_run_plot(run_dir: Path, path: Path | None = None, title: str | None = None,
+                   panels: Callable[[list[dict]], list[Panel]] = plan_panels) -> Path | None:
     """Draw ``run_dir/log.jsonl`` into ``path`` (default ``run_dir/training_curves.png``),
-    atomically (a temporary file renamed into place). Returns the path, or None when nothing
-    was drawn: matplotlib is missing (logged once) or drawing failed (logged as a warning)."""
+    atomically (a temporary file renamed into place); ``panels`` decides the subplots from the
+    log's records (another picture of the same run passes its own). Returns the path, or None
+    when nothing was drawn: matplotlib is missing (logged once) or drawing failed (logged as a
+    warning)."""
     run_dir = Path(run_dir)
     path = Path(path) if path is not None else run_dir / PLOT_FILE
     if not _have_matplotlib():
@@ -241,7 +245,7 @@ def write_run_plot(run_dir: Path, path: Path | None = None, title: str | None = 
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         records = read_log(run_dir, strict=False)
-        fig = render(plan_panels(records), run_dir.name if title is None else title)
+        fig = render(panels(records), run_dir.name if title is None else title)
         path.parent.mkdir(parents=True, exist_ok=True)
         fig.savefig(tmp, format="png", dpi=90)
         os.replace(tmp, path)
