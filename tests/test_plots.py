@@ -139,6 +139,22 @@ def test_task_weights_share_a_panel() -> None:
     assert panels["task weights"] == ["a", "b"] and "weight/a" not in panels
 
 
+def test_a_multitask_run_gets_one_panel_per_task() -> None:
+    """Five GLUE tasks with their metrics used to take 12 panels and lose the weights panel."""
+    scores = {"rte/accuracy": 0.6, "mrpc/accuracy": 0.8, "mrpc/precision": 0.8, "mrpc/recall": 0.9,
+              "mrpc/f1": 0.85, "stsb/pearson": 0.8, "stsb/spearman": 0.8, "cola/mcc": 0.2,
+              "sst2/accuracy": 0.9, "ner/f1": 0.8, "ner/f1_LOC": 0.9, "ner/f1_PER": 0.7, "mean": 0.6,
+              "weight/rte": 1.0, "weight/ner": 2.0}
+    records = _steps(2, terms=("task:rte", "task:ner")) + [
+        {"step": 2, **{f"eval/{k}": v for k, v in scores.items()}, "eval/dev/ner/f1_LOC": 0.8}]
+    panels = {p.title: [s.label for s in p.series] for p in plan_panels(records)}
+    assert panels == {"training loss": ["loss", "loss (mean of 1)", "task:ner", "task:rte"],
+                      "rte": ["accuracy"], "mrpc": ["accuracy", "precision", "recall", "f1"],
+                      "stsb": ["pearson", "spearman"], "cola": ["mcc"], "sst2": ["accuracy"],
+                      "ner": ["f1"], "ner f1 by class": ["LOC", "PER"], "ner f1 by class (dev)": ["LOC"],
+                      "mean": ["eval"], "task weights": ["rte", "ner"]}
+
+
 def test_one_loss_term_draws_no_duplicate_line() -> None:
     panels = plan_panels(_steps(5, terms=("task",)))
     assert [p.title for p in panels] == ["training loss"] and len(panels[0].series) == 2

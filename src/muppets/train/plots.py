@@ -13,7 +13,9 @@ Panels (decided by :func:`plan_panels`, a pure function of the log records):
 - one panel per evaluated metric ``eval/<name>``, with ``eval/dev/<name>`` (the dev split
   watched during fine-tuning) drawn in the same panel; ``mix_w0 … mix_wK`` (the ScalarMix
   weights of feature-based runs) share one panel, and so do per-class scores such as
-  ``f1_LOC``, ``f1_PER`` when ``f1`` is logged too. Perplexities use a log scale.
+  ``f1_LOC``, ``f1_PER`` when ``f1`` is logged too, a multi-task run's metrics of one task
+  (``eval/<task>/<metric>``) and its task weights (``eval/weight/<task>``). Perplexities use a
+  log scale.
 
 Non-finite values and unreadable lines (a run killed mid-write) are skipped. Drawing never
 raises: a failure is logged as a warning, and without matplotlib nothing is drawn (logged once).
@@ -130,15 +132,20 @@ def _loss_panel(columns: dict[str, Column]) -> Panel | None:
 
 def _metric_group(name: str, names: set[str]) -> tuple[str, str]:
     """``(panel title, line label)`` of the metric ``eval/<name>``; ``names`` are all metric
-    names logged (without ``dev/``), so that ``f1_LOC`` joins ``f1 by class`` when ``f1`` exists."""
+    names logged (without ``dev/``), so that ``f1_LOC`` joins ``f1 by class`` when ``f1`` exists.
+    A multi-task run's ``<task>/<metric>`` share one panel per task (``<task>/f1_LOC`` goes to
+    ``<task> f1 by class``), so five GLUE tasks take five panels, not one per metric."""
     dev, base = (True, name[len("dev/"):]) if name.startswith("dev/") else (False, name)
-    head, _, tail = base.partition("_")
+    task, slash, metric = base.rpartition("/")
+    head, _, tail = metric.partition("_")
     if _MIX_WEIGHT.fullmatch(base):
         title, label = "mix weights", base
     elif base.startswith("weight/"):  # multi-task weights (eval/weight/<task>): one panel for all tasks
         title, label = "task weights", base[len("weight/"):]
-    elif tail and head in names:
-        title, label = f"{head} by class", tail
+    elif tail and f"{task}{slash}{head}" in names:
+        title, label = f"{task} {head} by class".lstrip(), tail
+    elif slash:
+        title, label = task, metric
     else:
         return base, "dev" if dev else "eval"
     return (f"{title} (dev)" if dev else title), label
