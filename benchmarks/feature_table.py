@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -68,7 +69,7 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--threads", type=int, default=1, help="torch CPU threads per run")
     ap.add_argument("--out", type=Path, default=Path("benchmarks/results/feature_table.json"))
     ap.add_argument("--finetuned", type=Path, default=Path("benchmarks/results/finetune_table.json"))
-    ap.add_argument("--fresh", action="store_true", help="retrain runs that already finished")
+    ap.add_argument("--fresh", action="store_true", help="delete this script's earlier runs of each variant and retrain them")
     ap.add_argument("overrides", nargs="*", help="FeatureConfig key=value for every run, e.g. epochs=5 hidden=256")
     return ap.parse_args()
 
@@ -98,6 +99,8 @@ def run_variant(task: str, variant: str, models: dict, args: argparse.Namespace,
                         cache_dir=str(args.runs / "cache"), threads=args.threads, max_train_examples=args.max_train,
                         progress=sys.stderr.isatty())
     cfg = apply_overrides(cfg, args.overrides)
+    if args.fresh:  # a run never overwrites an earlier one: this script's own runs are removed first
+        shutil.rmtree(cfg.run_dir, ignore_errors=True)
     start = time.perf_counter()
     summary = run_seeds(cfg, [int(s) for s in args.seeds.split(",")], resume=not args.fresh, data=data)
     summary["seconds"] = time.perf_counter() - start

@@ -220,6 +220,19 @@ def test_config_errors_name_the_setting(model_dir, tmp_path):
         mt_config(model_dir, tmp_path, ["a", "a"])
     with pytest.raises(ConfigError, match="sampler"):
         mt_config(model_dir, tmp_path, ["a"], sampler="sqrt")
+    with pytest.raises(ConfigError, match=r"tasks\[1\]\.weight \(b\): invalid value -1"):
+        mt_config(model_dir, tmp_path, ["a", "b"], weight_b=-1.0)
+
+
+@pytest.mark.parametrize("settings, message", [
+    ({"mode": "joint", "sampler": "uniform"}, "sampler=uniform: samplers draw one task per step"),
+    ({"soft_penalty": 5.0}, "soft_penalty=5.0: the penalty between encoders needs sharing=soft"),
+    ({"mode": "joint", "weighting": "dwa", "weight_b": 2.0}, r"tasks\[1\]\.weight \(b\): 2.0 is a fixed weight"),
+    ({"mode": "joint", "weighting": "gradnorm", "sharing": "soft"}, "gradnorm .* needs sharing=hard"),
+])
+def test_a_setting_the_run_would_not_use_is_refused(model_dir, tmp_path, settings, message):
+    with pytest.raises(ConfigError, match=message):
+        mt_config(model_dir, tmp_path, ["a", "b"], **settings)
 
 
 # ----------------------------------------------------------------------------- model

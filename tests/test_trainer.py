@@ -284,6 +284,72 @@ def test_resume_from_missing_path_is_a_checkpoint_error(tmp_path: Path) -> None:
         trainer.train(resume=tmp_path / "nowhere")
 
 
+# ------------------------------------------------------------------ the run directory is never overwritten
+
+
+def _snapshot(run_dir: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(run_dir)): p.read_bytes() for p in sorted(run_dir.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.parametrize("files", [
+    {"config.json": '{"name": "my experiment", "lr": 3}', "log.jsonl": '{"note": "keep me"}\n'},
+    {"config.json": "not json at all"},
+    {"log.jsonl": '{"step": 1, "loss": 2.0}\n'},
+], ids=["a-users-config-and-log", "unreadable-config", "a-log-alone"])
+def test_a_fresh_run_refuses_files_it_did_not_write(tmp_path: Path, files: dict[str, str]) -> None:
+    from muppets.errors import RunDirError
+
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    before = _snapshot(tmp_path)
+    trainer = Trainer(ToyModel(), ToyData(8, 2), toy_config(), tmp_path)
+    with pytest.raises(RunDirError, match="choose another run_dir"):
+        trainer.train(resume=True)
+    assert _snapshot(tmp_path) == before
+
+
+def test_fresh_refuses_an_earlier_runs_checkpoints_and_leaves_them(tmp_path: Path) -> None:
+    from muppets.errors import RunDirError
+
+    _train(tmp_path, steps=2, checkpoint_every=1)
+    before = _snapshot(tmp_path)
+    with pytest.raises(RunDirError, match="holds the checkpoints of an earlier run"):
+        Trainer(ToyModel(), ToyData(8, 2), toy_config(steps=2), tmp_path).train(resume=False)
+    assert _snapshot(tmp_path) == before
+
+
+def test_a_run_stopped_before_its_first_checkpoint_starts_again(tmp_path: Path) -> None:
+    trainer = Trainer(ToyModel(), ToyData(8, 2), toy_config(steps=3, checkpoint_every=0), tmp_path)
+    trainer._prepare(True)  # config.json and log.jsonl written, then the process "dies"
+    trainer._log.close()
+    assert (tmp_path / "config.json").is_file() and not (tmp_path / "checkpoints").exists()
+    result = Trainer(ToyModel(), ToyData(8, 2), toy_config(steps=3, checkpoint_every=0), tmp_path).train(resume=True)
+    assert result.step == 3
+
+
+def test_a_finished_run_refuses_other_settings_but_not_other_pacing(tmp_path: Path, caplog) -> None:
+    from muppets.errors import RunDirError
+
+    _train(tmp_path, steps=2)
+    before = _snapshot(tmp_path)
+    with pytest.raises(RunDirError, match=r"finished at step 2.*seed: 7 -> 8"):
+        Trainer(ToyModel(), ToyData(8, 2), toy_config(steps=2, seed=8), tmp_path).train(resume=True)
+    assert _snapshot(tmp_path) == before
+    result = Trainer(ToyModel(), ToyData(8, 2), toy_config(steps=2, threads=2, log_every=5), tmp_path).train(resume=True)
+    assert result.step == 2 and "changed training settings: log_every: 0 -> 5; threads: 1 -> 2" in caplog.text
+
+
+def test_resuming_with_other_settings_keeps_the_old_config(tmp_path: Path, caplog) -> None:
+    _train(tmp_path, steps=4, checkpoint_every=2)
+    checkpoints = sorted((tmp_path / "checkpoints").glob("step-*"))
+    (tmp_path / "checkpoints" / "latest").write_text(checkpoints[0].name)  # as if stopped at step 2
+    old = json.loads((tmp_path / "config.json").read_text())
+    Trainer(ToyModel(), ToyData(8, 2), toy_config(steps=4, checkpoint_every=2, lr=5e-3), tmp_path).train(resume=True)
+    assert "changed training settings: lr: 0.01 -> 0.005" in caplog.text
+    assert json.loads((tmp_path / "config.step-00000002.json").read_text()) == old
+    assert json.loads((tmp_path / "config.json").read_text())["train"]["lr"] == 5e-3
+
+
 # ------------------------------------------------------------------ DDP
 
 

@@ -17,7 +17,7 @@ import torch
 
 from muppets import vectors as vectors_module
 from muppets.data.shards import ShardWriter, TokenCorpus
-from muppets.errors import CheckpointError, ConfigError, DataError
+from muppets.errors import CheckpointError, ConfigError, DataError, RunDirError
 from muppets.evaluation.word_vectors import (GOOGLE_ANALOGIES, SIMLEX999, WORDSIM353, evaluate_analogies,
                                              evaluate_word_pairs, gensim_test_file)
 from muppets.interop.word2vec_format import read_vectors, sniff_format, write_word2vec_format
@@ -438,6 +438,9 @@ def test_resume_equals_uninterrupted(tmp_path, sg):
     state_file.write_text(json.dumps(state))
     with pytest.raises(CheckpointError, match="batch_layout"):
         train_word2vec(corpus, vocab.words, cfg, run_dir=run)
+    with pytest.raises(RunDirError, match="holds the checkpoints of an earlier run"):  # --fresh overwrites nothing
+        train_word2vec(corpus, vocab.words, cfg, run_dir=run, resume=False)
+    assert json.loads(state_file.read_text()) == state
     shutil.rmtree(run)
 
 

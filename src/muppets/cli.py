@@ -545,11 +545,15 @@ def _ratio(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.3f}"
 
 
+FRESH_HELP = ("start a new run at step 0; refused where run_dir holds an earlier run's checkpoints "
+              "(without --fresh a run resumes from them)")
+
+
 def _add_run_args(p: argparse.ArgumentParser, config_help: str, example: str) -> None:
     """CONFIG, key=value overrides and --fresh: the arguments of every training command."""
     p.add_argument("config", nargs="?", help=config_help)
     p.add_argument("overrides", nargs="*", help=f"dotted key=value overrides, e.g. {example}")
-    p.add_argument("--fresh", action="store_true", help="ignore existing checkpoints in run_dir")
+    p.add_argument("--fresh", action="store_true", help=FRESH_HELP)
 
 
 def _add_task_args(p: argparse.ArgumentParser, config: str = "FinetuneConfig", example: str = "lr=3e-5 task.kind=pair",
@@ -690,14 +694,14 @@ def build_parser() -> argparse.ArgumentParser:
     f = sub.add_parser("finetune", help="fine-tune a BERT model on a task")
     _add_task_args(f)
     f.add_argument("--seeds", help="comma-separated seeds: one run each (run_dir/seed-N) + mean ± std")
-    f.add_argument("--fresh", action="store_true", help="ignore existing checkpoints in run_dir")
+    f.add_argument("--fresh", action="store_true", help=FRESH_HELP)
     f.set_defaults(func=_finetune)
 
     mt = sub.add_parser("multitask", help="multi-task learning: tasks trained together on a shared "
                         "encoder (alternating or joint; task samplers, adaptive weights; MT-DNN)")
     mt.add_argument("config", help="YAML/JSON multi-task config (see configs/multitask-*.yaml)")
     mt.add_argument("overrides", nargs="*", help="key=value overrides, e.g. finetune.seed=2 sampler=uniform")
-    mt.add_argument("--fresh", action="store_true", help="ignore existing checkpoints in run_dir")
+    mt.add_argument("--fresh", action="store_true", help=FRESH_HELP)
     mt.set_defaults(func=_multitask)
 
     g = sub.add_parser("generate", help="continue prompts with a GPT / GPT-2 model (KV cache)")
@@ -760,7 +764,7 @@ def build_parser() -> argparse.ArgumentParser:
     fb.add_argument("--layers", help="mix | last | last4sum | last4cat | N (one layer)")
     fb.add_argument("--static", help="word-vector file concatenated to the backbone's vectors (ELMo-style)")
     fb.add_argument("--seeds", help="comma-separated seeds: one run each (run_dir/seed-N) + mean ± std")
-    fb.add_argument("--fresh", action="store_true", help="ignore existing checkpoints in run_dir")
+    fb.add_argument("--fresh", action="store_true", help=FRESH_HELP)
     fb.set_defaults(func=_features)
 
     po = sub.add_parser("polysemy", help="static vs contextual vectors of an ambiguous word, or the "

@@ -52,6 +52,11 @@ class CheckpointError(MuppetsError):
     """A checkpoint or model directory is missing, incomplete or incompatible."""
 
 
+class RunDirError(MuppetsError):
+    """A run would overwrite what its run directory holds: an earlier run's checkpoints, files
+    it did not write, or the record of the settings a finished run was trained with."""
+
+
 class TrainingInterrupted(MuppetsError):
     """SIGINT/SIGTERM stopped a run that has no use half-done (a fine-tuning or feature run):
     its checkpoint is saved, and the same command resumes it."""

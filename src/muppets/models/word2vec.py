@@ -68,6 +68,7 @@ from muppets.train.checkpoint import replace_dir, write_latest
 from muppets.train.hogwild import HogwildPool, run_span_inline
 from muppets.train.logger import RunLogger
 from muppets.train.plots import write_run_plot
+from muppets.train.rundir import earlier_run
 from muppets.train.signals import stop_signal_handler
 from muppets.vectors import WordVectors
 
@@ -447,6 +448,8 @@ class Word2VecTrainer:
         checkpoint; return counts. A second signal raises KeyboardInterrupt (no checkpoint)."""
         if resume and self.checkpoint_dir is not None:
             self._restore()
+        elif self.checkpoint_dir is not None and (self.checkpoint_dir / "latest").is_file():
+            raise earlier_run(self.run_dir, self.checkpoint_dir / (self.checkpoint_dir / "latest").read_text().strip())
         if self.run_dir is not None:
             self._log = RunLogger(self.run_dir, tensorboard=False)
         threads = torch.get_num_threads()

@@ -71,13 +71,26 @@ class MultitaskConfig:
         if self.weighting in ADAPTIVE and self.mode != "joint":
             raise ConfigError(f"weighting={self.weighting} adapts weights on a step that holds every "
                               "task: it needs mode=joint")
+        if self.weighting == "gradnorm" and self.sharing != "hard":
+            raise ConfigError("weighting=gradnorm normalises gradients at a shared layer: it needs sharing=hard")
+        # a setting the run would not use is refused, not ignored (defaults aside: they cannot be told from unset)
+        if self.mode == "joint" and self.sampler != "proportional":
+            raise ConfigError(f"sampler={self.sampler}: samplers draw one task per step (mode=alternating); "
+                              "mode=joint takes a batch of every task at every step")
+        if self.sharing == "hard" and self.soft_penalty != _default(MultitaskConfig, "soft_penalty"):
+            raise ConfigError(f"soft_penalty={self.soft_penalty}: the penalty between encoders needs sharing=soft")
         names = [t.name for t in self.tasks]
         if any(not n for n in names):
             raise ConfigError("tasks: every task needs a name (a registered task, or a name for your files)")
         if len(set(names)) != len(names):
             raise ConfigError(f"tasks: names must be unique, got {names}")
-        if any(t.weight < 0 or t.max_train_examples < 0 for t in self.tasks):
-            raise ConfigError("tasks: weight and max_train_examples must be >= 0")
+        for i, t in enumerate(self.tasks):
+            for key in ("weight", "max_train_examples"):
+                if getattr(t, key) < 0:
+                    raise ConfigError(f"tasks[{i}].{key} ({t.name}): invalid value {getattr(t, key)!r}, must be >= 0")
+            if t.weight != 1.0 and self.weighting != "fixed":
+                raise ConfigError(f"tasks[{i}].weight ({t.name}): {t.weight!r} is a fixed weight, and "
+                                  f"weighting={self.weighting} sets the weights itself: use weighting=fixed")
 
     @property
     def names(self) -> list[str]:
@@ -91,6 +104,10 @@ class MultitaskConfig:
 
     def resolved_run_dir(self) -> Path:
         return Path(self.run_dir) if self.run_dir else Path("runs") / "multitask" / "+".join(self.names)
+
+
+def _default(cls: type, name: str) -> object:
+    return next(f.default for f in dataclasses.fields(cls) if f.name == name)
 
 
 def load_config(path: str | Path | None, overrides: Sequence[str]) -> MultitaskConfig:

@@ -220,6 +220,10 @@ def run(cfg: MultitaskConfig, resume: bool = True, datas: dict[str, TaskData] | 
     keys = {t.name: t.key for t in tasks}
     log.info("multi-task: %d tasks in %d groups, %s, %d steps (%d per epoch), weighting %s, sharing %s",
              len(tasks), len(groups), cfg.mode, steps, epoch_steps, cfg.weighting, cfg.sharing)
+    repeats = [f"{g.group} {epoch_steps / g.steps_per_epoch:.1f}x" for g in groups if g.steps_per_epoch < epoch_steps]
+    if cfg.mode == "joint" and repeats:  # an epoch is the largest group's: the smaller ones cycle
+        log.info("joint: an epoch is the largest group's %d batches; the smaller groups repeat within it: %s",
+                 epoch_steps, ", ".join(repeats))
     trainer = Trainer(model, data, ft.train_config(base, steps, epoch_steps), run_dir,
                       evaluate=_evaluator(tasks, tok), run_config=to_dict(cfg),
                       should_stop=keepers,

@@ -58,6 +58,7 @@ from muppets.train.optim import build_optimizer, is_clipped
 from muppets.train.plots import write_run_plot
 from muppets.train.precision import PRECISIONS, autocast, resolve_precision
 from muppets.train.progress import progress_bar, run_eta
+from muppets.train.rundir import changed_settings, check_fresh_start, check_resume, keep_previous_config
 from muppets.train.schedule import check_schedule, lr_factor
 from muppets.train.signals import stop_signal_handler
 
@@ -302,10 +303,14 @@ class Trainer:
             torch.set_num_threads(self.config.threads)
         self._stop_signal = None
         path = self._resume_path(resume)
+        if path is None and self.step == 0 and self.dist.is_main:  # a failing rank ends the others (torchrun)
+            check_fresh_start(self.run_dir, self.run_config, latest_checkpoint(self.run_dir))
         rng = self._restore(path) if path is not None else None
         self._log = RunLogger(self.run_dir, enabled=self.dist.is_main, tensorboard=self.config.tensorboard)
         self._log.truncate_after(self.step)
         if self.dist.is_main:
+            if path is not None:
+                keep_previous_config(self.run_dir, self.run_config, self.step)
             write_json_atomic(self.run_dir / "config.json", self.run_config)
         if rng is not None:  # last, so that nothing above (e.g. importing tensorboard) draws from it
             restore_rng(rng, self.dist.rank)
@@ -315,8 +320,6 @@ class Trainer:
 
     def _resume_path(self, resume: bool | Path) -> Path | None:
         if resume is False:
-            if self.step == 0 and latest_checkpoint(self.run_dir) is not None:
-                logger.warning("starting afresh in %s, which holds checkpoints of an earlier run", self.run_dir)
             return None
         if resume is True:
             found = latest_checkpoint(self.run_dir)
@@ -338,10 +341,7 @@ class Trainer:
                 "%s was written by %d processes, resuming with %d: the data and updates are the same, "
                 "per-rank random streams are not", path, state.world_size, self.dist.world,
             )
-        current = to_dict(self.config)
-        changed = [f"{k}: {v!r} -> {current[k]!r}" for k, v in state.train_config.items() if current.get(k, v) != v]
-        if changed:
-            logger.warning("resuming with changed training settings: %s", "; ".join(changed))
+        check_resume(Path(path), self.step, self.config.steps, changed_settings(state.train_config, to_dict(self.config)))
         logger.info("resumed from %s at step %d", path, self.step)
         return rng
 
