@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from muppets.config import ALLOW_NONFINITE, apply_overrides, from_dict, load_file, to_dict, write_json_atomic
+from muppets.config import ALLOW_NONFINITE, apply_overrides, from_dict, load_file, load_typed, to_dict, write_json_atomic
 from muppets.errors import ConfigError
 
 
@@ -67,6 +67,18 @@ def test_load_file_errors_name_the_file(tmp_path):
     listy.write_text("- 1\n")
     with pytest.raises(ConfigError, match="mapping"):
         load_file(listy)
+
+
+def test_a_bad_value_is_traced_to_the_file_or_the_overrides(tmp_path):
+    path = tmp_path / "run.yaml"
+    path.write_text("tag: demo\nopt: {steps: abc}\n")
+    with pytest.raises(ConfigError, match=r"^.*run\.yaml: opt\.steps: expected an integer, got 'abc'$"):
+        load_typed(Run, path, [])
+    path.write_text("tag: demo\n")
+    with pytest.raises(ConfigError, match=r"^opt\.steps: expected an integer, got 'x' \(with the overrides fast=true opt\.steps=x\)$"):
+        load_typed(Run, path, ["fast=true", "opt.steps=x"])
+    assert load_typed(Run, path, ["opt.steps=3"]) == Run(tag="demo", opt=Opt(steps=3))
+    assert load_typed(Run, None, []) == Run()
 
 
 def test_write_json_atomic_leaves_no_temporary_files(tmp_path):

@@ -24,6 +24,7 @@ import os
 import tempfile
 import types
 import typing
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -250,6 +251,20 @@ def apply_overrides(cfg: T, overrides: list[str]) -> T:
                     raise ConfigError(f"{key!r}: {part!r} is a value, not a section")
                 node, cls = node[part], sub
     return from_dict(type(cfg), data)
+
+
+def load_typed(cls: type[T], path: str | Path | None, overrides: Sequence[str]) -> T:
+    """Config ``cls`` from a YAML/JSON file (optional, None = the defaults) and dotted
+    ``key=value`` overrides, type-checked. An error names the file, or the overrides when the
+    file alone was valid, so the user knows where the bad value came from."""
+    try:
+        cfg = from_dict(cls, load_file(path)) if path else cls()
+    except ConfigError as err:
+        raise ConfigError(str(err) if path is None or str(err).startswith(str(path)) else f"{path}: {err}") from err
+    try:
+        return apply_overrides(cfg, list(overrides))
+    except ConfigError as err:
+        raise ConfigError(f"{err} (with the overrides {' '.join(overrides)})") from err
 
 
 def load_file(path: str | Path) -> dict[str, Any]:

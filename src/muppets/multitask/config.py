@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from muppets.config import apply_overrides, from_dict, load_file
+from muppets.config import load_typed
 from muppets.errors import ConfigError
 from muppets.multitask.data import MODES
 from muppets.multitask.model import SHARINGS
@@ -112,8 +112,7 @@ def _default(cls: type, name: str) -> object:
 
 def load_config(path: str | Path | None, overrides: Sequence[str]) -> MultitaskConfig:
     """YAML/JSON file + dotted ``key=value`` overrides (e.g. ``finetune.seed=2``), type-checked."""
-    cfg = from_dict(MultitaskConfig, load_file(path)) if path else MultitaskConfig()
-    cfg = apply_overrides(cfg, list(overrides))
+    cfg = load_typed(MultitaskConfig, path, overrides)
     if len(cfg.tasks) < 1:
         raise ConfigError(f"{path or 'config'}: tasks: list at least one task")
     return cfg

@@ -25,7 +25,7 @@ from typing import ClassVar, TypeVar
 import torch
 from torch import nn
 
-from muppets.config import apply_overrides, from_dict, load_file
+from muppets.config import load_typed
 from muppets.data.prepare import SPECIALS_AS_TEXT, CorpusTokenizer, prepare_corpus, reads_specials_as_text
 from muppets.data.readers import iter_documents
 from muppets.data.shards import TokenCorpus, tokenizer_fingerprint
@@ -147,8 +147,7 @@ def config_loader(cls: type[C]) -> Callable[[str | Path | None, list[str]], C]:
     (optional, None = the defaults) and dotted ``key=value`` overrides, type-checked."""
 
     def load_config(path: str | Path | None, overrides: list[str]) -> C:
-        cfg = from_dict(cls, load_file(path)) if path else cls()
-        return apply_overrides(cfg, overrides)
+        return load_typed(cls, path, overrides)
 
     load_config.__doc__ = f"A {cls.__name__} from a YAML/JSON file (optional) + dotted overrides, type-checked."
     return load_config

@@ -40,7 +40,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from muppets.config import apply_overrides, from_dict, load_file, to_dict, write_json_atomic
+from muppets.config import load_typed, to_dict, write_json_atomic
 from muppets.errors import ConfigError, DataError, TrainingInterrupted
 from muppets.tasks.spec import TaskData, TaskSpec
 from muppets.train import TrainConfig, Trainer, seed_everything
@@ -111,8 +111,7 @@ class FeatureConfig:
 
 def load_config(path: str | Path | None, overrides: Sequence[str]) -> FeatureConfig:
     """YAML/JSON file (optional) + dotted ``key=value`` overrides, type-checked."""
-    cfg = from_dict(FeatureConfig, load_file(path)) if path else FeatureConfig()
-    return apply_overrides(cfg, list(overrides))
+    return load_typed(FeatureConfig, path, overrides)
 
 
 # ----------------------------------------------------------------------------- splits and batches

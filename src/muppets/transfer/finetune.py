@@ -43,7 +43,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from muppets.config import apply_overrides, from_dict, load_file, to_dict, write_json_atomic
+from muppets.config import load_typed, to_dict, write_json_atomic
 from muppets.errors import ConfigError, TrainingInterrupted
 from muppets.heads import POOLS, TaskModel
 from muppets.interop.hf_tasks import task_labels
@@ -153,8 +153,7 @@ class FinetuneConfig:
 
 def load_config(path: str | Path | None, overrides: Sequence[str]) -> FinetuneConfig:
     """YAML/JSON file (optional) + dotted ``key=value`` overrides, type-checked."""
-    cfg = from_dict(FinetuneConfig, load_file(path)) if path else FinetuneConfig()
-    return apply_overrides(cfg, list(overrides))
+    return load_typed(FinetuneConfig, path, overrides)
 
 
 # ----------------------------------------------------------------------------- inputs
