@@ -21,6 +21,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from _toy_train import ToyData, ToyModel, toy_config  # noqa: E402
 
+from muppets.config import to_dict  # noqa: E402
 from muppets.errors import ConfigError, TrainingDiverged  # noqa: E402
 from muppets.train import (  # noqa: E402
     Trainer,
@@ -330,13 +331,21 @@ def test_a_run_stopped_before_its_first_checkpoint_starts_again(tmp_path: Path) 
 def test_a_finished_run_refuses_other_settings_but_not_other_pacing(tmp_path: Path, caplog) -> None:
     from muppets.errors import RunDirError
 
-    _train(tmp_path, steps=2)
+    trainer = Trainer(ToyModel(), ToyData(8, 2), toy_config(steps=2), tmp_path, evaluate=lambda m: {"score": 0.5},
+                      run_config={"train": to_dict(toy_config(steps=2)), "data": {"max_seq_len": 128}})
+    trainer.train(resume=False)
+    again = Trainer(ToyModel(), ToyData(8, 2), toy_config(steps=2), tmp_path,
+                    run_config={"train": to_dict(toy_config(steps=2)), "data": {"max_seq_len": 128}}).train(resume=True)
+    assert again.losses == [] and again.last_eval == {"score": 0.5}  # asked again: the evaluation it ended with
     before = _snapshot(tmp_path)
-    with pytest.raises(RunDirError, match=r"finished at step 2.*seed: 7 -> 8"):
+    with pytest.raises(RunDirError, match=r"finished at step 2.*train\.seed: 7 -> 8"):
         Trainer(ToyModel(), ToyData(8, 2), toy_config(steps=2, seed=8), tmp_path).train(resume=True)
+    with pytest.raises(RunDirError, match=r"finished at step 2.*data\.max_seq_len: 128 -> 64"):  # not only train.*
+        Trainer(ToyModel(), ToyData(8, 2), toy_config(steps=2), tmp_path,
+                run_config={"train": to_dict(toy_config(steps=2)), "data": {"max_seq_len": 64}}).train(resume=True)
     assert _snapshot(tmp_path) == before
     result = Trainer(ToyModel(), ToyData(8, 2), toy_config(steps=2, threads=2, log_every=5), tmp_path).train(resume=True)
-    assert result.step == 2 and "changed training settings: log_every: 0 -> 5; threads: 1 -> 2" in caplog.text
+    assert result.step == 2 and "changed settings: train.log_every: 0 -> 5; train.threads: 1 -> 2" in caplog.text
 
 
 def test_resuming_with_other_settings_keeps_the_old_config(tmp_path: Path, caplog) -> None:
@@ -345,7 +354,7 @@ def test_resuming_with_other_settings_keeps_the_old_config(tmp_path: Path, caplo
     (tmp_path / "checkpoints" / "latest").write_text(checkpoints[0].name)  # as if stopped at step 2
     old = json.loads((tmp_path / "config.json").read_text())
     Trainer(ToyModel(), ToyData(8, 2), toy_config(steps=4, checkpoint_every=2, lr=5e-3), tmp_path).train(resume=True)
-    assert "changed training settings: lr: 0.01 -> 0.005" in caplog.text
+    assert "changed settings: train.lr: 0.01 -> 0.005" in caplog.text
     assert json.loads((tmp_path / "config.step-00000002.json").read_text()) == old
     assert json.loads((tmp_path / "config.json").read_text())["train"]["lr"] == 5e-3
 

@@ -10,9 +10,10 @@ A directory the user named is never overwritten by surprise:
   again, as it always did.
 - **A resume with other settings** keeps the record of the old ones: the previous
   ``config.json`` is kept as ``config.step-<N>.json`` before the new one is written, and resuming
-  a *finished* run with other training settings is refused: nothing would be trained, and the
-  run's ``config.json`` and metrics would name settings its model was not trained with. Settings
-  that only change how a run is watched or paced (:data:`PACING_KEYS`) may always change.
+  a *finished* run with other settings (the whole run config and the derived training settings)
+  is refused: nothing would be trained, and the run's ``config.json`` and metrics would name
+  settings its model was not trained with. Settings that only change how a run is watched, paced
+  or placed (:data:`PACING_KEYS`) may always change.
 """
 
 from __future__ import annotations
@@ -29,9 +30,11 @@ logger = logging.getLogger(__name__)
 
 CONFIG_FILE = "config.json"
 LOG_FILE = "log.jsonl"
-# train settings that change neither the batches nor the updates of a run
+# settings (the last part of a dotted key) that change neither the batches, the updates nor the
+# scores of a run: how it is watched, paced and placed
 PACING_KEYS = frozenset({"threads", "progress", "plot", "tensorboard", "log_every", "trim_heap_seconds",
-                         "max_minutes", "eval_every", "checkpoint_every", "keep_checkpoints"})
+                         "max_minutes", "eval_every", "checkpoint_every", "keep_checkpoints", "run_dir",
+                         "device", "eval_batch_size"})
 
 
 def earlier_run(run_dir: Path, checkpoint: Path) -> RunDirError:
@@ -65,9 +68,22 @@ def check_fresh_start(run_dir: Path, run_config: dict[str, Any], earlier: Path |
                           f"overwrite it: choose another run_dir")
 
 
+def flatten(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """``{"a.b": value}`` of a nested config dict (lists are values)."""
+    out: dict[str, Any] = {}
+    for key, value in config.items():
+        if isinstance(value, dict) and value:
+            out.update(flatten(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
 def changed_settings(saved: dict[str, Any], current: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
-    """``{key: (saved, current)}`` of the training settings that differ (keys new since are skipped)."""
-    return {k: (v, current[k]) for k, v in saved.items() if k in current and current[k] != v}
+    """``{dotted key: (saved, current)}`` of the settings that differ between two nested configs
+    (keys that only one of them has, such as settings added since, are skipped)."""
+    a, b = flatten(saved), flatten(current)
+    return {k: (v, b[k]) for k, v in a.items() if k in b and b[k] != v}
 
 
 def check_resume(checkpoint: Path, step: int, steps: int, changed: dict[str, tuple[Any, Any]]) -> None:
@@ -76,14 +92,14 @@ def check_resume(checkpoint: Path, step: int, steps: int, changed: dict[str, tup
     if not changed:
         return
     text = "; ".join(f"{k}: {a!r} -> {b!r}" for k, (a, b) in sorted(changed.items()))
-    effective = {k: v for k, v in changed.items() if k not in PACING_KEYS}
+    effective = {k: v for k, v in changed.items() if k.rpartition(".")[2] not in PACING_KEYS}
     if step >= steps and effective:
         names = ", ".join(sorted(effective))
         raise RunDirError(
             f"{checkpoint}: this run finished at step {step}, trained with other settings ({text}); nothing would be "
             f"trained, and its config and metrics would name {names} it was not trained with: run it with its own "
             f"settings (its config.json), or choose another run_dir")
-    logger.warning("resuming with changed training settings: %s", text)
+    logger.warning("resuming with changed settings: %s", text)
 
 
 def keep_previous_config(run_dir: Path, run_config: dict[str, Any], step: int) -> Path | None:

@@ -53,7 +53,7 @@ from muppets.train.checkpoint import (
     save_checkpoint,
 )
 from muppets.train.distributed import all_gather, all_reduce_sum, any_rank, barrier, init_distributed
-from muppets.train.logger import RunLogger
+from muppets.train.logger import RunLogger, read_log
 from muppets.train.optim import build_optimizer, is_clipped
 from muppets.train.plots import write_run_plot
 from muppets.train.precision import PRECISIONS, autocast, resolve_precision
@@ -288,7 +288,7 @@ class Trainer:
         try:
             if self.step >= self.config.steps:
                 logger.info("already at step %d of %d; nothing to train", self.step, self.config.steps)
-                return TrainResult(self.step, [], {}, self.last_checkpoint, False)
+                return TrainResult(self.step, [], self._logged_evaluation(), self.last_checkpoint, False)
             with self._signal_handlers(), self._progress_bar():
                 try:
                     return self._loop()
@@ -341,7 +341,9 @@ class Trainer:
                 "%s was written by %d processes, resuming with %d: the data and updates are the same, "
                 "per-rank random streams are not", path, state.world_size, self.dist.world,
             )
-        check_resume(Path(path), self.step, self.config.steps, changed_settings(state.train_config, to_dict(self.config)))
+        changed = {**changed_settings(state.run_config, self.run_config),
+                   **changed_settings({"train": state.train_config}, {"train": to_dict(self.config)})}
+        check_resume(Path(path), self.step, self.config.steps, changed)
         logger.info("resumed from %s at step %d", path, self.step)
         return rng
 
@@ -546,6 +548,15 @@ class Trainer:
         self._log.log({"step": self.step, **{f"eval/{k}": v for k, v in metrics.items()}})
         if self.dist.is_main:
             logger.info("eval at step %d: %s", self.step, ", ".join(f"{k} {v:.4f}" for k, v in metrics.items()))
+        return metrics
+
+    def _logged_evaluation(self) -> dict[str, float]:
+        """The metrics of the evaluation logged at the current step (a finished run asked again
+        returns the evaluation it ended with, not nothing); {} when there is none."""
+        metrics: dict[str, float] = {}
+        for record in read_log(self.run_dir, strict=False):
+            if record.get("step") == self.step:
+                metrics.update({k[len("eval/"):]: v for k, v in record.items() if k.startswith("eval/")})
         return metrics
 
     def _plot(self) -> None:
