@@ -235,9 +235,9 @@ def test_a_long_log_draws_in_well_under_a_second(tmp_path: Path) -> None:
                             "eval/mlm_perplexity": 7.4, "eval/nsp_accuracy": 0.8})
     _write_log(tmp_path, records)
     write_run_plot(tmp_path)  # the first call imports matplotlib
-    start = time.perf_counter()
+    start = time.process_time()  # CPU time: other jobs on the cores stretch the wall time, not this
     assert _is_png(write_run_plot(tmp_path))
-    assert time.perf_counter() - start < 2.0  # ~0.3-0.6 s measured on 2 busy cores
+    assert time.process_time() - start < 2.0
 
 
 # ------------------------------------------------------------------ the ETA of the run
