@@ -82,7 +82,7 @@ def flatten(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 def changed_settings(saved: dict[str, Any], current: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
     """``{dotted key: (saved, current)}`` of the settings that differ between two nested configs
     (keys that only one of them has, such as settings added since, are skipped)."""
-    a, b = flatten(saved), flatten(current)
+    a, b = (flatten(json.loads(json.dumps(c))) for c in (saved, current))  # as config.json holds them (tuples → lists)
     return {k: (v, b[k]) for k, v in a.items() if k in b and b[k] != v}
 
 
