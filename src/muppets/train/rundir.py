@@ -34,7 +34,9 @@ LOG_FILE = "log.jsonl"
 # scores of a run: how it is watched, paced and placed
 PACING_KEYS = frozenset({"threads", "progress", "plot", "tensorboard", "log_every", "trim_heap_seconds",
                          "max_minutes", "eval_every", "checkpoint_every", "keep_checkpoints", "run_dir",
-                         "device", "eval_batch_size"})
+                         "device", "eval_batch_size",
+                         # what a recipe does after the trained steps (multitask's MT-DNN second stage)
+                         "then_finetune", "finetune_epochs", "finetune_lr"})
 
 
 def earlier_run(run_dir: Path, checkpoint: Path) -> RunDirError:
