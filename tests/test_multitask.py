@@ -321,6 +321,17 @@ def test_alternating_hard_sharing_every_kind_then_mtdnn_finetuning(model_dir, tm
     assert json.loads((tmp_path / "mt" / "metrics.json").read_text())["per_task"].keys() == datas.keys()
 
 
+def test_mtdnn_second_stage_can_follow_a_finished_stage_and_other_settings_cannot(model_dir, tmp_path):
+    from muppets.errors import RunDirError
+
+    datas = {"a": text_task("classify", n=16), "b": text_task("pair", n=16, seed=2)}
+    run(mt_config(model_dir, tmp_path / "mt", list(datas)), datas=datas)
+    summary = run(mt_config(model_dir, tmp_path / "mt", list(datas), then_finetune=True, finetune_epochs=1), datas=datas)
+    assert all(summary["per_task"][name]["finetuned"]["dev"] for name in datas)
+    with pytest.raises(RunDirError, match="finetune.lr"):
+        run(mt_config(model_dir, tmp_path / "mt", list(datas), finetune={"lr": 5e-4}), datas=datas)
+
+
 def test_joint_aligned_tags_share_one_batch_and_one_encoder_pass(model_dir, tmp_path, monkeypatch):
     ner, pos = tag_pair()
     calls = []
