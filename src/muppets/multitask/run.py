@@ -229,7 +229,8 @@ def run(cfg: MultitaskConfig, resume: bool = True, datas: dict[str, TaskData] | 
                       should_stop=keepers,
                       eval_also_at=lambda step: step % epoch_steps == 0,
                       step_extras=_weights_now(model, cfg.names) if cfg.weighting in ADAPTIVE else None,
-                      draw=lambda: write_multitask_plot(run_dir, keys, start_weights))
+                      draw=lambda: write_multitask_plot(run_dir, keys, start_weights),
+                      after_training=("then_finetune", "finetune_epochs", "finetune_lr"))
     result = trainer.train(resume=resume)
     if result.interrupted:
         raise TrainingInterrupted(f"{run_dir}: stopped by a signal after step {result.step} (checkpoint "

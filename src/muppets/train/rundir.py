@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import logging
 import shutil
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
@@ -34,9 +35,7 @@ LOG_FILE = "log.jsonl"
 # scores of a run: how it is watched, paced and placed
 PACING_KEYS = frozenset({"threads", "progress", "plot", "tensorboard", "log_every", "trim_heap_seconds",
                          "max_minutes", "eval_every", "checkpoint_every", "keep_checkpoints", "run_dir",
-                         "device", "eval_batch_size",
-                         # what a recipe does after the trained steps (multitask's MT-DNN second stage)
-                         "then_finetune", "finetune_epochs", "finetune_lr"})
+                         "device", "eval_batch_size"})
 
 
 def earlier_run(run_dir: Path, checkpoint: Path) -> RunDirError:
@@ -88,13 +87,16 @@ def changed_settings(saved: dict[str, Any], current: dict[str, Any]) -> dict[str
     return {k: (v, b[k]) for k, v in a.items() if k in b and b[k] != v}
 
 
-def check_resume(checkpoint: Path, step: int, steps: int, changed: dict[str, tuple[Any, Any]]) -> None:
-    """Refuse resuming a finished run (``step >= steps``) with other training settings than it
-    was trained with, pacing aside; warn when an unfinished run goes on with other settings."""
+def check_resume(checkpoint: Path, step: int, steps: int, changed: dict[str, tuple[Any, Any]],
+                 after_training: Collection[str] = ()) -> None:
+    """Refuse resuming a finished run (``step >= steps``) with other settings than it was
+    trained with, pacing and the caller's ``after_training`` keys aside (settings that only steer
+    what happens after the trained steps); warn when an unfinished run goes on with other settings."""
     if not changed:
         return
     text = "; ".join(f"{k}: {a!r} -> {b!r}" for k, (a, b) in sorted(changed.items()))
-    effective = {k: v for k, v in changed.items() if k.rpartition(".")[2] not in PACING_KEYS}
+    free = PACING_KEYS | frozenset(after_training)
+    effective = {k: v for k, v in changed.items() if k.rpartition(".")[2] not in free and k not in free}
     if step >= steps and effective:
         names = ", ".join(sorted(effective))
         raise RunDirError(

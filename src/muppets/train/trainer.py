@@ -27,7 +27,7 @@ import os
 import random
 import signal
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -211,6 +211,9 @@ class Trainer:
         draw: optional ``draw()``, called on the main rank whenever ``training_curves.png`` is
             redrawn (after each evaluation, unless ``config.plot`` is off) to redraw a picture
             of the caller's from ``log.jsonl`` (e.g. ``multitask.png``); it must not raise.
+        after_training: keys of ``run_config`` that only steer what the caller does after the
+            trained steps (multitask's MT-DNN second stage): a finished run may be asked again
+            with them changed (:func:`~muppets.train.rundir.check_resume`).
 
     Under ``torchrun`` the constructor joins the process group (:func:`init_distributed`) and
     wraps the model in DistributedDataParallel; build the same model on every rank.
@@ -230,12 +233,14 @@ class Trainer:
         step_extras: Callable[[], dict[str, float]] | None = None,
         frozen: Callable[[int], Sequence[nn.Parameter]] | None = None,
         draw: Callable[[], object] | None = None,
+        after_training: Collection[str] = (),
     ) -> None:
         self.model, self.data, self.config = model, data, config
         self.run_dir = Path(run_dir)
         self.evaluate, self.save_model = evaluate, save_model
         self.should_stop, self.eval_also_at = should_stop, eval_also_at
         self.step_extras, self.frozen, self.draw = step_extras, frozen, draw
+        self.after_training = frozenset(after_training)
         self.run_config = run_config if run_config is not None else {"train": to_dict(config)}
         self.dist = init_distributed()
         _check_split(config, self.dist.world)
@@ -343,7 +348,7 @@ class Trainer:
             )
         changed = {**changed_settings(state.run_config, self.run_config),
                    **changed_settings({"train": state.train_config}, {"train": to_dict(self.config)})}
-        check_resume(Path(path), self.step, self.config.steps, changed)
+        check_resume(Path(path), self.step, self.config.steps, changed, self.after_training)
         logger.info("resumed from %s at step %d", path, self.step)
         return rng
 
