@@ -72,13 +72,62 @@ def test_load_file_errors_name_the_file(tmp_path):
 def test_a_bad_value_is_traced_to_the_file_or_the_overrides(tmp_path):
     path = tmp_path / "run.yaml"
     path.write_text("tag: demo\nopt: {steps: abc}\n")
-    with pytest.raises(ConfigError, match=r"^.*run\.yaml: opt\.steps: expected an integer, got 'abc'$"):
+    with pytest.raises(ConfigError, match=r"^.*run\.yaml:2: opt\.steps: expected an integer, got 'abc'$"):
         load_typed(Run, path, [])
     path.write_text("tag: demo\n")
     with pytest.raises(ConfigError, match=r"^opt\.steps: expected an integer, got 'x' \(with the overrides fast=true opt\.steps=x\)$"):
         load_typed(Run, path, ["fast=true", "opt.steps=x"])
     assert load_typed(Run, path, ["opt.steps=3"]) == Run(tag="demo", opt=Opt(steps=3))
     assert load_typed(Run, None, []) == Run()
+
+
+@dataclass
+class Task:
+    name: str = ""
+    weight: float = 1.0
+
+    def __post_init__(self) -> None:
+        if self.weight < 0:
+            raise ConfigError(f"weight: {self.weight} must be >= 0", key="weight")
+
+
+@dataclass
+class Many:
+    opt: Opt = field(default_factory=Opt)
+    tasks: list[Task] = field(default_factory=list)
+
+
+@pytest.mark.parametrize("text, line, needle", [
+    ("# a comment\nopt:\n  lr: 0.1\n  steps: abc\n", 4, "opt.steps: expected an integer"),
+    ("opt:\n  lr: 0.1\n  stepz: 3\n", 3, "unknown key opt.stepz"),
+    ("tasks:\n  - name: a\n  - name: b\n    weight: -1\n", 4, r"weight: -1\.0 must be >= 0"),
+    ("tasks:\n  - name: a\n  - {name: b, weight: x}\n", 3, r"tasks\[1\]\.weight: expected a number"),
+    ('{\n  "opt": {\n    "betas": 3\n  }\n}\n', 3, "opt.betas: expected a list"),
+    ("opt: 3\n", 1, "opt: expected a mapping"),
+])
+def test_a_bad_value_in_a_file_is_traced_to_its_line(tmp_path, text, line, needle):
+    path = tmp_path / ("run.json" if text.startswith("{") else "run.yaml")
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=rf"^{path}:{line}: {needle}") as caught:
+        load_typed(Many, path, [])
+    assert caught.value.key is not None
+
+
+@dataclass
+class Budget:
+    lr: float = 1e-3
+    steps: int = 10
+
+    def __post_init__(self) -> None:
+        if self.lr > 1 and self.steps > 5:
+            raise ConfigError(f"steps: {self.steps} steps at lr {self.lr} diverge", key="steps")
+
+
+def test_an_error_at_a_setting_the_file_does_not_write_names_the_file_alone(tmp_path):
+    path = tmp_path / "run.yaml"
+    path.write_text("lr: 2.0\n")  # steps keeps its default
+    with pytest.raises(ConfigError, match=rf"^{path}: steps: 10 steps at lr 2\.0 diverge$"):
+        load_typed(Budget, path, [])
 
 
 def test_write_json_atomic_leaves_no_temporary_files(tmp_path):

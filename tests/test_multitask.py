@@ -235,6 +235,21 @@ def test_a_setting_the_run_would_not_use_is_refused(model_dir, tmp_path, setting
         mt_config(model_dir, tmp_path, ["a", "b"], **settings)
 
 
+def test_a_config_file_error_names_its_line(tmp_path):
+    from muppets.multitask import load_config
+
+    path = tmp_path / "mt.yaml"
+    path.write_text("mode: joint\nweighting: dwa\ntasks:\n  - name: rte\n  - name: rte\n")
+    with pytest.raises(ConfigError, match=rf"^{path}:5: tasks: names must be unique"):
+        load_config(path, [])
+    path.write_text("mode: joint\nweighting: dwa\ntasks:\n  - name: rte\n  - name: mrpc\n    weight: 2\n")
+    with pytest.raises(ConfigError, match=rf"^{path}:6: tasks\[1\]\.weight \(mrpc\): 2\.0 is a fixed weight"):
+        load_config(path, [])
+    path.write_text("mode: joint\nsampler: uniform\ntasks:\n  - name: rte\n")
+    with pytest.raises(ConfigError, match=rf"^{path}:2: sampler=uniform"):
+        load_config(path, [])
+
+
 # ----------------------------------------------------------------------------- model
 
 
@@ -425,6 +440,30 @@ def test_kill_and_resume_equals_an_uninterrupted_run(model_dir, tmp_path, monkey
     assert b == pytest.approx(a, abs=1e-6)
     for name in datas:
         assert resumed["per_task"][name]["dev"] == pytest.approx(full["per_task"][name]["dev"], abs=1e-6)
+
+
+def test_resuming_with_another_task_list_names_the_change(model_dir, tmp_path, monkeypatch):
+    from muppets.errors import CheckpointError
+
+    datas = {"cls": text_task("classify", n=24), "pair": text_task("pair", n=16, seed=2)}
+    fin = {"eval_every": 2, "epochs": 2}
+    original = mt_run._evaluator
+
+    def killing(tasks, tok):
+        evaluate = original(tasks, tok)
+
+        def wrapped(model):
+            os.kill(os.getpid(), signal.SIGINT)  # the trainer finishes the step and checkpoints
+            return evaluate(model)
+        return wrapped
+
+    monkeypatch.setattr(mt_run, "_evaluator", killing)
+    with pytest.raises(TrainingInterrupted):
+        run(mt_config(model_dir, tmp_path, ["cls"], finetune=fin), resume=False, datas={"cls": datas["cls"]})
+    monkeypatch.setattr(mt_run, "_evaluator", original)
+    with pytest.raises(CheckpointError, match=r"other settings \(.*\), whose model does not fit.*config\.json") as caught:
+        run(mt_config(model_dir, tmp_path, list(datas), finetune=fin), resume=True, datas=datas)
+    assert "tasks: ['cls'] -> ['cls', 'pair']" in str(caught.value)
 
 
 def test_cli_multitask_runs_a_config_file(model_dir, tmp_path, capsys):

@@ -19,7 +19,7 @@ from safetensors.torch import load_file
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from _toy_train import ToyData, ToyModel, toy_config  # noqa: E402
+from _toy_train import HIDDEN, ToyData, ToyModel, toy_config  # noqa: E402
 
 from muppets.config import to_dict  # noqa: E402
 from muppets.errors import ConfigError, TrainingDiverged  # noqa: E402
@@ -216,7 +216,11 @@ def test_logs_eval_checkpoints_and_export(tmp_path: Path) -> None:
     assert list(step_losses(tmp_path).values()) == result.losses
     assert json.loads((tmp_path / "config.json").read_text()) == {"model": "toy"}
     assert (tmp_path / "model" / "weights.txt").is_file()
-    assert any((tmp_path / "tb").iterdir())
+    events = sorted((tmp_path / "tb").iterdir())
+    assert events
+    again = Trainer(ToyModel(), ToyData(8, 2), config, tmp_path, evaluate=evaluate,
+                    run_config={"model": "toy"}, save_model=export).train()
+    assert again.losses == [] and sorted((tmp_path / "tb").iterdir()) == events  # nothing to log: no new event file
     _, plain = _train(tmp_path / "no-eval", steps=4)  # evaluation leaves the losses unchanged
     assert plain.losses == result.losses
 
@@ -357,6 +361,27 @@ def test_resuming_with_other_settings_keeps_the_old_config(tmp_path: Path, caplo
     assert "changed settings: train.lr: 0.01 -> 0.005" in caplog.text
     assert json.loads((tmp_path / "config.step-00000002.json").read_text()) == old
     assert json.loads((tmp_path / "config.json").read_text())["train"]["lr"] == 5e-3
+
+
+def test_a_checkpoint_that_no_longer_fits_names_the_settings_that_changed(tmp_path: Path) -> None:
+    from muppets.errors import CheckpointError
+
+    def run(model: ToyModel, tasks: list[str]) -> Trainer:
+        return Trainer(model, ToyData(8, 2), toy_config(steps=4, checkpoint_every=2), tmp_path,
+                       run_config={"tasks": tasks})
+
+    run(ToyModel(), ["rte"]).train(resume=False)
+    (tmp_path / "checkpoints" / "latest").write_text("step-00000002")  # as if stopped at step 2
+    before = _snapshot(tmp_path)
+    wider = ToyModel()
+    wider.cls = nn.Linear(HIDDEN, 3)  # what another task list builds: a head of another size
+    with pytest.raises(CheckpointError, match=r"other settings \(tasks: \['rte'\] -> \['rte', 'mrpc'\]\).*"
+                                              r"size mismatch for cls\.weight.*\(2 tensors differ\)\)$"):
+        run(wider, ["rte", "mrpc"]).train(resume=True)
+    with pytest.raises(CheckpointError, match=r"does not fit ToyModel: size mismatch for cls\.weight") as caught:
+        run(wider, ["rte"]).train(resume=True)  # the same settings: the checkpoint's own error
+    assert "other settings" not in str(caught.value) and "\n" not in str(caught.value)
+    assert _snapshot(tmp_path) == before
 
 
 # ------------------------------------------------------------------ DDP

@@ -187,12 +187,12 @@ def _print_pretrain_summary(summary: dict) -> None:
 
 def _finetune_config(args: argparse.Namespace):
     """The FinetuneConfig of ``finetune`` / ``evaluate``: file, then TASK and --model, then key=value."""
-    from muppets.config import apply_overrides
+    from muppets.config import with_overrides
     from muppets.transfer import finetune
 
     cfg = finetune.load_config(args.config, [])
     cfg = dataclasses.replace(cfg, task=_task_section(args, cfg.task), model=args.model or cfg.model)
-    return apply_overrides(cfg, args.overrides)
+    return with_overrides(cfg, args.overrides)
 
 
 def _task_section(args: argparse.Namespace, section):
@@ -428,13 +428,13 @@ def _set_threads(threads: int) -> None:
 
 
 def _features(args: argparse.Namespace) -> int:
-    from muppets.config import apply_overrides
+    from muppets.config import with_overrides
     from muppets.transfer import feature_based
 
     cfg = feature_based.load_config(args.config, [])
     cfg = dataclasses.replace(cfg, task=_task_section(args, cfg.task), model=args.model or cfg.model,
                               layers=args.layers or cfg.layers, static=args.static or cfg.static)
-    cfg = apply_overrides(cfg, args.overrides)
+    cfg = with_overrides(cfg, args.overrides)
     if args.seeds:
         s = feature_based.run_seeds(cfg, _seed_list(args.seeds), resume=not args.fresh)
         print(f"\n{s['task']} ({cfg.model}, layers={cfg.layers}): {len(s['seeds'])} seeds (mean ± sample std)")

@@ -21,6 +21,7 @@ import decimal
 import json
 import math
 import os
+import re
 import tempfile
 import types
 import typing
@@ -61,7 +62,7 @@ def _check_value(value: Any, annotation: Any, key: str, finite: bool = True) -> 
         return _check_union(value, typing.get_args(annotation), key, finite)
     if origin is typing.Literal:
         if value not in typing.get_args(annotation):
-            raise ConfigError(f"{key}: {value!r} is not one of {list(typing.get_args(annotation))}")
+            raise ConfigError(f"{key}: {value!r} is not one of {list(typing.get_args(annotation))}", key=key)
         return value
     if origin in (list, tuple, dict):
         return _check_container(value, origin, typing.get_args(annotation), key, finite)
@@ -69,24 +70,24 @@ def _check_value(value: Any, annotation: Any, key: str, finite: bool = True) -> 
         if isinstance(value, annotation):
             return value
         if not isinstance(value, dict):
-            raise ConfigError(f"{key}: expected a mapping for {annotation.__name__}, got {value!r}")
+            raise ConfigError(f"{key}: expected a mapping for {annotation.__name__}, got {value!r}", key=key)
         return from_dict(annotation, value, prefix=f"{key}.")
     if annotation is float:
         return _to_float(value, key, finite)
     if annotation in _SCALARS:
         return _SCALARS[annotation](value, key)
     if isinstance(annotation, type) and not isinstance(value, annotation):
-        raise ConfigError(f"{key}: expected {annotation.__name__}, got {value!r}")
+        raise ConfigError(f"{key}: expected {annotation.__name__}, got {value!r}", key=key)
     return value
 
 
 def _check_union(value: Any, args: tuple, key: str, finite: bool) -> Any:
     if value is None and type(None) in args:
         return None
-    return _first_member(args, lambda arg: _check_value(value, arg, key, finite), f"{key}: {value!r}")
+    return _first_member(args, lambda arg: _check_value(value, arg, key, finite), key, f"{key}: {value!r}")
 
 
-def _first_member(args: tuple, convert: typing.Callable[[Any], Any], what: str) -> Any:
+def _first_member(args: tuple, convert: typing.Callable[[Any], Any], key: str, what: str) -> Any:
     """``convert(member)`` for the first member type of a union (declared order, None aside) that
     takes the value; else a :class:`ConfigError` that starts with ``what`` (the key and value)."""
     for arg in args:
@@ -95,16 +96,16 @@ def _first_member(args: tuple, convert: typing.Callable[[Any], Any], what: str) 
                 return convert(arg)
             except ConfigError:
                 pass
-    raise ConfigError(f"{what} matches none of {' | '.join(getattr(a, '__name__', str(a)) for a in args)}")
+    raise ConfigError(f"{what} matches none of {' | '.join(getattr(a, '__name__', str(a)) for a in args)}", key=key)
 
 
 def _check_container(value: Any, origin: type, args: tuple, key: str, finite: bool) -> Any:
     if origin is dict:
         if not isinstance(value, dict):
-            raise ConfigError(f"{key}: expected a mapping, got {value!r}")
+            raise ConfigError(f"{key}: expected a mapping, got {value!r}", key=key)
         return dict(value)
     if not isinstance(value, (list, tuple)):
-        raise ConfigError(f"{key}: expected a list, got {value!r}")
+        raise ConfigError(f"{key}: expected a list, got {value!r}", key=key)
     inner = args[0] if args else Any
     return [_check_value(v, inner, f"{key}[{i}]", finite) for i, v in enumerate(value)]
 
@@ -117,9 +118,9 @@ def _to_float(value: Any, key: str, finite: bool = True) -> float:
         except ValueError:
             pass
     if isinstance(number, bool) or not isinstance(number, (int, float)):
-        raise ConfigError(f"{key}: expected a number, got {value!r}")
+        raise ConfigError(f"{key}: expected a number, got {value!r}", key=key)
     if finite and not math.isfinite(number):  # nan / inf (or an overflow such as 1e400)
-        raise ConfigError(f"{key}: expected a finite number, got {value!r}")
+        raise ConfigError(f"{key}: expected a finite number, got {value!r}", key=key)
     return float(number)
 
 
@@ -129,7 +130,7 @@ def _to_int(value: Any, key: str) -> int:
     if isinstance(value, float) and value.is_integer():
         return int(value)
     if isinstance(value, bool) or not isinstance(value, int):
-        raise ConfigError(f"{key}: expected an integer, got {value!r}")
+        raise ConfigError(f"{key}: expected an integer, got {value!r}", key=key)
     return value
 
 
@@ -145,19 +146,19 @@ def _int_from_text(text: str, key: str) -> int:
         number = None
     if number is None or not number.is_finite() or number.adjusted() > _MAX_INT_EXPONENT \
             or number != number.to_integral_value():
-        raise ConfigError(f"{key}: expected an integer, got {text!r}")
+        raise ConfigError(f"{key}: expected an integer, got {text!r}", key=key)
     return int(number)
 
 
 def _to_bool(value: Any, key: str) -> bool:
     if not isinstance(value, bool):
-        raise ConfigError(f"{key}: expected true/false, got {value!r}")
+        raise ConfigError(f"{key}: expected true/false, got {value!r}", key=key)
     return value
 
 
 def _to_str(value: Any, key: str) -> str:
     if isinstance(value, bool) or not isinstance(value, (str, int, float)):
-        raise ConfigError(f"{key}: expected a string, got {value!r}")
+        raise ConfigError(f"{key}: expected a string, got {value!r}", key=key)
     return str(value)
 
 
@@ -167,20 +168,24 @@ _SCALARS = {int: _to_int, bool: _to_bool, str: _to_str}  # float: _to_float, whi
 def from_dict(cls: type[T], data: dict[str, Any], prefix: str = "") -> T:
     """Build dataclass ``cls`` from ``data``; unknown keys are an error that lists the valid ones."""
     if not isinstance(data, dict):
-        raise ConfigError(f"{prefix or 'config'}: expected a mapping, got {data!r}")
+        raise ConfigError(f"{prefix or 'config'}: expected a mapping, got {data!r}", key=prefix.rstrip(".") or None)
     hints = _field_types(cls)
     names = [f.name for f in dataclasses.fields(cls) if f.init]
     unknown = [k for k in data if k not in names]
     if unknown:
         raise ConfigError(
-            f"unknown key {prefix}{unknown[0]!s}; valid keys of {cls.__name__}: {', '.join(names)}"
+            f"unknown key {prefix}{unknown[0]!s}; valid keys of {cls.__name__}: {', '.join(names)}",
+            key=f"{prefix}{unknown[0]!s}",
         )
     finite = {f.name: _finite(f) for f in dataclasses.fields(cls)}
     kwargs = {k: _check_value(v, hints[k], prefix + k, finite[k]) for k, v in data.items()}
     try:
         return cls(**kwargs)
     except (TypeError, ValueError) as err:
-        raise ConfigError(f"{prefix or cls.__name__}: {err}") from err
+        raise ConfigError(f"{prefix or cls.__name__}: {err}", key=prefix.rstrip(".") or None) from err
+    except ConfigError as err:  # a check in __post_init__: its key is relative to this section
+        err.key = prefix + err.key if err.key else prefix.rstrip(".") or None
+        raise
 
 
 def to_dict(cfg: Any) -> dict[str, Any]:
@@ -208,7 +213,7 @@ def _from_text(text: str, annotation: Any, key: str, finite: bool) -> Any:
         return _to_float(text, key, finite)
     if annotation is bool:
         if text.strip().lower() not in _BOOL_WORDS:
-            raise ConfigError(f"{key}: expected true/false, got {text!r}")
+            raise ConfigError(f"{key}: expected true/false, got {text!r}", key=key)
         return _BOOL_WORDS[text.strip().lower()]
     if origin in (typing.Union, types.UnionType):
         return _union_from_text(text, typing.get_args(annotation), key, finite)
@@ -216,7 +221,7 @@ def _from_text(text: str, annotation: Any, key: str, finite: bool) -> Any:
         for choice in typing.get_args(annotation):
             if str(choice) == text.strip():
                 return choice
-        raise ConfigError(f"{key}: {text!r} is not one of {list(typing.get_args(annotation))}")
+        raise ConfigError(f"{key}: {text!r} is not one of {list(typing.get_args(annotation))}", key=key)
     return _parse_scalar(text)
 
 
@@ -225,7 +230,7 @@ def _union_from_text(text: str, args: tuple, key: str, finite: bool) -> Any:
     ``str`` member, empty text) is None when None is allowed."""
     if type(None) in args and (text.strip() in _NULL_WORDS or (not text.strip() and str not in args)):
         return None
-    return _first_member(args, lambda arg: _from_text(text, arg, key, finite), f"{key}: {text!r}")
+    return _first_member(args, lambda arg: _from_text(text, arg, key, finite), key, f"{key}: {text!r}")
 
 
 def apply_overrides(cfg: T, overrides: list[str]) -> T:
@@ -260,11 +265,49 @@ def load_typed(cls: type[T], path: str | Path | None, overrides: Sequence[str]) 
     try:
         cfg = from_dict(cls, load_file(path)) if path else cls()
     except ConfigError as err:
-        raise ConfigError(str(err) if path is None or str(err).startswith(str(path)) else f"{path}: {err}") from err
+        if path is None or str(err).startswith(str(path)):
+            raise
+        line = _key_line(path, err.key)
+        raise ConfigError(f"{path}{'' if line is None else f':{line}'}: {err}", key=err.key) from err
+    return with_overrides(cfg, overrides)
+
+
+def with_overrides(cfg: T, overrides: Sequence[str]) -> T:
+    """:func:`apply_overrides` for a command line: an error says it came from the overrides
+    (and lists them), so it is not looked for in a config file."""
     try:
         return apply_overrides(cfg, list(overrides))
     except ConfigError as err:
-        raise ConfigError(f"{err} (with the overrides {' '.join(overrides)})") from err
+        raise ConfigError(f"{err} (with the overrides {' '.join(overrides)})", key=err.key) from err
+
+
+def _key_line(path: str | Path, key: str | None) -> int | None:
+    """The 1-based line of ``path`` (YAML or JSON) where the setting ``key`` (``train.lr``,
+    ``tasks[2].weight``) is written, or of the deepest section of it that is; None if the file
+    does not write it (a default at fault) or cannot be read again."""
+    if not key:
+        return None
+    try:
+        node = yaml.compose(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return None
+    line = None
+    for part in re.findall(r"[^.\[\]]+|\[\d+\]", key):
+        if isinstance(node, yaml.MappingNode):
+            found = [(k, v) for k, v in node.value if isinstance(k, yaml.ScalarNode) and k.value == part]
+            if not found:
+                break
+            key_node, node = found[-1]  # YAML keeps the last of a repeated key
+            line = key_node.start_mark.line + 1
+        elif isinstance(node, yaml.SequenceNode) and part.startswith("["):
+            index = int(part[1:-1])
+            if index >= len(node.value):
+                break
+            node = node.value[index]
+            line = node.start_mark.line + 1
+        else:
+            break
+    return line
 
 
 def load_file(path: str | Path) -> dict[str, Any]:

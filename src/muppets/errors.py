@@ -14,7 +14,18 @@ class MuppetsError(Exception):
 
 
 class ConfigError(MuppetsError):
-    """A configuration key or value is wrong (unknown key, wrong type, bad preset)."""
+    """A configuration key or value is wrong (unknown key, wrong type, bad preset).
+
+    ``key`` is the dotted path of the setting at fault (``train.lr``, ``tasks[2].weight``) where
+    there is one, so a loader can point at the line of the config file that set it.
+    """
+
+    def __init__(self, message: str, *, key: str | None = None) -> None:
+        self.key = key
+        super().__init__(message)
+
+    def __reduce__(self):  # keep `key` through pickling (worker processes)
+        return (_rebuild_config_error, (str(self), self.key))
 
 
 class DataError(MuppetsError):
@@ -90,6 +101,10 @@ class LabelingFunctionError(MuppetsError):
     def __reduce__(self):  # survive the trip back from an applier's worker process
         return (_rebuild_lf_error, (self.message, self.lf, self.index, self.example_id,
                                     self.source, self.value))
+
+
+def _rebuild_config_error(message: str, key: str | None) -> ConfigError:
+    return ConfigError(message, key=key)
 
 
 def _rebuild_lf_error(message, lf, index, example_id, source, value) -> LabelingFunctionError:

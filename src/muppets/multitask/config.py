@@ -67,30 +67,36 @@ class MultitaskConfig:
                   ("finetune_lr", self.finetune_lr >= 0)]
         for name, ok in checks:
             if not ok:
-                raise ConfigError(f"{name}: invalid value {getattr(self, name)!r}")
+                raise ConfigError(f"{name}: invalid value {getattr(self, name)!r}", key=name)
         if self.weighting in ADAPTIVE and self.mode != "joint":
             raise ConfigError(f"weighting={self.weighting} adapts weights on a step that holds every "
-                              "task: it needs mode=joint")
+                              "task: it needs mode=joint", key="weighting")
         if self.weighting == "gradnorm" and self.sharing != "hard":
-            raise ConfigError("weighting=gradnorm normalises gradients at a shared layer: it needs sharing=hard")
+            raise ConfigError("weighting=gradnorm normalises gradients at a shared layer: it needs sharing=hard",
+                              key="weighting")
         # a setting the run would not use is refused, not ignored (defaults aside: they cannot be told from unset)
         if self.mode == "joint" and self.sampler != "proportional":
             raise ConfigError(f"sampler={self.sampler}: samplers draw one task per step (mode=alternating); "
-                              "mode=joint takes a batch of every task at every step")
+                              "mode=joint takes a batch of every task at every step", key="sampler")
         if self.sharing == "hard" and self.soft_penalty != _default(MultitaskConfig, "soft_penalty"):
-            raise ConfigError(f"soft_penalty={self.soft_penalty}: the penalty between encoders needs sharing=soft")
+            raise ConfigError(f"soft_penalty={self.soft_penalty}: the penalty between encoders needs sharing=soft",
+                              key="soft_penalty")
         names = [t.name for t in self.tasks]
         if any(not n for n in names):
-            raise ConfigError("tasks: every task needs a name (a registered task, or a name for your files)")
+            raise ConfigError("tasks: every task needs a name (a registered task, or a name for your files)",
+                              key=f"tasks[{names.index(next(n for n in names if not n))}]")
         if len(set(names)) != len(names):
-            raise ConfigError(f"tasks: names must be unique, got {names}")
+            repeat = next(i for i, n in enumerate(names) if n in names[:i])
+            raise ConfigError(f"tasks: names must be unique, got {names}", key=f"tasks[{repeat}].name")
         for i, t in enumerate(self.tasks):
             for key in ("weight", "max_train_examples"):
                 if getattr(t, key) < 0:
-                    raise ConfigError(f"tasks[{i}].{key} ({t.name}): invalid value {getattr(t, key)!r}, must be >= 0")
+                    raise ConfigError(f"tasks[{i}].{key} ({t.name}): invalid value {getattr(t, key)!r}, must be >= 0",
+                                      key=f"tasks[{i}].{key}")
             if t.weight != 1.0 and self.weighting != "fixed":
                 raise ConfigError(f"tasks[{i}].weight ({t.name}): {t.weight!r} is a fixed weight, and "
-                                  f"weighting={self.weighting} sets the weights itself: use weighting=fixed")
+                                  f"weighting={self.weighting} sets the weights itself: use weighting=fixed",
+                                  key=f"tasks[{i}].weight")
 
     @property
     def names(self) -> list[str]:

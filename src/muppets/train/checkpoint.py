@@ -271,8 +271,11 @@ def load_model_weights(path: Path, model: nn.Module) -> None:
         missing, unexpected = load_model(model, str(file), strict=False)
     except (OSError, SafetensorError) as err:
         raise CheckpointError(f"{file}: unreadable safetensors file ({err})") from err
-    except RuntimeError as err:  # shape mismatch from load_state_dict
-        raise CheckpointError(f"{file}: does not fit {type(model).__name__}: {err}") from err
+    except RuntimeError as err:  # shape mismatch from load_state_dict: one line per tensor
+        sizes = [line.strip() for line in str(err).splitlines() if line.strip().startswith("size mismatch")]
+        detail = (f"{sizes[0]} ({len(sizes)} tensor{'s differ' if len(sizes) > 1 else ' differs'})" if sizes
+                  else str(err))
+        raise CheckpointError(f"{file}: does not fit {type(model).__name__}: {detail}") from err
     if missing:
         raise CheckpointError(f"{file}: missing key {sorted(missing)[0]!r} ({len(missing)} missing)")
     if unexpected:
@@ -320,6 +323,11 @@ def load_optimizer(path: Path, optimizer: torch.optim.Optimizer, param_names: li
         optimizer.load_state_dict(state_dict)
     except (ValueError, KeyError, RuntimeError) as err:
         raise CheckpointError(f"{path}: optimizer state does not fit: {err}") from err
+
+
+def read_state(path: Path) -> TrainerState:
+    """The counters and the recorded settings of the checkpoint at ``path`` (no tensors read)."""
+    return _load_state(Path(path))[0]
 
 
 def _load_state(path: Path) -> tuple[TrainerState, dict[str, Any]]:

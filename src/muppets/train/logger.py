@@ -76,13 +76,14 @@ def step_losses(run_dir: Path) -> dict[int, float]:
     return {r["step"]: r["loss"] for r in read_log(run_dir) if "loss" in r}
 
 
-def _open_tensorboard(directory: Path) -> Any | None:
+def _tensorboard_writer() -> Any | None:
+    """TensorBoard's ``SummaryWriter`` class, or None when tensorboard is not installed."""
     try:
         from torch.utils.tensorboard import SummaryWriter
     except ImportError:
         logger.info("tensorboard is not installed; logging to %s only", LOG_FILE)
         return None
-    return SummaryWriter(log_dir=str(directory))
+    return SummaryWriter
 
 
 class RunLogger:
@@ -99,11 +100,14 @@ class RunLogger:
         self.enabled = enabled
         self._file = None
         self._tb = None
+        # imported now (an import may draw random numbers; a caller restores its RNG after this),
+        # opened at the first scalar: a run with nothing to log leaves no empty event file
+        self._tb_class = None
         if enabled:
             self.run_dir.mkdir(parents=True, exist_ok=True)
             self._file = (self.run_dir / LOG_FILE).open("a", encoding="utf-8")
             if tensorboard:
-                self._tb = _open_tensorboard(self.run_dir / TB_DIR)
+                self._tb_class = _tensorboard_writer()
 
     def log(self, record: dict[str, Any], *, tensorboard: bool = True) -> None:
         """Append ``record`` (must have ``step``); numbers also go to TensorBoard if asked."""
@@ -111,7 +115,9 @@ class RunLogger:
             return
         self._file.write(json.dumps(record) + "\n")
         self._file.flush()
-        if self._tb is not None and tensorboard:
+        if self._tb_class is not None and tensorboard:
+            if self._tb is None:
+                self._tb = self._tb_class(log_dir=str(self.run_dir / TB_DIR))
             step = int(record["step"])
             for key, value in record.items():
                 if key != "step" and isinstance(value, (int, float)) and math.isfinite(value):

@@ -87,6 +87,18 @@ def changed_settings(saved: dict[str, Any], current: dict[str, Any]) -> dict[str
     return {k: (v, b[k]) for k, v in a.items() if k in b and b[k] != v}
 
 
+def _brief(value: Any) -> Any:
+    """A setting as a message shows it: a list of named sections (a task list) by their names."""
+    if isinstance(value, list) and value and all(isinstance(v, dict) and "name" in v for v in value):
+        return [v["name"] for v in value]
+    return value
+
+
+def describe(changed: dict[str, tuple[Any, Any]]) -> str:
+    """``key: old -> new; …`` of :func:`changed_settings`' result, sorted by key."""
+    return "; ".join(f"{k}: {_brief(a)!r} -> {_brief(b)!r}" for k, (a, b) in sorted(changed.items()))
+
+
 def check_resume(checkpoint: Path, step: int, steps: int, changed: dict[str, tuple[Any, Any]],
                  after_training: Collection[str] = ()) -> None:
     """Refuse resuming a finished run (``step >= steps``) with other settings than it was
@@ -94,7 +106,7 @@ def check_resume(checkpoint: Path, step: int, steps: int, changed: dict[str, tup
     what happens after the trained steps); warn when an unfinished run goes on with other settings."""
     if not changed:
         return
-    text = "; ".join(f"{k}: {a!r} -> {b!r}" for k, (a, b) in sorted(changed.items()))
+    text = describe(changed)
     free = PACING_KEYS | frozenset(after_training)
     effective = {k: v for k, v in changed.items() if k.rpartition(".")[2] not in free and k not in free}
     if step >= steps and effective:

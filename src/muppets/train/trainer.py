@@ -38,7 +38,7 @@ import torch
 from torch import nn
 
 from muppets.config import to_dict, write_json_atomic
-from muppets.errors import ConfigError, TrainingDiverged
+from muppets.errors import CheckpointError, ConfigError, TrainingDiverged
 from muppets.heap import HeapTrimmer
 from muppets.train.checkpoint import (
     STATE_FILE,
@@ -48,6 +48,7 @@ from muppets.train.checkpoint import (
     checkpoint_name,
     latest_checkpoint,
     load_checkpoint,
+    read_state,
     replace_dir,
     restore_rng,
     save_checkpoint,
@@ -58,7 +59,14 @@ from muppets.train.optim import build_optimizer, is_clipped
 from muppets.train.plots import write_run_plot
 from muppets.train.precision import PRECISIONS, autocast, resolve_precision
 from muppets.train.progress import progress_bar, run_eta
-from muppets.train.rundir import changed_settings, check_fresh_start, check_resume, keep_previous_config
+from muppets.train.rundir import (
+    PACING_KEYS,
+    changed_settings,
+    check_fresh_start,
+    check_resume,
+    describe,
+    keep_previous_config,
+)
 from muppets.train.schedule import check_schedule, lr_factor
 from muppets.train.signals import stop_signal_handler
 
@@ -338,7 +346,10 @@ class Trainer:
 
     def _restore(self, path: Path) -> RngState:
         """Load model, optimizer and counters from ``path``; return the RNG state to apply."""
-        state, rng = load_checkpoint(path, self.model, self.optimizer, self._param_names)
+        try:
+            state, rng = load_checkpoint(path, self.model, self.optimizer, self._param_names)
+        except CheckpointError as error:
+            raise self._misfit(Path(path), error) from error
         self.step, self.tokens_seen, self._elapsed_before = state.step, state.tokens_seen, state.elapsed_s
         self.last_checkpoint = Path(path)
         if state.world_size != self.dist.world:
@@ -346,11 +357,30 @@ class Trainer:
                 "%s was written by %d processes, resuming with %d: the data and updates are the same, "
                 "per-rank random streams are not", path, state.world_size, self.dist.world,
             )
-        changed = {**changed_settings(state.run_config, self.run_config),
-                   **changed_settings({"train": state.train_config}, {"train": to_dict(self.config)})}
+        changed = self._changed(state)
         check_resume(Path(path), self.step, self.config.steps, changed, self.after_training)
         logger.info("resumed from %s at step %d", path, self.step)
         return rng
+
+    def _changed(self, state: TrainerState) -> dict[str, tuple[Any, Any]]:
+        """The settings of this run that differ from those the checkpoint ``state`` recorded."""
+        return {**changed_settings(state.run_config, self.run_config),
+                **changed_settings({"train": state.train_config}, {"train": to_dict(self.config)})}
+
+    def _misfit(self, path: Path, error: CheckpointError) -> CheckpointError:
+        """``error`` (the checkpoint at ``path`` does not load into this run's model or optimizer),
+        told in the user's terms when the run's settings changed since: a different task list,
+        label set or model preset builds different tensors, and the settings say which."""
+        try:
+            changed = self._changed(read_state(path))
+        except CheckpointError:
+            return error
+        changed = {k: v for k, v in changed.items() if k.rpartition(".")[2] not in PACING_KEYS}
+        if not changed:
+            return error
+        return CheckpointError(f"{path}: written by a run with other settings ({describe(changed)}), whose model does not fit "
+                               f"this one; resume it with its own settings (its config.json), or choose another "
+                               f"run_dir. ({error})")
 
     # ------------------------------------------------------------------ the loop
 
