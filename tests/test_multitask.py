@@ -461,7 +461,8 @@ def test_resuming_with_another_task_list_names_the_change(model_dir, tmp_path, m
     with pytest.raises(TrainingInterrupted):
         run(mt_config(model_dir, tmp_path, ["cls"], finetune=fin), resume=False, datas={"cls": datas["cls"]})
     monkeypatch.setattr(mt_run, "_evaluator", original)
-    with pytest.raises(CheckpointError, match=r"other settings \(.*\), whose model does not fit.*config\.json") as caught:
+    with pytest.raises(CheckpointError, match=r"other settings \(.*\), whose model does not fit.*config\.json") \
+            as caught:
         run(mt_config(model_dir, tmp_path, list(datas), finetune=fin), resume=True, datas=datas)
     assert "tasks: ['cls'] -> ['cls', 'pair']" in str(caught.value)
 

@@ -330,6 +330,15 @@ def test_wrong_method_and_models_list(bert_url, bert_dir):
     assert status == 200 and body["data"][0]["id"] == bert_dir.name
 
 
+def test_a_runs_best_or_final_directory_serves_under_the_runs_name(tmp_path):
+    from muppets.serve.app import default_model_name
+
+    assert default_model_name(str(tmp_path / "mt" / "tasks" / "rte" / "best")) == "rte"
+    assert default_model_name(str(tmp_path / "bert-mini" / "final") + "/") == "bert-mini"
+    assert default_model_name(str(tmp_path / "my-model")) == "my-model"
+    assert default_model_name("minilm") == "minilm"
+
+
 # ----------------------------------------------------------------------------- operations
 
 

@@ -46,13 +46,22 @@ def error_response(err: ApiError) -> JSONResponse:
     return JSONResponse(err.body(), status_code=err.status, headers=err.headers)
 
 
+def default_model_name(model_dir: str) -> str:
+    """The name clients send as ``model`` when none is set: the directory's, or its run's when
+    the directory is a run's ``best`` / ``final`` (``runs/mt/tasks/rte/best`` serves as ``rte``)."""
+    if model_dir == "minilm":
+        return "minilm"
+    path = Path(model_dir).resolve()
+    return path.parent.name if path.name in ("best", "final") and path.parent.name else path.name
+
+
 class Server:
     """The state the routes share: settings, engine, batcher, metrics."""
 
     def __init__(self, cfg: ServeConfig, engine: Engine, model_thread: ThreadPoolExecutor | None = None) -> None:
         self.cfg, self.engine = cfg, engine
         self.model_thread = model_thread  # the one thread that loaded the model runs its batches
-        self.name = cfg.model_name or ("minilm" if cfg.model_dir == "minilm" else Path(cfg.model_dir).name)
+        self.name = cfg.model_name or default_model_name(cfg.model_dir)
         self.batcher: Batcher | None = None
         self.arriving = 0  # model requests received and not yet queued (the batcher waits only for these)
         self.metrics = Metrics(lambda: self.batcher.queue_depth if self.batcher else 0)

@@ -21,7 +21,8 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
                         "an ELMo / NNLM / word2vec run or a word-vector file")
     s.add_argument("--host", default=d.host, help="address to bind (default: loopback only)")
     s.add_argument("--port", type=int, default=d.port, help="TCP port (0 = any free one)")
-    s.add_argument("--model-name", default="", help="the name clients send as 'model' (default: the directory's)")
+    s.add_argument("--model-name", default="",
+                   help="the name clients send as 'model' (default: the directory's; a run's for its best/ or final/)")
     s.add_argument("--max-batch-tokens", type=int, default=d.max_batch_tokens,
                    help="padded tokens (rows x longest row) per forward pass")
     s.add_argument("--max-batch-size", type=int, default=d.max_batch_size,

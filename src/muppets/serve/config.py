@@ -17,7 +17,7 @@ class ServeConfig:
     model_dir: str = ""  # the directory (or "minilm", or a muppets run) the server loads once
     host: str = "127.0.0.1"  # loopback by default: expose on purpose (e.g. 0.0.0.0), behind a proxy with TLS
     port: int = 8000  # TCP port (0 = any free port; the bound one is logged)
-    model_name: str = ""  # name clients send as "model" ("" = the directory's name; "minilm" for minilm)
+    model_name: str = ""  # name clients send as "model" ("" = the directory's; its run's for best/, final/)
     max_batch_tokens: int = 8192  # padded tokens (rows x longest row) one forward pass may take
     max_batch_size: int = 64  # inputs per forward pass; 1 = no batching (the batch-1 baseline)
     max_wait_ms: float = 5.0  # how long the oldest waiting input may wait for others to join its batch

@@ -378,9 +378,9 @@ class Trainer:
         changed = {k: v for k, v in changed.items() if k.rpartition(".")[2] not in PACING_KEYS}
         if not changed:
             return error
-        return CheckpointError(f"{path}: written by a run with other settings ({describe(changed)}), whose model does not fit "
-                               f"this one; resume it with its own settings (its config.json), or choose another "
-                               f"run_dir. ({error})")
+        return CheckpointError(f"{path}: written by a run with other settings ({describe(changed)}), whose model "
+                               f"does not fit this one; resume it with its own settings (its config.json), or "
+                               f"choose another run_dir. ({error})")
 
     # ------------------------------------------------------------------ the loop
 
