@@ -70,7 +70,7 @@ def main() -> None:
         cfg = ProbeConfig(model=args.model, tasks=",".join(args.tasks), control=False, cache_dir=args.cache_dir,
                           probe=kind, out=f"runs/probe/sentences-{Path(args.model).name}-{kind}")
         start = time.perf_counter()
-        reports[kind] = run_probing(cfg)
+        reports[kind] = run_probing(cfg, overwrite=True)  # this script's own folders
         seconds[f"muppets_{kind}"] = time.perf_counter() - start  # the first also embeds
     results: dict = {"model": args.model, "tasks": {}, "C_grid": list(LOGISTIC_C), "probes": args.probes}
     start = time.perf_counter()

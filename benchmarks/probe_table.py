@@ -104,7 +104,7 @@ def probe_or_reuse(cfg: ProbeConfig) -> dict:
         if {**dataclasses.asdict(ProbeConfig()), **report.get("config", {})} == dataclasses.asdict(cfg):
             log.info("reusing %s", done)
             return report
-    return run_probing(cfg)
+    return run_probing(cfg, overwrite=True)  # its settings changed: this script's own folder
 
 
 def summarize(report: dict) -> dict:

@@ -327,6 +327,42 @@ def test_shard_writer_rejects_out_of_vocab_and_existing_dir(tmp_path: Path) -> N
         ShardWriter(tmp_path / "c", vocab_size=10)
 
 
+def test_overwrite_replaces_only_a_prepared_corpus(tmp_path: Path) -> None:
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "thesis.txt").write_text("years of work")
+    (tmp_path / "notes.txt").write_text("keep me")
+    for target, words in ((mine, "not a prepared corpus"), (tmp_path / "notes.txt", "is a file")):
+        with pytest.raises(DataError, match=words):
+            ShardWriter(target, vocab_size=10, overwrite=True)
+    assert (mine / "thesis.txt").read_text() == "years of work" and (tmp_path / "notes.txt").read_text() == "keep me"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mine", "notes.txt"]
+    corpus = tmp_path / "c"
+    for tokens in ([[1, 2]], [[3]]):  # a prepared corpus is replaced; an empty directory is filled
+        with ShardWriter(corpus, vocab_size=10, overwrite=True) as writer:
+            writer.add_document(tokens)
+    assert TokenCorpus(corpus).sentence(0).tolist() == [3]
+    (tmp_path / "empty").mkdir()
+    with ShardWriter(tmp_path / "empty", vocab_size=10, overwrite=True) as writer:
+        writer.add_document([[4]])
+    assert TokenCorpus(tmp_path / "empty").num_tokens == 1
+
+
+def test_leftovers_of_a_killed_write_are_removed_by_the_next(tmp_path: Path) -> None:
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()  # a pid that no longer runs
+    stale = tmp_path / f".c.partial-{dead.pid}"
+    stale.mkdir()
+    (stale / "tokens.bin").write_bytes(b"\0" * 64)
+    only_copy = tmp_path / f".d.old-{dead.pid}"  # killed between its renames: d itself is missing
+    only_copy.mkdir()
+    with ShardWriter(tmp_path / "c", vocab_size=10) as writer:
+        writer.add_document([[1]])
+    with ShardWriter(tmp_path / "e", vocab_size=10) as writer:
+        writer.add_document([[1]])
+    assert not stale.exists() and only_copy.exists()
+
+
 def test_token_corpus_validates_files(tmp_path: Path) -> None:
     out = tmp_path / "c"
     with ShardWriter(out, vocab_size=100) as writer:

@@ -501,3 +501,28 @@ def test_logistic_probe_on_word_tasks_and_its_mix(tmp_path):
         probe_model(_cfg(model, tmp_path, probe="logistic", cumulative=True), {"toy": _toy_corpus(sign.get)})
     with pytest.raises(ConfigError, match="logistic"):
         probe_model(_cfg(model, tmp_path, probe="svm"), {"toy": _toy_corpus(sign.get)})
+
+
+def test_a_report_of_other_settings_is_refused_before_any_work(tmp_path: Path) -> None:
+    from muppets.analysis.probing import run_probing
+
+    out = tmp_path / "results"
+    out.mkdir()
+    cfg = ProbeConfig(model="minilm", tasks="pos", out=str(out), data_dir=str(tmp_path / "no-data"))
+    (out / "probe.json").write_text(json.dumps({"config": {**vars(ProbeConfig(tasks="pos", out=str(out))),
+                                                           "data_dir": cfg.data_dir, "probe": "mlp"}}))
+    before = (out / "probe.json").read_bytes()
+    with pytest.raises(ConfigError, match=r"other settings \(probe: 'mlp' -> 'linear'\).*--overwrite"):
+        run_probing(cfg)  # refused before the (missing) data is read
+    (out / "probe.json").write_text("my own notes")
+    with pytest.raises(ConfigError, match="is not a probe report; it is left as it is"):
+        run_probing(cfg)
+    assert (out / "probe.json").read_text() == "my own notes" and before
+    with pytest.raises(DataError):  # with overwrite (or the same settings) the run goes on: here to the data
+        run_probing(cfg, overwrite=True)
+
+
+@pytest.mark.parametrize("setting", [{"max_train_sentences": -1}, {"hidden": 0}, {"dropout": 1.0}])
+def test_probe_settings_are_checked(setting) -> None:
+    with pytest.raises(ConfigError, match=next(iter(setting))):
+        ProbeConfig(**setting)

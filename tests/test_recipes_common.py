@@ -87,6 +87,16 @@ def test_a_named_directory_that_is_no_corpus_is_an_error(tmp_path: Path, raw: Pa
     assert _files(named) == {"keep.txt": b"precious"}
 
 
+def test_the_runs_own_corpus_directory_holding_a_users_files_is_an_error(tmp_path: Path, raw: Path) -> None:
+    own = tmp_path / "run" / "corpus"
+    own.mkdir(parents=True)
+    (own / "notes.txt").write_text("precious", encoding="utf-8")  # e.g. corpus.inputs=[<run_dir>/corpus]
+    sec = CorpusSection(inputs=[str(own)], workers=1)
+    with pytest.raises(ConfigError, match="not a prepared corpus.*left as it is"):
+        prepare_once(sec, _vocabs()[0], tmp_path / "run")
+    assert _files(own) == {"notes.txt": b"precious"}
+
+
 def test_a_named_directory_that_does_not_exist_is_prepared(tmp_path: Path, raw: Path) -> None:
     named = tmp_path / "new" / "corpus"
     sec = CorpusSection(inputs=[str(raw)], prepared=str(named), workers=1)

@@ -29,6 +29,7 @@ import logging
 import sys
 from pathlib import Path
 
+from muppets.cliargs import non_negative_int
 from muppets.errors import MuppetsError
 
 
@@ -717,7 +718,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--repetition-penalty", type=float, default=1.0)
     g.add_argument("--stop", action="append", help="stop string (repeatable); the output ends before it")
     g.add_argument("--seed", type=int, help="seed for --sample")
-    g.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = default)")
+    g.add_argument("--threads", type=non_negative_int, default=0, help="torch CPU threads (0 = default)")
     g.set_defaults(func=_generate)
 
     z = sub.add_parser("zeroshot", help="prompt a GPT model with no training: hellaswag (LM "
@@ -729,7 +730,7 @@ def build_parser() -> argparse.ArgumentParser:
     z.add_argument("--seed", type=int, default=0)
     z.add_argument("--input", help="summarize: text file (default: standard input)")
     z.add_argument("--out", help="write the metrics JSON here")
-    z.add_argument("--threads", type=int, default=0)
+    z.add_argument("--threads", type=non_negative_int, default=0)
     z.set_defaults(func=_zeroshot)
 
     e = sub.add_parser("evaluate", help="score a fine-tuned model on a task split")
@@ -755,7 +756,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "fits (its words past that get no vectors; the output's offsets show it) instead of an error")
     em.add_argument("--batch-size", type=int, default=32)
     em.add_argument("--device", default="cpu")
-    em.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = default)")
+    em.add_argument("--threads", type=non_negative_int, default=0, help="torch CPU threads (0 = default)")
     em.set_defaults(func=_embed)
 
     fb = sub.add_parser("features", help="feature-based transfer: frozen backbone + ScalarMix + BiLSTM task model")
@@ -779,7 +780,7 @@ def build_parser() -> argparse.ArgumentParser:
     po.add_argument("--show", type=int, default=3, help="contexts printed per group")
     po.add_argument("--out", help="sense-set scores: write the JSON here")
     po.add_argument("--device", default="cpu")
-    po.add_argument("--threads", type=int, default=0)
+    po.add_argument("--threads", type=non_negative_int, default=0)
     po.set_defaults(func=_polysemy)
 
     i = sub.add_parser("info", help="versions, CPU (bf16), threads, malloc, data directory and extras "

@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from muppets.cliargs import non_negative_int
 from muppets.errors import ConfigError
 
 
@@ -40,7 +41,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
     p.add_argument("--candidates", help="pronoun case: comma-separated candidate nouns, e.g. nurse,doctor")
     p.add_argument("--pronoun-json", metavar="JSON", help="write the pronoun case's result")
     p.add_argument("--pronoun-plot", metavar="PNG", help="plot the pronoun case per layer")
-    p.add_argument("--threads", type=int, default=0, help="torch threads (0: leave the default)")
+    p.add_argument("--threads", type=non_negative_int, default=0, help="torch threads (0: leave the default)")
     p.set_defaults(func=run)
     return p
 

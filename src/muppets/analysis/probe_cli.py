@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 
 from muppets.analysis.probe_data import CHINESE_TASKS, ENGLISH_TASKS, STRUCTURAL, TASKS
+from muppets.cliargs import non_negative_int
 
 
 def add_parser(sub) -> argparse.ArgumentParser:
@@ -53,11 +54,13 @@ def add_parser(sub) -> argparse.ArgumentParser:
                    help="sub-word models: a word's vector (auto: last piece for GPT, first for BERT)")
     p.add_argument("--deprel-subtypes", action="store_true", help="deprel: keep subtypes (nmod:poss)")
     p.add_argument("--out", metavar="DIR", help="output folder (default runs/probe/<model>)")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace a probe.json of other settings in the output folder (else refused, before any work)")
     p.add_argument("--cache-dir", default="runs/probe/cache", help="cached per-layer features")
-    p.add_argument("--max-train-sentences", type=int, default=0, help="seeded sample of train sentences (0 = all)")
-    p.add_argument("--max-eval-sentences", type=int, default=0, help="the same for dev and test (0 = all)")
+    p.add_argument("--max-train-sentences", type=non_negative_int, default=0, help="seeded sample of train sentences (0 = all)")
+    p.add_argument("--max-eval-sentences", type=non_negative_int, default=0, help="the same for dev and test (0 = all)")
     p.add_argument("--data-dir", default="", help="the shared data folder (default: the usual one)")
-    p.add_argument("--threads", type=int, default=0, help="torch threads (0: leave the default)")
+    p.add_argument("--threads", type=non_negative_int, default=0, help="torch threads (0: leave the default)")
     p.add_argument("--seed", type=int, default=0)
     p.set_defaults(func=run)
     return p
@@ -112,7 +115,7 @@ def run(args: argparse.Namespace) -> int:
 
         torch.set_num_threads(args.threads)
     cfg = config_of(args)
-    report = run_probing(cfg)
+    report = run_probing(cfg, overwrite=args.overwrite)
     for line in summary_lines(report):
         print(line)
     print(f"wrote {cfg.out_dir() / 'probe.json'} and {', '.join(report['plots'])} ({report['seconds']:.0f} s)")

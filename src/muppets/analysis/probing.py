@@ -33,6 +33,7 @@ Everything is seeded from ``seed``: the same command gives the same numbers on C
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import time
 import zlib
@@ -96,6 +97,16 @@ class ProbeConfig:
     out: str = ""  # "" = runs/probe/<model name>
     seed: int = 0  # one seed for samples, control tasks, random encoders and probes
     progress: bool = False  # progress bars while embedding
+
+    def __post_init__(self) -> None:
+        counts = {"max_train_sentences": 0, "max_eval_sentences": 0, "hidden": 1, "rank": 1, "max_epochs": 1,
+                  "batch_size": 1, "sentence_batch_size": 1, "tree_batch_size": 1, "tree_epochs": 1,
+                  "embed_batch_size": 1, "patience": 0}
+        for name, least in counts.items():
+            if getattr(self, name) < least:
+                raise ConfigError(f"{name}: {getattr(self, name)!r} must be >= {least}", key=name)
+        if not 0.0 <= self.dropout < 1.0:
+            raise ConfigError(f"dropout: {self.dropout!r} must be in [0, 1)", key="dropout")
 
     def task_list(self) -> list[str]:
         names = [t.strip() for t in self.tasks.split(",") if t.strip()]
@@ -457,14 +468,39 @@ def probe_model(cfg: ProbeConfig, corpora: Mapping[str, ProbeCorpus]) -> dict:
     return report
 
 
-def run_probing(cfg: ProbeConfig) -> dict:
+def run_probing(cfg: ProbeConfig, overwrite: bool = False) -> dict:
     """Probe ``cfg.model`` on the shared data (see the module docstring); writes ``probe.json``
-    and the plots in ``cfg.out_dir()`` and returns the report."""
+    and the plots in ``cfg.out_dir()`` and returns the report. A ``probe.json`` already there
+    is replaced only by a run of the same settings, or with ``overwrite``."""
+    if not overwrite:
+        check_report_target(cfg)
     corpora = {n: limit_corpus(c, cfg) for n, c in load_corpora(cfg.task_list(), cfg.data_dir or None,
                                                                   cfg.deprel_subtypes).items()}
     report = probe_model(cfg, corpora)
     write_report(report, cfg.out_dir())
     return report
+
+
+def check_report_target(cfg: ProbeConfig) -> None:
+    """Raise :class:`ConfigError`, before anything is computed, when ``cfg.out_dir()`` holds a
+    ``probe.json`` that is not a report of these settings (another run's, or a user's file)."""
+    done = cfg.out_dir() / "probe.json"
+    if not done.exists():
+        return
+    try:
+        saved = json.loads(done.read_text(encoding="utf-8")).get("config")
+    except (OSError, UnicodeDecodeError, ValueError, AttributeError):
+        saved = None
+    if not isinstance(saved, dict):
+        raise ConfigError(f"{done} is not a probe report; it is left as it is: choose another --out folder")
+    ours = dataclasses.asdict(cfg)
+    # settings added since the report was written count as their defaults; progress bars change nothing
+    old = {**dataclasses.asdict(ProbeConfig()), **saved}
+    changed = sorted(k for k in ours if k != "progress" and old.get(k) != ours[k])
+    if changed:
+        text = "; ".join(f"{k}: {old.get(k)!r} -> {ours[k]!r}" for k in changed)
+        raise ConfigError(f"{done} holds the report of a run with other settings ({text}); it is left as it is: "
+                          f"pass --overwrite to replace it, or --out another folder")
 
 
 def write_report(report: dict, out: Path) -> Path:

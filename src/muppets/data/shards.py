@@ -62,6 +62,17 @@ def tokenizer_fingerprint(tokenizer_json: str) -> str:
     return hashlib.sha256(tokenizer_json.encode("utf-8")).hexdigest()
 
 
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` exists (on this machine)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # it exists, owned by someone else
+        return True
+    return True
+
+
 class ShardWriter:
     """Append tokenized documents to a new corpus directory, published atomically on success.
 
@@ -92,6 +103,7 @@ class ShardWriter:
         self.num_tokens = self.num_sentences = self.num_documents = 0
         self.empty_sentences = self.empty_documents = 0
         self.tmp_dir = self.out_dir.parent / f".{self.out_dir.name}.partial-{os.getpid()}"
+        self._remove_stale()
         if self.tmp_dir.exists():
             shutil.rmtree(self.tmp_dir)
         self.tmp_dir.mkdir(parents=True)
@@ -103,9 +115,32 @@ class ShardWriter:
         self.finished = False
 
     def _check_target(self) -> None:
-        if self.out_dir.exists() and not self.overwrite:
-            raise DataError("output directory already exists (pass overwrite=True to replace "
-                            "it)", path=self.out_dir)
+        """Refuse an existing ``out_dir`` unless asked to replace it, and even then anything but
+        a prepared corpus or an empty directory: a user's own files are never deleted."""
+        out = self.out_dir
+        if not out.exists():
+            return
+        if not self.overwrite:
+            raise DataError("output directory already exists (--overwrite, or overwrite=True, replaces a prepared corpus)",
+                            path=out)
+        if not out.is_dir():
+            raise DataError("is a file, not a corpus directory; it is left as it is: choose another output",
+                            path=out)
+        if not (out / META_FILE).is_file() and any(out.iterdir()):
+            raise DataError(f"holds files but is not a prepared corpus (no {META_FILE}), so it is not replaced: "
+                            "choose another output directory", path=out)
+
+    def _remove_stale(self) -> None:
+        """Delete the temporary directories of earlier writes to ``out_dir`` whose process is gone
+        (killed before it could clean up): ``.<name>.partial-<pid>`` and ``.<name>.old-<pid>``."""
+        for kind in ("partial", "old"):
+            for stale in self.out_dir.parent.glob(f".{self.out_dir.name}.{kind}-*"):
+                pid = stale.name.rpartition("-")[2]
+                if kind == "old" and not self.out_dir.exists():
+                    continue  # killed between its two renames: this is the only copy of the corpus
+                if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)) and stale.is_dir():
+                    logger.info("removing %s, left by an earlier write that was killed", stale)
+                    shutil.rmtree(stale, ignore_errors=True)
 
     def add_document(self, sentences: Sequence[Sequence[int]]) -> bool:
         """Append one document given as token-id lists; False if it was empty (not written)."""
