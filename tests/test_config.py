@@ -69,6 +69,20 @@ def test_load_file_errors_name_the_file(tmp_path):
         load_file(listy)
 
 
+@pytest.mark.parametrize("name, content, needle", [
+    ("dup.yaml", b"train:\n  steps: 3\ntrain:\n  lr: 1\n", r"dup\.yaml:3: .*'train' is written twice \(first on line 1\)"),
+    ("dup.json", b'{"opt": {"lr": 1, "lr": 2}}', r"dup\.json: .*'lr' is written twice"),
+    ("empty.yaml", b"# only a comment\n", r"empty\.yaml: the config file is empty"),
+    ("latin1.yaml", b"tag: x\nname: caf\xe9\n", r"latin1\.yaml:2: not UTF-8 text \(byte 16"),
+    ("bad.json", b'{"a": 1,,}', r"bad\.json:1: not valid JSON: .*column 9"),
+])
+def test_load_file_refuses_what_yaml_would_read_silently_or_raw(tmp_path, name, content, needle):
+    (tmp_path / name).write_bytes(content)
+    with pytest.raises(ConfigError, match=needle) as caught:
+        load_file(tmp_path / name)
+    assert "\n" not in str(caught.value)
+
+
 def test_a_bad_value_is_traced_to_the_file_or_the_overrides(tmp_path):
     path = tmp_path / "run.yaml"
     path.write_text("tag: demo\nopt: {steps: abc}\n")
@@ -222,3 +236,21 @@ def test_every_shipped_config_loads_with_its_command(path: Path) -> None:
         word2vec_train.load_config(path, [])
     else:  # muppets pretrain CONFIG
         pick_recipe(path, []).load_config(path, [])
+
+
+@pytest.mark.parametrize("raised, code, words", [
+    (IsADirectoryError(21, "Is a directory", "out/userdir"), 2, "muppets: error: out/userdir: Is a directory"),
+    (FileExistsError(17, "File exists", "afile"), 2, "muppets: error: afile: File exists"),
+    (KeyboardInterrupt(), 130, "muppets: interrupted"),
+])
+def test_the_command_line_ends_a_path_in_the_way_or_ctrl_c_without_a_traceback(monkeypatch, capsys, raised, code,
+                                                                                  words):
+    from muppets import cli
+
+    def command(args):
+        raise raised
+
+    monkeypatch.setattr(cli, "_pretrain", command)
+    assert cli.main(["pretrain", "train.steps=1"]) == code
+    err = capsys.readouterr().err
+    assert words in err and "Traceback" not in err

@@ -311,7 +311,7 @@ def test_sigterm_exports_the_model_so_far_marked_interrupted_and_the_same_comman
         stdout, stderr = proc.communicate(timeout=60)
     finally:
         proc.kill()
-    assert proc.returncode == 0, stderr[-3000:]
+    assert proc.returncode == 130, stderr[-3000:]  # `pretrain && finetune` does not go on with a partial model
     stopped = json.loads((run / "summary.json").read_text())
     assert stopped["interrupted"] and stopped["stopped_early"] and 4 <= stopped["step"] < 8
     assert f"pretraining stopped by a signal at step {stopped['step']}" in stdout

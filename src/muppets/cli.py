@@ -158,7 +158,7 @@ def _pretrain(args: argparse.Namespace) -> int:
 
     if dist_info().is_main:
         _print_pretrain_summary(summary)
-    return 0
+    return INTERRUPTED if summary.get("interrupted") else 0  # `pretrain && finetune` must not go on
 
 
 def _print_pretrain_summary(summary: dict) -> None:
@@ -342,7 +342,7 @@ def _word2vec_train(args: argparse.Namespace) -> int:
           f"({s['words_per_second']:,.0f} words/s, {s['backend']} kernel), {s['epochs_done']:.2f} epochs")
     _print_vector_scores(s.get("scores", {}))
     print(f"vectors: {s['vectors']}  (model: {s['run_dir']}/model)")
-    return 0
+    return INTERRUPTED if s.get("stopped_by", "").startswith("SIG") else 0
 
 
 def _print_vector_scores(scores: dict[str, float]) -> None:
@@ -803,6 +803,9 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+INTERRUPTED = 130  # the shell's exit status after Ctrl-C (128 + SIGINT): a run stopped by a signal
+
+
 def run() -> int:
     """The ``muppets`` program (its console entry point): first re-executes itself on the malloc
     that ``$MUPPETS_MALLOC`` asks for (:func:`muppets.malloc.use_malloc`), then :func:`main`.
@@ -832,6 +835,14 @@ def main(argv: list[str] | None = None) -> int:
         return args.func(args)
     except MuppetsError as err:
         print(f"muppets: error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:  # Ctrl-C where no training loop catches it: what it wrote is cleaned up
+        print("muppets: interrupted", file=sys.stderr)
+        return INTERRUPTED
+    except (IsADirectoryError, NotADirectoryError, FileExistsError, PermissionError) as err:
+        if err.filename is None or args.verbose:  # an output path the user gave is in the way
+            raise
+        print(f"muppets: error: {err.filename}: {err.strerror}", file=sys.stderr)
         return 2
 
 

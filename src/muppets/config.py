@@ -310,19 +310,58 @@ def _key_line(path: str | Path, key: str | None) -> int | None:
     return line
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """YAML's safe loader, except that a key written twice in one mapping is an error: YAML keeps
+    the last silently, so a second ``train:`` section would drop every setting of the first."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if isinstance(key, typing.Hashable) and key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"the key {key!r} is written twice (first on line {seen[key]})", key_node.start_mark)
+            seen[key] = key_node.start_mark.line + 1
+        return super().construct_mapping(node, deep=deep)
+
+
+def _unique_json_object(pairs: list[tuple[str, Any]]) -> dict:
+    keys = [k for k, _ in pairs]
+    repeated = next((k for i, k in enumerate(keys) if k in keys[:i]), None)
+    if repeated is not None:
+        raise ValueError(f"the key {repeated!r} is written twice in one object")
+    return dict(pairs)
+
+
 def load_file(path: str | Path) -> dict[str, Any]:
-    """Read a YAML or JSON config file into a dict, naming the file on any error."""
+    """Read a YAML or JSON config file into a dict, naming the file on any error (a key written
+    twice in one mapping, undecodable bytes and an empty file included)."""
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        raw = path.read_bytes()
     except OSError as err:
         raise ConfigError(f"{path}: cannot read config ({err.strerror})") from err
     try:
-        data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
-    except (yaml.YAMLError, json.JSONDecodeError) as err:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        line = raw[:err.start].count(b"\n") + 1
+        raise ConfigError(f"{path}:{line}: not UTF-8 text (byte {err.start}: {raw[err.start:err.start + 1]!r}); "
+                          "save the config as UTF-8") from None
+    try:
+        data = (json.loads(text, object_pairs_hook=_unique_json_object) if path.suffix == ".json"
+                else yaml.load(text, Loader=_UniqueKeyLoader))
+    except yaml.MarkedYAMLError as err:  # one line: where, and what (YAML's own text spans four)
+        mark = err.problem_mark or err.context_mark
+        where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
+        what = "; ".join(str(x) for x in (err.context, err.problem) if x)
+        raise ConfigError(f"{where}: not valid YAML: {what}") from None
+    except json.JSONDecodeError as err:
+        raise ConfigError(f"{path}:{err.lineno}: not valid JSON: {err.msg} (column {err.colno})") from None
+    except (yaml.YAMLError, ValueError) as err:
         raise ConfigError(f"{path}: not valid YAML/JSON: {err}") from err
     if data is None:
-        return {}
+        raise ConfigError(f"{path}: the config file is empty (comments at most); write its settings, or leave the "
+                          "file out to use the defaults")
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: top level must be a mapping, got {type(data).__name__}")
     return data

@@ -22,7 +22,9 @@ def pick_recipe(config: str | Path | None, overrides: list[str]) -> ModuleType:
     from muppets.recipes import bert_pretrain, elmo_pretrain, gpt_pretrain, nnlm_pretrain
 
     model = (load_file(config) if config else {}).get("model") or {}
-    preset, init_from = model.get("preset", ""), model.get("init_from", "")
+    if not isinstance(model, dict):  # the recipe's typed loader names the file, line and value
+        model = {}
+    preset, init_from = str(model.get("preset", "")), str(model.get("init_from", ""))
     for item in overrides:
         key, _, value = item.partition("=")
         if key.strip() == "model.preset":
