@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from muppets.cli import main
+from muppets.errors import ConfigError
 
 LFS = '''
 from muppets.weak import keyword_lf, length_lf
@@ -72,10 +75,37 @@ def test_label_with_a_fixed_or_labelled_class_balance(tmp_path, capsys) -> None:
     assert "snorkel label model" in capsys.readouterr().err
     assert np.allclose(class_balance("1,3", "x"), [0.25, 0.75])
     assert np.allclose(class_balance("from:dev", "spam"), [0.46, 0.54])  # the tutorial's 100 labelled comments
-    for bad in ("0.5", "a,b", "0,1"):
+    for bad in ("0.5", "a,b", "0,1", "nan,1", "inf,1"):
         try:
             class_balance(bad, "x")
         except ConfigError as err:
             assert "--class-balance" in str(err)
         else:
             raise AssertionError(bad)
+
+
+def test_a_table_given_as_the_text_file_is_refused(tmp_path) -> None:
+    from muppets.weak.pipeline import load_weak_input
+
+    table = tmp_path / "spam.csv"
+    table.write_text("COMMENT_ID,AUTHOR,CONTENT,CLASS\n1,a,check out my channel,1\n")
+    with pytest.raises(ConfigError, match=r"spam\.csv: a \.csv file would be read as plain text"):
+        load_weak_input(str(table))
+    texts = tmp_path / "texts.txt"
+    texts.write_text("check out my channel\nnice song\n")
+    assert len(load_weak_input(str(texts)).examples) == 2
+
+
+def test_written_labels_and_matrices_get_the_usual_permissions(tmp_path) -> None:
+    import os
+
+    from muppets.config import atomic_path
+
+    mask = os.umask(0o022)
+    try:
+        with atomic_path(tmp_path / "labels.jsonl") as tmp:
+            tmp.write_text("{}\n")
+    finally:
+        os.umask(mask)
+    assert (tmp_path / "labels.jsonl").stat().st_mode & 0o777 == 0o644
+    assert [p.name for p in tmp_path.iterdir()] == ["labels.jsonl"]

@@ -16,6 +16,7 @@ opts in with ``field(..., metadata=ALLOW_NONFINITE)``.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import decimal
 import json
@@ -25,7 +26,7 @@ import re
 import tempfile
 import types
 import typing
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -401,16 +402,37 @@ def parse_json(text: str, path: str | Path | None = None, line: int | None = Non
         raise DataError(f"invalid JSON: {str(err).split(';')[0]}", path=path, line=line) from None
 
 
-def write_json_atomic(path: str | Path, data: Any) -> None:
-    """Write JSON via a temporary file + rename, so a crash never leaves half a file."""
+@contextlib.contextmanager
+def atomic_path(path: str | Path) -> Iterator[Path]:
+    """A temporary file beside ``path`` to write; when the block ends normally it gets the usual
+    permissions (mkstemp makes it 0600) and is renamed onto ``path``, so a crash never leaves
+    half a file; on an error it is deleted.
+
+    >>> import tempfile
+    >>> out = Path(tempfile.mkdtemp()) / "a.txt"
+    >>> with atomic_path(out) as tmp:
+    ...     _ = tmp.write_text("done")
+    >>> out.read_text()
+    'done'
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+    os.close(fd)
+    try:
+        yield Path(tmp)
+        os.chmod(tmp, 0o666 & ~_umask())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_json_atomic(path: str | Path, data: Any) -> None:
+    """Write JSON via a temporary file + rename (:func:`atomic_path`)."""
+    with atomic_path(path) as tmp, tmp.open("w", encoding="utf-8") as fh:
         json.dump(data, fh, indent=2, sort_keys=False)
         fh.write("\n")
-    os.chmod(tmp, 0o666 & ~_umask())  # mkstemp creates 0600; give the usual permissions
-    os.replace(tmp, path)
 
 
 def _umask() -> int:

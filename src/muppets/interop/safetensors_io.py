@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -11,7 +9,7 @@ import torch
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 
-from muppets.config import parse_json
+from muppets.config import atomic_path, parse_json
 from muppets.errors import CheckpointError, DataError
 
 PICKLED = ("pytorch_model.bin", "pytorch_model.bin.index.json", "tf_model.h5", "model.ckpt.index")
@@ -112,16 +110,5 @@ def _load(path: Path) -> dict[str, torch.Tensor]:
 
 def write_weights(tensors: dict[str, torch.Tensor], path: str | Path, metadata: dict[str, str] | None = None) -> None:
     """Write ``tensors`` to ``path`` atomically (temporary file + rename)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
-        save_file({k: v.detach().contiguous() for k, v in tensors.items()}, tmp, metadata=metadata)
-        mask = os.umask(0)
-        os.umask(mask)
-        os.chmod(tmp, 0o666 & ~mask)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    with atomic_path(path) as tmp:
+        save_file({k: v.detach().contiguous() for k, v in tensors.items()}, str(tmp), metadata=metadata)

@@ -23,15 +23,14 @@ from __future__ import annotations
 import hashlib
 import logging
 import multiprocessing
-import os
 import sys
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from muppets.config import atomic_path
 from muppets.errors import ConfigError, DataError, LabelingFunctionError
 from muppets.tasks.source import Problems, iter_lines
 from muppets.tasks.spec import TextExample
@@ -175,15 +174,8 @@ def _compute_plain(lfs: Sequence[Any], examples: Sequence[TextExample], cardinal
 
 
 def _save_atomic(path: Path, matrix: np.ndarray) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            np.save(fh, matrix, allow_pickle=False)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with atomic_path(path) as tmp, tmp.open("wb") as fh:
+        np.save(fh, matrix, allow_pickle=False)
 
 
 def _load_cached(path: Path, shape: tuple[int, int]) -> np.ndarray | None:

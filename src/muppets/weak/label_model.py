@@ -125,7 +125,8 @@ class LabelModel(LabelModelBase):
 
     def _balance(self, values: np.ndarray) -> np.ndarray:
         arr = np.asarray(values, dtype=np.float64)
-        if arr.shape != (self.cardinality,) or (arr <= 0).any() or abs(arr.sum() - 1) > 1e-6:
+        if arr.shape != (self.cardinality,) or not np.isfinite(arr).all() or (arr <= 0).any() \
+                or abs(arr.sum() - 1) > 1e-6:
             raise ConfigError(f"class_balance must be {self.cardinality} positive numbers "
                               f"summing to 1, got {values!r}")
         return arr

@@ -17,8 +17,6 @@ reads as soft labels from such a file, with no label list to pass), ``label`` th
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,9 +25,12 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from muppets.config import atomic_path
 from muppets.errors import ConfigError
 from muppets.tasks.spec import TaskData, TaskSpec, TextExample
 from muppets.weak.apply import read_texts
+
+TABLE_SUFFIXES = (".csv", ".tsv", ".json", ".jsonl")  # tables: a text file given as --task is one example a line
 
 __all__ = ["WeakInput", "load_weak_input", "write_labels", "weak_task_data"]
 
@@ -61,6 +62,10 @@ def load_weak_input(task: str, split: str = "train", cardinality: int = 2,
     """The examples named by ``task`` (see the module docstring) and ``split``."""
     path = Path(task)
     if path.is_file():
+        if path.suffix.lower() in TABLE_SUFFIXES:
+            raise ConfigError(f"{path}: a {path.suffix} file would be read as plain text, one example per line (its "
+                              f"header and every column included); give a text file with one example per line, or "
+                              f"a registered task")
         names = [str(k) for k in range(cardinality)]
         return WeakInput(read_texts(path), names, None, f"{path} ({cardinality} classes)")
     from muppets.paths import data_dir as default_data_dir
@@ -90,21 +95,14 @@ def write_labels(path: str | Path, weak: WeakInput, probs: np.ndarray, labels: n
     path = Path(path)
     if path.exists() and not overwrite:
         raise ConfigError(f"{path} exists; choose another path or pass --overwrite")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     votes = (L != -1).sum(axis=1)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            for ex, row, label, n_votes in zip(weak.examples, probs, labels, votes):
-                fh.write(json.dumps({
-                    "id": ex.id, "text": ex.text,
-                    "probs": {name: round(float(p), 6) for name, p in zip(weak.label_names, row)},
-                    "label": weak.label_names[int(label)], "votes": int(n_votes)},
-                    ensure_ascii=False) + "\n")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with atomic_path(path) as tmp, tmp.open("w", encoding="utf-8") as fh:
+        for ex, row, label, n_votes in zip(weak.examples, probs, labels, votes):
+            fh.write(json.dumps({
+                "id": ex.id, "text": ex.text,
+                "probs": {name: round(float(p), 6) for name, p in zip(weak.label_names, row)},
+                "label": weak.label_names[int(label)], "votes": int(n_votes)},
+                ensure_ascii=False) + "\n")
     return len(weak.examples)
 
 
@@ -153,7 +151,7 @@ def class_balance(spec: str, task: str, cardinality: int = 2) -> np.ndarray | No
     except ValueError:
         raise ConfigError(f"--class-balance {spec!r}: expected learned, uniform, from:SPLIT or "
                           f"{cardinality} comma-separated shares") from None
-    if len(shares) != cardinality or (shares <= 0).any():
-        raise ConfigError(f"--class-balance {spec!r}: need {cardinality} positive shares")
+    if len(shares) != cardinality or not np.isfinite(shares).all() or (shares <= 0).any():
+        raise ConfigError(f"--class-balance {spec!r}: need {cardinality} positive finite shares")
     return shares / shares.sum()
 
