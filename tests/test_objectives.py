@@ -315,5 +315,28 @@ def test_a_binding_prediction_cap_is_logged_and_a_bad_rate_refused(corpus, caplo
     with caplog.at_level("WARNING"):
         make_data(corpus, masking=MaskingConfig(masked_lm_prob=0.4, max_predictions=20))
     assert "max_predictions=20 caps it" in caplog.text
-    with pytest.raises(ConfigError, match="eval_masked_lm_prob=1.5"):
+    with pytest.raises(ConfigError, match=r"eval_masked_lm_prob: 1\.5 must be in \[0, 1\)"):
         make_data(corpus, eval_masked_lm_prob=1.5)
+
+
+@pytest.mark.parametrize("setting, words", [({"max_seq_len": 3}, "max_seq_len: 3 must be >= 8"),
+                                            ({"eval_fraction": 1.5}, r"eval_fraction: 1\.5 must be in \(0, 1\)"),
+                                            ({"eval_examples": 0}, "eval_examples: 0 must be >= 1")])
+def test_pretraining_data_settings_are_checked(setting, words):
+    from muppets.objectives.mlm_nsp import PretrainDataConfig
+
+    with pytest.raises(ConfigError, match=words):
+        PretrainDataConfig(**setting)
+    with pytest.raises(ConfigError, match="eval_fraction"):
+        split_documents(10, 1.5, seed=1)
+
+
+def test_no_held_out_sequence_is_an_error_before_training():
+    from muppets.recipes.pretraining import fixed_eval_batches
+
+    class NoHeldOut:
+        def eval_batches(self, batch_size):
+            return []
+
+    with pytest.raises(ConfigError, match="no held-out sequences.*raise data.eval_fraction"):
+        fixed_eval_batches(NoHeldOut(), 8)

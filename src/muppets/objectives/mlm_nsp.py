@@ -48,6 +48,16 @@ class PretrainDataConfig:
     eval_masked_lm_prob: float = 0.0  # held-out masking rate (0 = the training rate); 0.15 keeps runs trained at other rates comparable
     split_seed: int = 1234  # fixes which documents are held out, independent of the run seed
 
+    def __post_init__(self) -> None:
+        checks = [("max_seq_len", self.max_seq_len >= 8, ">= 8 ([CLS], two segments and their [SEP]s)"),
+                  ("short_seq_prob", 0.0 <= self.short_seq_prob <= 1.0, "in [0, 1]"),
+                  ("eval_fraction", 0.0 < self.eval_fraction < 1.0, "in (0, 1)"),
+                  ("eval_examples", self.eval_examples >= 1, ">= 1"),
+                  ("eval_masked_lm_prob", 0.0 <= self.eval_masked_lm_prob < 1.0, "in [0, 1)")]
+        for name, ok, rule in checks:
+            if not ok:
+                raise ConfigError(f"{name}: {getattr(self, name)!r} must be {rule}", key=name)
+
 
 class BertPretrainingData(PretrainingData):
     """The trainer's ``StepData`` for BERT: batches of ``input_ids``, ``token_type_ids``,
@@ -242,6 +252,8 @@ def split_documents(num_docs: int, eval_fraction: float, seed: int,
                     min_each: int = 1) -> tuple[np.ndarray, np.ndarray]:
     """Deterministic held-in / held-out document indices (each sorted): ``eval_fraction`` of
     the documents held out, and at least ``min_each`` documents on either side."""
+    if not 0.0 < eval_fraction < 1.0:
+        raise ConfigError(f"data.eval_fraction: {eval_fraction!r} must be in (0, 1)", key="data.eval_fraction")
     if num_docs < 2 * min_each:
         raise ConfigError(f"need at least {2 * min_each} documents for a train/eval split, got {num_docs}")
     n_eval = min(num_docs - min_each, max(min_each, int(round(num_docs * eval_fraction))))

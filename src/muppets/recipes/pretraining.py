@@ -22,6 +22,7 @@ from torch import nn
 
 from muppets.config import to_dict, write_json_atomic
 from muppets.data.shards import TokenCorpus
+from muppets.errors import ConfigError
 from muppets.recipes.common import RunSection
 from muppets.train import StepData, Trainer
 from muppets.train.distributed import dist_info
@@ -130,7 +131,11 @@ def fixed_eval_batches(data: Any, batch_size: int) -> list[Batch]:
     what building them logs (e.g. too few held-out NSP pairs) is logged once."""
     built = _EVAL_BATCHES.setdefault(data, {})
     if batch_size not in built:
-        built[batch_size] = data.eval_batches(batch_size)
+        batches = data.eval_batches(batch_size)
+        if not batches:  # before training, not after it: the evaluation and the baseline need them
+            raise ConfigError("the held-out documents give no held-out sequences to evaluate on: raise "
+                              "data.eval_fraction (and data.eval_examples, if 0), or pretrain on a larger corpus")
+        built[batch_size] = batches
     return built[batch_size]
 
 
