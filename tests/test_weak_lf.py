@@ -135,6 +135,10 @@ def test_lf_file_errors(tmp_path) -> None:
                    "keyword_lf('a', ['y'], 1)]\n", encoding="utf-8")
     with pytest.raises(ConfigError, match="duplicate"):
         load_lfs(dup)
+    single = tmp_path / "single.py"
+    single.write_text("from muppets.weak import keyword_lf\nLFS = keyword_lf('a', ['x'], 1)\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"single\.py: LFS must be a list of labeling functions, got "):
+        load_lfs(single)
 
 
 HELPER_FILE = '''

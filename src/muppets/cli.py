@@ -568,6 +568,7 @@ def _add_task_args(p: argparse.ArgumentParser, config: str = "FinetuneConfig", e
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from muppets.data.readers import FORMATS as CORPUS_FORMATS
     from muppets.tokenizers.script import SCRIPTS
 
     parser = argparse.ArgumentParser(prog="muppets", description=__doc__.split("\n")[0])
@@ -586,7 +587,8 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--cased", action="store_true", help="keep case and accents")
     t.add_argument("--chinese-script", default="", choices=SCRIPTS[1:],
                    help="convert Chinese text to one script first (OpenCC), now and whenever the tokenizer is used")
-    t.add_argument("--format", default="auto")
+    t.add_argument("--format", default="auto", choices=CORPUS_FORMATS,
+                   help="how to read the inputs (auto: by name and content)")
     t.add_argument("--errors", default="strict", choices=["strict", "skip", "replace"])
     t.set_defaults(func=_tokenizer_train)
 
@@ -597,7 +599,8 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--chinese-script", default="", choices=SCRIPTS[1:],
                    help="convert Chinese text to this script first (a tokenizer that converts already keeps its own)")
     d.add_argument("--out", required=True)
-    d.add_argument("--format", default="auto")
+    d.add_argument("--format", default="auto", choices=CORPUS_FORMATS,
+                   help="how to read the inputs (auto: by name and content)")
     d.add_argument("--workers", type=int, default=None)
     d.add_argument("--errors", default="strict", choices=["strict", "skip", "replace"])
     d.add_argument("--overwrite", action="store_true")

@@ -231,6 +231,9 @@ def load_lfs(path: str | Path) -> list[LabelingFunction]:
     lfs = getattr(module, "LFS", None)
     if lfs is None:
         lfs = [v for v in vars(module).values() if isinstance(v, LabelingFunction)]
+    elif isinstance(lfs, (str, bytes, dict)) or not isinstance(lfs, Iterable):
+        raise ConfigError(f"{path}: LFS must be a list of labeling functions, got {type(lfs).__name__} "
+                          f"({lfs!r:.80}): write LFS = [...]")
     return _checked_lfs(list(lfs), path)
 
 
