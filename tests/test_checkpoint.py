@@ -95,6 +95,21 @@ def test_layout_latest_pointer_and_pruning(tmp_path: Path) -> None:
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
 
 
+def test_a_killed_saves_leftovers_go_with_the_next_save_and_an_only_copy_stays(tmp_path: Path) -> None:
+    import subprocess
+
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()  # a pid that no longer runs (the writer was killed)
+    half = tmp_path / f".tmp-step-00000062-{dead.pid}"
+    half.mkdir(parents=True)
+    (half / "model.safetensors").write_bytes(b"\0" * 128)
+    (tmp_path / f".latest.{dead.pid}.tmp").write_text("step-00000062\n")
+    moved_aside = tmp_path / f".old-step-00000001-{dead.pid}"  # killed between the renames of a re-save
+    moved_aside.mkdir()
+    _save(tmp_path, 1)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["latest", "step-00000001", moved_aside.name])
+
+
 def test_latest_falls_back_to_newest_complete_checkpoint(tmp_path: Path) -> None:
     root = tmp_path / "checkpoints"
     _save(root, 1)

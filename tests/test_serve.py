@@ -19,6 +19,7 @@ pytest.importorskip("uvicorn")
 from _serve_http import post, request, stream  # noqa: E402
 from _tiny_backbones import tiny_bert, tiny_gpt  # noqa: E402
 
+from muppets.errors import ConfigError  # noqa: E402
 from muppets.generate import GenerationConfig, generate_text  # noqa: E402
 from muppets.interop.hf_bert import load_hf_bert  # noqa: E402
 from muppets.interop.hf_gpt import load_hf_gpt  # noqa: E402
@@ -328,6 +329,20 @@ def test_wrong_method_and_models_list(bert_url, bert_dir):
     assert status == 405 and "POST" in head.get("allow", "") and "not allowed" in body["error"]["message"]
     status, _, body = request(bert_url + "/v1/models")
     assert status == 200 and body["data"][0]["id"] == bert_dir.name
+
+
+def test_a_port_in_use_is_refused_before_the_model_loads():
+    import socket
+
+    from muppets.serve.app import check_address
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with pytest.raises(ConfigError, match=rf"--port {port}: cannot listen there"):
+            check_address("127.0.0.1", port)
+    check_address("127.0.0.1", 0)
 
 
 def test_a_runs_best_or_final_directory_serves_under_the_runs_name(tmp_path):

@@ -23,6 +23,7 @@ import json
 import math
 import os
 import re
+import shutil
 import tempfile
 import types
 import typing
@@ -426,6 +427,35 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def remove_stale(parent: Path, pattern: str) -> list[Path]:
+    """Delete what matches ``pattern`` in ``parent`` and was left by a write whose process is
+    gone (killed before it could clean up): the temporaries of atomic writes, named with the
+    writer's pid at the end (``.c.partial-4242``, ``.tmp-step-00000062-4242``, ``.x.4242.tmp``).
+    Returns what it removed."""
+    removed = []
+    for stale in Path(parent).glob(pattern) if Path(parent).is_dir() else []:
+        match = re.search(r"[-.](\d+)(\.tmp)?$", stale.name)
+        if match is None or int(match.group(1)) == os.getpid() or _alive(int(match.group(1))):
+            continue
+        if stale.is_dir():
+            shutil.rmtree(stale, ignore_errors=True)
+        else:
+            stale.unlink(missing_ok=True)
+        removed.append(stale)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` exists on this machine."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # it exists, owned by someone else
+        return True
+    return True
 
 
 def write_json_atomic(path: str | Path, data: Any) -> None:

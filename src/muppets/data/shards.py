@@ -19,6 +19,7 @@ only when everything (``meta.json`` last) is written; an interrupted run leaves 
 
 from __future__ import annotations
 
+import glob
 import hashlib
 import json
 import logging
@@ -33,6 +34,7 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
+from muppets.config import remove_stale
 from muppets.errors import DataError
 
 __all__ = ["FORMAT_NAME", "FORMAT_VERSION", "token_dtype", "tokenizer_fingerprint",
@@ -60,17 +62,6 @@ def token_dtype(vocab_size: int) -> np.dtype:
 def tokenizer_fingerprint(tokenizer_json: str) -> str:
     """sha256 hex digest of the tokenizer's JSON serialisation."""
     return hashlib.sha256(tokenizer_json.encode("utf-8")).hexdigest()
-
-
-def _alive(pid: int) -> bool:
-    """Whether process ``pid`` exists (on this machine)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # it exists, owned by someone else
-        return True
-    return True
 
 
 class ShardWriter:
@@ -131,16 +122,14 @@ class ShardWriter:
                             "choose another output directory", path=out)
 
     def _remove_stale(self) -> None:
-        """Delete the temporary directories of earlier writes to ``out_dir`` whose process is gone
-        (killed before it could clean up): ``.<name>.partial-<pid>`` and ``.<name>.old-<pid>``."""
-        for kind in ("partial", "old"):
-            for stale in self.out_dir.parent.glob(f".{self.out_dir.name}.{kind}-*"):
-                pid = stale.name.rpartition("-")[2]
-                if kind == "old" and not self.out_dir.exists():
-                    continue  # killed between its two renames: this is the only copy of the corpus
-                if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)) and stale.is_dir():
-                    logger.info("removing %s, left by an earlier write that was killed", stale)
-                    shutil.rmtree(stale, ignore_errors=True)
+        """Delete the temporary directories of earlier writes to ``out_dir`` whose process was
+        killed: ``.<name>.partial-<pid>``, and ``.<name>.old-<pid>`` once ``out_dir`` exists (else
+        it was killed between its two renames, and that is the only copy of the corpus)."""
+        name = self.out_dir.name
+        for stale in remove_stale(self.out_dir.parent, f".{glob.escape(name)}.partial-*"):
+            logger.info("removed %s, left by an earlier write that was killed", stale)
+        if self.out_dir.exists():
+            remove_stale(self.out_dir.parent, f".{glob.escape(name)}.old-*")
 
     def add_document(self, sentences: Sequence[Sequence[int]]) -> bool:
         """Append one document given as token-id lists; False if it was empty (not written)."""

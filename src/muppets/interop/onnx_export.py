@@ -58,6 +58,7 @@ from torch import nn
 
 from muppets.config import write_json_atomic
 from muppets.errors import CheckpointError, ConfigError, MuppetsError
+from muppets.interop.safetensors_io import read_json_object
 
 log = logging.getLogger(__name__)
 
@@ -152,7 +153,7 @@ def load_source(model: str | Path, layers: str = "last") -> _Source:
     if not config.is_file() or not any(path.glob("*.safetensors")):
         raise ConfigError(f"model {str(model)!r}: {path} is not an HF model directory with config.json and "
                           "safetensors weights (ONNX export takes BERT encoders and fine-tuned task models)")
-    meta = json.loads(config.read_text(encoding="utf-8"))
+    meta = read_json_object(config)
     fam = family(path)
     if _is_task_dir(meta):
         return _task_source(path, fam, layers)
@@ -336,7 +337,7 @@ def _st_modules(source: Path) -> list[str]:
     path = source / "modules.json"
     try:
         modules = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else []
-    except (OSError, json.JSONDecodeError) as err:
+    except (OSError, ValueError) as err:
         raise CheckpointError(f"{path}: not readable JSON: {err}") from err
     return [str(m["path"]) for m in modules if isinstance(m, dict) and m.get("path")] if isinstance(modules, list) else []
 
@@ -372,7 +373,7 @@ def read_manifest(directory: str | Path) -> dict[str, Any]:
     if not path.is_file() or not (Path(directory) / "model.onnx").is_file():
         raise ConfigError(f"{directory}: no muppets ONNX export here (model.onnx and {MANIFEST}); "
                           "write one with: muppets export onnx MODEL --out DIR")
-    data = json.loads(path.read_text(encoding="utf-8"))
+    data = read_json_object(path)
     if data.get("format") != FORMAT:
         raise ConfigError(f"{path}: format {data.get('format')!r}, expected {FORMAT!r}")
     return data

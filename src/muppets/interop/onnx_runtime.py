@@ -17,7 +17,6 @@ Usage::
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +27,7 @@ from torch import nn
 from muppets.errors import ConfigError
 from muppets.heads import TaskOutput
 from muppets.interop.onnx_export import INPUTS, read_manifest
+from muppets.interop.safetensors_io import read_json_object
 from muppets.transfer.predict import Predictor, load_settings
 
 
@@ -131,7 +131,7 @@ class OnnxPredictor(Predictor):
 
 def _labels(directory: Path, kind: str, manifest: dict) -> list[str]:
     """As :func:`~muppets.transfer.predict.model_labels`: saved names, else ``id2label``, else ``LABEL_i``."""
-    data = json.loads((directory / "config.json").read_text(encoding="utf-8"))
+    data = read_json_object(directory / "config.json")
     saved = (data.get("muppets_task") or {}).get("labels") or []
     if saved or kind not in ("classify", "pair", "tag"):
         return list(saved)

@@ -21,7 +21,6 @@ Usage::
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -31,6 +30,7 @@ from torch import nn
 
 from muppets.config import from_dict, write_json_atomic
 from muppets.errors import CheckpointError, ConfigError
+from muppets.interop.safetensors_io import read_json_object
 from muppets.nn.encoded import Encoded
 from muppets.nn.linear_ce import linear_cross_entropy
 from muppets.vectors import WordVectors
@@ -155,7 +155,7 @@ class NNLM(nn.Module):
         for name in (CONFIG_FILE, WEIGHTS_FILE):
             if not (directory / name).is_file():
                 raise CheckpointError(f"{directory}: no {name} (not a saved NNLM)")
-        model = cls(from_dict(NNLMConfig, json.loads((directory / CONFIG_FILE).read_text(encoding="utf-8"))))
+        model = cls(from_dict(NNLMConfig, read_json_object(directory / CONFIG_FILE)))
         try:
             model.load_state_dict(load_file(str(directory / WEIGHTS_FILE)))
         except RuntimeError as err:

@@ -61,6 +61,7 @@ from torch.nn import functional as F
 from muppets.config import from_dict, write_json_atomic
 from muppets.data.shards import TokenCorpus
 from muppets.errors import CheckpointError, ConfigError
+from muppets.interop.safetensors_io import read_json_object
 from muppets.tokenizers.words import read_word_counts
 from muppets.nn.encoded import Encoded
 from muppets.objectives.word2vec import LAYOUTS, TrainingVocab, Word2VecExamples
@@ -300,7 +301,7 @@ class Word2VecModel(nn.Module):
         for name in (CONFIG_FILE, WORDS_FILE, VECTORS_FILE):
             if not (directory / name).is_file():
                 raise CheckpointError(f"{directory}: no {name} (not a saved word2vec model)")
-        cfg = from_dict(Word2VecConfig, json.loads((directory / CONFIG_FILE).read_text(encoding="utf-8")))
+        cfg = from_dict(Word2VecConfig, read_json_object(directory / CONFIG_FILE))
         words, counts = read_word_counts(directory / WORDS_FILE)
         model = cls(cfg, words, counts)
         try:

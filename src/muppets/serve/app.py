@@ -28,7 +28,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from muppets.errors import MuppetsError
+from muppets.errors import ConfigError, MuppetsError
 from muppets.heap import HeapTrimmer
 from muppets.serve import schema
 from muppets.serve.batcher import Batcher, BatchStats, QueueFull, Ticket
@@ -373,9 +373,28 @@ def serve(cfg: ServeConfig, engine: Engine | None = None) -> None:
 
     import uvicorn
 
+    check_address(cfg.host, cfg.port)
     sys.setswitchinterval(0.001)
     set_threads(cfg.threads)  # onnxruntime's setting; torch's is set again on the model thread
     uvicorn.Server(_uvicorn_config(cfg, engine)).run()
+
+
+def check_address(host: str, port: int) -> None:
+    """Raise :class:`ConfigError` when ``host:port`` cannot be bound (a port in use, a host name
+    that does not resolve), before the model is loaded: uvicorn would only say so after."""
+    import socket
+
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as err:
+        raise ConfigError(f"--host {host}: {err.strerror}") from None
+    family, kind, proto, _, address = infos[0]
+    with socket.socket(family, kind, proto) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds
+        try:
+            probe.bind(address)
+        except OSError as err:
+            raise ConfigError(f"--host {host} --port {port}: cannot listen there ({err.strerror})") from None
 
 
 @contextlib.contextmanager

@@ -43,9 +43,10 @@ class ServeConfig:
         for name in positive:
             if int(getattr(self, name)) < 1:
                 raise ConfigError(f"{name}={getattr(self, name)!r}: must be >= 1")
-        if self.max_wait_ms < 0 or self.threads < 0 or not 0 <= self.port < 65536:
-            raise ConfigError(f"max_wait_ms={self.max_wait_ms}, threads={self.threads}, port={self.port}: "
-                              "wait and threads must be >= 0, the port within 0 … 65535")
+        for name, ok, rule in (("max_wait_ms", self.max_wait_ms >= 0, ">= 0"), ("threads", self.threads >= 0, ">= 0"),
+                               ("port", 0 <= self.port < 65536, "within 0 … 65535")):
+            if not ok:
+                raise ConfigError(f"{name}={getattr(self, name)!r}: must be {rule}", key=name)
         if self.backend not in BACKENDS:
             raise ConfigError(f"backend {self.backend!r} is not one of {', '.join(BACKENDS)}")
         if self.precision not in PRECISIONS:

@@ -291,7 +291,7 @@ class WordEngine(Engine):
 def _config(directory: Path) -> dict:
     try:
         data = json.loads((directory / "config.json").read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError):
+    except (OSError, ValueError):
         return {}
     return data if isinstance(data, dict) else {}
 

@@ -68,7 +68,7 @@ def _json(path: Path):
         return None
     try:
         return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as err:
+    except (OSError, ValueError) as err:
         raise ConfigError(f"{path}: not readable JSON: {err}") from err
 
 

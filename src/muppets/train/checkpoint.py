@@ -38,7 +38,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, load_model, save_file, save_model
 from torch import nn
 
-from muppets.config import write_json_atomic
+from muppets.config import remove_stale, write_json_atomic
 from muppets.errors import CheckpointError
 from muppets.train.optim import param_groups
 
@@ -189,6 +189,8 @@ def save_checkpoint(
         The directory of the new checkpoint.
     """
     root.mkdir(parents=True, exist_ok=True)
+    for pattern in (".tmp-step-*", f".{LATEST}.*.tmp"):  # what a killed run's saving left behind
+        remove_stale(root, pattern)
     name = checkpoint_name(state.step)
     tmp = root / f".tmp-{name}-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
@@ -246,7 +248,7 @@ def latest_checkpoint(run_dir: Path) -> Path | None:
 def _read_json(path: Path) -> dict[str, Any]:
     try:
         return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as err:
+    except (OSError, ValueError) as err:
         raise CheckpointError(f"{path}: unreadable checkpoint file ({err})") from err
 
 

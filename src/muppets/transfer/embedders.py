@@ -338,7 +338,7 @@ def _config(directory: Path) -> dict | None:
         return None
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as err:
+    except (OSError, ValueError) as err:
         raise ConfigError(f"{path}: not readable JSON: {err}") from err
     return data if isinstance(data, dict) else None
 

@@ -25,7 +25,6 @@ backbone and tokenizer, added tokens included) plus ``task_head.safetensors`` an
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Sequence
 from pathlib import Path
@@ -37,7 +36,7 @@ from tokenizers import AddedToken
 from muppets.errors import CheckpointError
 from muppets.heads import KINDS, TaskModel, build_head
 from muppets.interop.hf_gpt import load_hf_gpt, save_hf_gpt
-from muppets.interop.safetensors_io import read_file, write_weights
+from muppets.interop.safetensors_io import read_file, read_json_object, write_weights
 from muppets.models.gpt import GPTBackbone, resize_token_embeddings
 from muppets.nn.encoded import Encoded
 from muppets.nn.linear_ce import linear_cross_entropy
@@ -193,7 +192,7 @@ def save_gpt_task_model(model: GPTTaskModel, directory: str | Path, tok: GPTTask
 def load_gpt_task_model(directory: str | Path) -> GPTTaskModel:
     """A task model saved by :func:`save_gpt_task_model`."""
     directory = Path(directory)
-    task = json.loads((directory / "config.json").read_text(encoding="utf-8")).get("muppets_task")
+    task = read_json_object(directory / "config.json").get("muppets_task")
     if not task or task.get("kind") not in KINDS or not (directory / HEAD_FILE).is_file():
         raise CheckpointError(f"{directory}: not a GPT task model (no muppets_task kind or {HEAD_FILE})")
     lm = load_hf_gpt(directory)

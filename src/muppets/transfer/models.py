@@ -8,13 +8,13 @@ last-token head, auxiliary LM loss — :mod:`muppets.transfer.gpt_tasks`).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from pathlib import Path
 
 from muppets.errors import CheckpointError
 from muppets.heads import TaskModel
 from muppets.interop.hf_tasks import load_hf_task_model, save_hf_task_model
+from muppets.interop.safetensors_io import read_json_object
 from muppets.tokenizers.wordpiece import WordPieceTokenizer
 from muppets.transfer.gpt_tasks import (GPTTaskModel, GPTTaskTokenizer, build_gpt_task_model,
                                         load_gpt_task_model, save_gpt_task_model)
@@ -28,7 +28,7 @@ def family(directory: str | Path) -> str:
     path = Path(directory) / "config.json"
     if not path.is_file():
         raise CheckpointError(f"{directory}: no config.json (is this a Hugging Face model directory?)")
-    model_type = json.loads(path.read_text(encoding="utf-8")).get("model_type", "bert")
+    model_type = read_json_object(path).get("model_type", "bert")
     return "gpt" if model_type in GPT_TYPES else "bert"
 
 

@@ -41,7 +41,6 @@ Usage::
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, fields
@@ -54,6 +53,7 @@ import torch
 from muppets.errors import ConfigError, DataError
 from muppets.heads import TaskModel
 from muppets.interop.hf_tasks import task_labels
+from muppets.interop.safetensors_io import read_json_object
 from muppets.tasks.spec import ChoiceExample, SpanExample, TagExample, TextExample
 from muppets.tokenizers.wordpiece import WordPieceTokenizer
 from muppets.transfer.models import load_task_model, load_tokenizer
@@ -202,7 +202,7 @@ def load_settings(directory: str | Path) -> tuple[FeatureOptions | None, SpanOpt
     path = Path(directory) / SETTINGS_FILE
     if not path.is_file():
         return None, SpanOptions()
-    data = json.loads(path.read_text(encoding="utf-8"))
+    data = read_json_object(path)
     known = {f.name for f in fields(FeatureOptions)}
     feats = FeatureOptions(**{k: v for k, v in data.get("features", {}).items() if k in known})
     known = {f.name for f in fields(SpanOptions)}
@@ -214,7 +214,7 @@ def model_labels(directory: str | Path, model: TaskModel) -> list[str]:
     labels = task_labels(directory)
     if labels or model.kind not in ("classify", "pair", "tag"):
         return labels
-    data = json.loads((Path(directory) / "config.json").read_text(encoding="utf-8"))
+    data = read_json_object(Path(directory) / "config.json")
     id2label = data.get("id2label") or {}
     n = model.head.classifier.out_features
     return [id2label.get(str(i), f"LABEL_{i}") for i in range(n)]
