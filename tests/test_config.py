@@ -254,3 +254,13 @@ def test_the_command_line_ends_a_path_in_the_way_or_ctrl_c_without_a_traceback(m
     assert cli.main(["pretrain", "train.steps=1"]) == code
     err = capsys.readouterr().err
     assert words in err and "Traceback" not in err
+
+
+def test_read_utf8_names_the_line_and_the_byte(tmp_path):
+    from muppets.config import read_utf8
+    from muppets.errors import DataError
+
+    path = tmp_path / "texts.txt"
+    path.write_bytes(b"first line\ncaf\xe9 au lait\n")
+    with pytest.raises(DataError, match=r"texts\.txt:2 \(byte 14\): texts file is not valid UTF-8 \(value: b'\\xe9'\)"):
+        read_utf8(path, "texts file")

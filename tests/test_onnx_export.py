@@ -132,6 +132,10 @@ def test_unsupported_models_get_a_clear_error(gpt_dir, tmp_path):
     with pytest.raises(ConfigError, match="not an HF model directory"):
         export_onnx(tmp_path, tmp_path / "nothing")
     assert not (tmp_path / "gpt").exists()
+    for bad in (float("nan"), -1.0):  # refused before exporting, not reported after
+        with pytest.raises(ConfigError, match="--tolerance"):
+            export_onnx(gpt_dir, tmp_path / "tol", tolerance=bad)
+    assert not (tmp_path / "tol").exists()
 
 
 def test_cli_exports_reports_the_difference_and_refuses_overwrite(bert_dir, tmp_path, capsys):

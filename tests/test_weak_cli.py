@@ -109,3 +109,10 @@ def test_written_labels_and_matrices_get_the_usual_permissions(tmp_path) -> None
         os.umask(mask)
     assert (tmp_path / "labels.jsonl").stat().st_mode & 0o777 == 0o644
     assert [p.name for p in tmp_path.iterdir()] == ["labels.jsonl"]
+
+
+def test_a_missing_text_file_is_named_as_a_file_not_an_unknown_task(tmp_path) -> None:
+    from muppets.weak.pipeline import load_weak_input
+
+    with pytest.raises(ConfigError, match=r"mytexts\.txt: no such file"):
+        load_weak_input(str(tmp_path / "mytexts.txt"))

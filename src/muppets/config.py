@@ -374,11 +374,14 @@ def read_utf8(path: str | Path, what: str = "file") -> str:
     an undecodable byte) if it cannot be read. ``what`` names the file in the message."""
     path = Path(path)
     try:
-        return path.read_bytes().decode("utf-8")
+        raw = path.read_bytes()
     except OSError as err:
         raise DataError(f"cannot read {what} ({err.strerror})", path=path) from err
+    try:
+        return raw.decode("utf-8")
     except UnicodeDecodeError as err:
-        raise DataError(f"{what} is not valid UTF-8", path=path, position=err.start) from err
+        raise DataError(f"{what} is not valid UTF-8", path=path, line=raw[:err.start].count(b"\n") + 1,
+                        position=err.start, value=raw[err.start:err.start + 1]) from None
 
 
 def parse_json(text: str, path: str | Path | None = None, line: int | None = None) -> Any:

@@ -17,6 +17,7 @@ import argparse
 from pathlib import Path
 
 from muppets.cliargs import non_negative_int
+from muppets.config import read_utf8
 from muppets.errors import ConfigError
 
 
@@ -115,10 +116,7 @@ def _write_view_outputs(args: argparse.Namespace, view) -> None:
 def read_texts(path: str | Path) -> list[tuple[str, str | None]]:
     """(text, pair or None) per non-empty line of ``path``; ``A<TAB>B`` is a pair."""
     path = Path(path)
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as err:
-        raise ConfigError(f"--texts {path}: cannot read: {err}") from err
+    lines = read_utf8(path, "--texts file").splitlines()
     out = []
     for number, line in enumerate(lines, 1):
         parts = line.split("\t")

@@ -45,6 +45,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
 import shutil
 import time
 import warnings
@@ -236,6 +237,8 @@ def export_onnx(model: str | Path, out: str | Path, opset: int = DEFAULT_OPSET, 
     :class:`ExportError` is raised (and ``out`` removed again) when any output differs from
     torch's by more than ``tolerance``.
     """
+    if not (math.isfinite(tolerance) and tolerance >= 0):
+        raise ConfigError(f"--tolerance {tolerance}: must be a finite number >= 0")
     start = time.perf_counter()
     out = Path(out)
     _refuse_existing(out)

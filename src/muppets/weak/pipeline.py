@@ -61,6 +61,8 @@ def load_weak_input(task: str, split: str = "train", cardinality: int = 2,
                     data_dir: str | Path | None = None) -> WeakInput:
     """The examples named by ``task`` (see the module docstring) and ``split``."""
     path = Path(task)
+    if not path.is_file() and (path.suffix or "/" in task):  # a file's name, not a registered task's
+        raise ConfigError(f"{task}: no such file (give a text file, one example per line, or a registered task)")
     if path.is_file():
         if path.suffix.lower() in TABLE_SUFFIXES:
             raise ConfigError(f"{path}: a {path.suffix} file would be read as plain text, one example per line (its "
