@@ -264,3 +264,16 @@ def test_read_utf8_names_the_line_and_the_byte(tmp_path):
     path.write_bytes(b"first line\ncaf\xe9 au lait\n")
     with pytest.raises(DataError, match=r"texts\.txt:2 \(byte 14\): texts file is not valid UTF-8 \(value: b'\\xe9'\)"):
         read_utf8(path, "texts file")
+
+
+@pytest.mark.parametrize("argv, flag", [(["probe", "minilm", "--threads", "-1"], "--threads"),
+                                        (["probe", "minilm", "--max-train-sentences", "-1"], "--max-train-sentences"),
+                                        (["weak", "label", "lfs.py", "--task", "t.txt", "--jobs", "0"], "--jobs"),
+                                        (["data", "prepare", "--input", "x", "--tokenizer", "t", "--out", "o",
+                                          "--format", "csv"], "--format")])
+def test_bad_numbers_and_choices_are_argparse_errors(argv, flag, capsys):
+    from muppets import cli
+
+    with pytest.raises(SystemExit) as caught:
+        cli.main(argv)
+    assert caught.value.code == 2 and f"argument {flag}:" in capsys.readouterr().err

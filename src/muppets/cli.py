@@ -29,7 +29,7 @@ import logging
 import sys
 from pathlib import Path
 
-from muppets.cliargs import non_negative_int
+from muppets.cliargs import at_least, non_negative_int
 from muppets.errors import MuppetsError
 
 
@@ -635,8 +635,8 @@ def build_parser() -> argparse.ArgumentParser:
         w.add_argument("--task", required=True, help="'spam' (Snorkel tutorial split), a "
                        "registered task, or a text file (one example per line)")
         w.add_argument("--split", default="train", help="the task split (default train)")
-        w.add_argument("--cardinality", type=int, default=2, help="classes, for a text file")
-        w.add_argument("--jobs", type=int, default=1, help="worker processes applying the LFs")
+        w.add_argument("--cardinality", type=at_least(2), default=2, help="classes, for a text file")
+        w.add_argument("--jobs", type=at_least(1), default=1, help="worker processes applying the LFs")
         w.add_argument("--cache-dir", help="cache the label matrix here (keyed on LF code + data)")
         w.set_defaults(func=func)
         if name == "analyze":

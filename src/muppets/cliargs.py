@@ -12,10 +12,23 @@ def non_negative_int(text: str) -> int:
     >>> non_negative_int("2")
     2
     """
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}")
-    return value
+    return at_least(0)(text)
+
+
+def at_least(least: int):
+    """An argparse type: an integer >= ``least`` (``--jobs``: 1, ``--cardinality``: 2).
+
+    >>> at_least(2)("3")
+    3
+    """
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer >= {least}, got {text!r}") from None
+        if value < least:
+            raise argparse.ArgumentTypeError(f"expected an integer >= {least}, got {text!r}")
+        return value
+
+    parse.__name__ = f"integer >= {least}"
+    return parse
