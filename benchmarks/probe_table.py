@@ -29,15 +29,14 @@ A model whose ``<runs>/<model>/probe.json`` exists with the same settings is rea
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import logging
 import sys
 import time
 from pathlib import Path
 
-from muppets.analysis.probing import ProbeConfig, run_probing
-from muppets.errors import MuppetsError
+from muppets.analysis.probing import ProbeConfig, check_report_target, run_probing
+from muppets.errors import ConfigError, MuppetsError
 from muppets.transfer.embedders import locate_model
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -99,12 +98,14 @@ def probe_or_reuse(cfg: ProbeConfig) -> dict:
     """``run_probing``, unless the output folder holds a report of the same settings."""
     done = cfg.out_dir() / "probe.json"
     if done.is_file():
-        report = json.loads(done.read_text(encoding="utf-8"))
-        # settings added since the report was written count as their defaults (the old behaviour)
-        if {**dataclasses.asdict(ProbeConfig()), **report.get("config", {})} == dataclasses.asdict(cfg):
+        try:
+            check_report_target(cfg)  # the comparison `muppets probe` makes
+        except ConfigError:
+            pass  # other settings: probed again in this script's own folder
+        else:
             log.info("reusing %s", done)
-            return report
-    return run_probing(cfg, overwrite=True)  # its settings changed: this script's own folder
+            return json.loads(done.read_text(encoding="utf-8"))
+    return run_probing(cfg, overwrite=True)
 
 
 def summarize(report: dict) -> dict:

@@ -108,6 +108,8 @@ def test_a_killed_saves_leftovers_go_with_the_next_save_and_an_only_copy_stays(t
     moved_aside.mkdir()
     _save(tmp_path, 1)
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["latest", "step-00000001", moved_aside.name])
+    _save(tmp_path, 2)  # step 1 exists again: the copy moved aside is no longer the only one
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["latest", "step-00000001", "step-00000002"]
 
 
 def test_latest_falls_back_to_newest_complete_checkpoint(tmp_path: Path) -> None:

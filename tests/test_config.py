@@ -73,7 +73,7 @@ def test_load_file_errors_name_the_file(tmp_path):
     ("dup.yaml", b"train:\n  steps: 3\ntrain:\n  lr: 1\n", r"dup\.yaml:3: .*'train' is written twice \(first on line 1\)"),
     ("dup.json", b'{"opt": {"lr": 1, "lr": 2}}', r"dup\.json: .*'lr' is written twice"),
     ("empty.yaml", b"# only a comment\n", r"empty\.yaml: the config file is empty"),
-    ("latin1.yaml", b"tag: x\nname: caf\xe9\n", r"latin1\.yaml:2: not UTF-8 text \(byte 16"),
+    ("latin1.yaml", b"tag: x\nname: caf\xe9\n", r"latin1\.yaml:2 \(byte 16\): config file is not valid UTF-8"),
     ("bad.json", b'{"a": 1,,}', r"bad\.json:1: not valid JSON: .*column 9"),
 ])
 def test_load_file_refuses_what_yaml_would_read_silently_or_raw(tmp_path, name, content, needle):
@@ -114,7 +114,7 @@ class Many:
 @pytest.mark.parametrize("text, line, needle", [
     ("# a comment\nopt:\n  lr: 0.1\n  steps: abc\n", 4, "opt.steps: expected an integer"),
     ("opt:\n  lr: 0.1\n  stepz: 3\n", 3, "unknown key opt.stepz"),
-    ("tasks:\n  - name: a\n  - name: b\n    weight: -1\n", 4, r"weight: -1\.0 must be >= 0"),
+    ("tasks:\n  - name: a\n  - name: b\n    weight: -1\n", 4, r"tasks\[1\]\.weight: -1\.0 must be >= 0"),
     ("tasks:\n  - name: a\n  - {name: b, weight: x}\n", 3, r"tasks\[1\]\.weight: expected a number"),
     ('{\n  "opt": {\n    "betas": 3\n  }\n}\n', 3, "opt.betas: expected a list"),
     ("opt: 3\n", 1, "opt: expected a mapping"),
@@ -238,22 +238,31 @@ def test_every_shipped_config_loads_with_its_command(path: Path) -> None:
         pick_recipe(path, []).load_config(path, [])
 
 
-@pytest.mark.parametrize("raised, code, words", [
-    (IsADirectoryError(21, "Is a directory", "out/userdir"), 2, "muppets: error: out/userdir: Is a directory"),
-    (FileExistsError(17, "File exists", "afile"), 2, "muppets: error: afile: File exists"),
-    (KeyboardInterrupt(), 130, "muppets: interrupted"),
+@pytest.mark.parametrize("case, code, words", [
+    ("a directory where the output goes", 2, "muppets: error: {tmp}/out.jsonl: Is a directory"),
+    ("a file where a folder goes", 2, "muppets: error: {tmp}/afile: File exists"),
+    ("ctrl-c", 130, "muppets: interrupted"),
 ])
-def test_the_command_line_ends_a_path_in_the_way_or_ctrl_c_without_a_traceback(monkeypatch, capsys, raised, code,
-                                                                                  words):
+def test_the_command_line_ends_a_path_in_the_way_or_ctrl_c_without_a_traceback(monkeypatch, capsys, tmp_path, case,
+                                                                                  code, words):
     from muppets import cli
+    from muppets.config import atomic_path
+
+    (tmp_path / "out.jsonl").mkdir()
+    (tmp_path / "afile").write_text("mine")
 
     def command(args):
-        raise raised
+        if case == "ctrl-c":
+            raise KeyboardInterrupt
+        target = tmp_path / ("out.jsonl" if case.startswith("a directory") else "afile/x.json")
+        with atomic_path(target) as tmp:  # what every output writer does
+            tmp.write_text("{}")
 
     monkeypatch.setattr(cli, "_pretrain", command)
     assert cli.main(["pretrain", "train.steps=1"]) == code
     err = capsys.readouterr().err
-    assert words in err and "Traceback" not in err
+    assert words.format(tmp=tmp_path) in err and "Traceback" not in err and ".tmp" not in err
+    assert (tmp_path / "afile").read_text() == "mine" and [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
 
 
 def test_read_utf8_names_the_line_and_the_byte(tmp_path):
@@ -277,3 +286,19 @@ def test_bad_numbers_and_choices_are_argparse_errors(argv, flag, capsys):
     with pytest.raises(SystemExit) as caught:
         cli.main(argv)
     assert caught.value.code == 2 and f"argument {flag}:" in capsys.readouterr().err
+
+
+def test_yaml_merge_keys_still_work_and_may_override_what_they_merge(tmp_path):
+    path = tmp_path / "merge.yaml"
+    path.write_text("base: &b {x: 1, y: 2}\nmid: &m {<<: *b, x: 2}\nc: {<<: *m, x: 3}\n")
+    assert load_file(path)["c"] == {"x": 3, "y": 2} and load_file(path)["mid"] == {"x": 2, "y": 2}
+    path.write_text("train: {[1]: 2}\n")  # an unhashable key: YAML's own error, in one line
+    with pytest.raises(ConfigError, match="merge.yaml:1: not valid YAML"):
+        load_file(path)
+
+
+def test_a_post_init_check_in_a_section_names_the_full_key_and_its_line(tmp_path):
+    path = tmp_path / "run.yaml"
+    path.write_text("opt:\n  lr: 0.1\ntasks:\n  - name: a\n    weight: -2\n")
+    with pytest.raises(ConfigError, match=rf"^{path}:5: tasks\[0\]\.weight: -2\.0 must be >= 0$"):
+        load_typed(Many, path, [])

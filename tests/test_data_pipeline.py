@@ -358,9 +358,16 @@ def test_leftovers_of_a_killed_write_are_removed_by_the_next(tmp_path: Path) -> 
     only_copy.mkdir()
     with ShardWriter(tmp_path / "c", vocab_size=10) as writer:
         writer.add_document([[1]])
-    with ShardWriter(tmp_path / "e", vocab_size=10) as writer:
+    assert not stale.exists()
+    with pytest.raises(DataError, match="outside the vocabulary"):  # a write to d while d is missing
+        with ShardWriter(tmp_path / "d", vocab_size=10) as writer:
+            writer.add_document([[99]])
+    assert only_copy.exists()  # the only copy of d is kept
+    with ShardWriter(tmp_path / "d", vocab_size=10) as writer:
         writer.add_document([[1]])
-    assert not stale.exists() and only_copy.exists()
+    with ShardWriter(tmp_path / "d", vocab_size=10, overwrite=True) as writer:  # d exists now
+        writer.add_document([[2]])
+    assert not only_copy.exists()
 
 
 def test_token_corpus_validates_files(tmp_path: Path) -> None:

@@ -514,12 +514,17 @@ def test_a_report_of_other_settings_is_refused_before_any_work(tmp_path: Path) -
     before = (out / "probe.json").read_bytes()
     with pytest.raises(ConfigError, match=r"other settings \(probe: 'mlp' -> 'linear'\).*--overwrite"):
         run_probing(cfg)  # refused before the (missing) data is read
+    assert (out / "probe.json").read_bytes() == before
     (out / "probe.json").write_text("my own notes")
     with pytest.raises(ConfigError, match="is not a probe report; it is left as it is"):
         run_probing(cfg)
-    assert (out / "probe.json").read_text() == "my own notes" and before
-    with pytest.raises(DataError):  # with overwrite (or the same settings) the run goes on: here to the data
+    assert (out / "probe.json").read_text() == "my own notes"
+    with pytest.raises(DataError):  # with overwrite the run goes on: here to the (missing) data
         run_probing(cfg, overwrite=True)
+    # the same settings, asked for with another spelling of the folder and another cache: no refusal
+    (out / "probe.json").write_text(json.dumps({"config": {**vars(cfg), "out": "", "cache_dir": "elsewhere"}}))
+    with pytest.raises(DataError):
+        run_probing(cfg)
 
 
 @pytest.mark.parametrize("setting", [{"max_train_sentences": -1}, {"hidden": 0}, {"dropout": 1.0}])

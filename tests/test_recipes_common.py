@@ -17,7 +17,7 @@ import torch
 
 from muppets.data.prepare import SPECIALS_AS_TEXT
 from muppets.data.shards import tokenizer_fingerprint
-from muppets.errors import ConfigError, MuppetsError
+from muppets.errors import ConfigError, DataError, MuppetsError
 from muppets.objectives.mlm_nsp import BertPretrainingData, PretrainDataConfig, SpecialIds
 from muppets.recipes import bert_pretrain
 from muppets.recipes.common import CorpusSection, prepare_once, rank_zero_first
@@ -92,7 +92,7 @@ def test_the_runs_own_corpus_directory_holding_a_users_files_is_an_error(tmp_pat
     own.mkdir(parents=True)
     (own / "notes.txt").write_text("precious", encoding="utf-8")  # e.g. corpus.inputs=[<run_dir>/corpus]
     sec = CorpusSection(inputs=[str(own)], workers=1)
-    with pytest.raises(ConfigError, match="not a prepared corpus.*left as it is"):
+    with pytest.raises(DataError, match="holds files but is not a prepared corpus"):
         prepare_once(sec, _vocabs()[0], tmp_path / "run")
     assert _files(own) == {"notes.txt": b"precious"}
 

@@ -340,9 +340,10 @@ def test_a_port_in_use_is_refused_before_the_model_loads():
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        with pytest.raises(ConfigError, match=rf"--port {port}: cannot listen there"):
+        with pytest.raises(ConfigError, match=rf"--port {port}: cannot listen on 127\.0\.0\.1"):
             check_address("127.0.0.1", port)
     check_address("127.0.0.1", 0)
+    check_address("", 0)  # every interface, as uvicorn takes it
 
 
 def test_a_runs_best_or_final_directory_serves_under_the_runs_name(tmp_path):
@@ -352,6 +353,9 @@ def test_a_runs_best_or_final_directory_serves_under_the_runs_name(tmp_path):
     assert default_model_name(str(tmp_path / "bert-mini" / "final") + "/") == "bert-mini"
     assert default_model_name(str(tmp_path / "my-model")) == "my-model"
     assert default_model_name("minilm") == "minilm"
+    (tmp_path / "runs" / "x" / "final").mkdir(parents=True)
+    (tmp_path / "current").symlink_to(tmp_path / "runs" / "x" / "final")
+    assert default_model_name(str(tmp_path / "current")) == "current"  # the link's name, which clients were told
 
 
 # ----------------------------------------------------------------------------- operations

@@ -382,6 +382,11 @@ def test_a_checkpoint_that_no_longer_fits_names_the_settings_that_changed(tmp_pa
         run(wider, ["rte"]).train(resume=True)  # the same settings: the checkpoint's own error
     assert "other settings" not in str(caught.value) and "\n" not in str(caught.value)
     assert _snapshot(tmp_path) == before
+    weights = tmp_path / "checkpoints" / "step-00000002" / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:100])  # damaged, not mismatched: its own error, settings aside
+    with pytest.raises(CheckpointError, match="unreadable safetensors") as caught:
+        run(wider, ["rte", "mrpc"]).train(resume=True)
+    assert "other settings" not in str(caught.value)
 
 
 # ------------------------------------------------------------------ DDP

@@ -361,7 +361,7 @@ def _nnlm_train(args: argparse.Namespace) -> int:
     summary = nnlm_pretrain.run(nnlm_pretrain.load_config(args.config, args.overrides), resume=not args.fresh)
     _print_pretrain_summary(summary)
     print(f"embeddings: {summary['embeddings']}")
-    return 0
+    return INTERRUPTED if summary.get("interrupted") else 0
 
 
 def _load_vectors(args: argparse.Namespace):
@@ -843,9 +843,10 @@ def main(argv: list[str] | None = None) -> int:
         print("muppets: interrupted", file=sys.stderr)
         return INTERRUPTED
     except (IsADirectoryError, NotADirectoryError, FileExistsError, PermissionError) as err:
-        if err.filename is None or args.verbose:  # an output path the user gave is in the way
+        where = err.filename2 or err.filename  # a rename's target (filename2) is the user's path, not the temporary
+        if where is None or args.verbose:  # an output path the user gave is in the way
             raise
-        print(f"muppets: error: {err.filename}: {err.strerror}", file=sys.stderr)
+        print(f"muppets: error: {where}: {err.strerror}", file=sys.stderr)
         return 2
 
 

@@ -27,7 +27,7 @@ import shutil
 import tempfile
 import types
 import typing
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -186,8 +186,11 @@ def from_dict(cls: type[T], data: dict[str, Any], prefix: str = "") -> T:
     except (TypeError, ValueError) as err:
         raise ConfigError(f"{prefix or cls.__name__}: {err}", key=prefix.rstrip(".") or None) from err
     except ConfigError as err:  # a check in __post_init__: its key is relative to this section
-        err.key = prefix + err.key if err.key else prefix.rstrip(".") or None
-        raise
+        if not prefix:
+            raise
+        text = str(err)
+        full = prefix + err.key if err.key else prefix.rstrip(".")
+        raise ConfigError(prefix + text if err.key and text.startswith(err.key) else text, key=full) from err
 
 
 def to_dict(cfg: Any) -> dict[str, Any]:
@@ -314,17 +317,22 @@ def _key_line(path: str | Path, key: str | None) -> int | None:
 
 class _UniqueKeyLoader(yaml.SafeLoader):
     """YAML's safe loader, except that a key written twice in one mapping is an error: YAML keeps
-    the last silently, so a second ``train:`` section would drop every setting of the first."""
+    the last silently, so a second ``train:`` section would drop every setting of the first.
+    Checked as the file is parsed, before merge keys (``<<: *base``) are applied, which may
+    override what they merge as YAML intends."""
 
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
-        seen: dict[Any, int] = {}
+    def compose_mapping_node(self, anchor: str | None) -> yaml.MappingNode:
+        node = super().compose_mapping_node(anchor)
+        seen: dict[str, int] = {}
         for key_node, _ in node.value:
-            key = self.construct_object(key_node, deep=deep)
-            if isinstance(key, typing.Hashable) and key in seen:
-                raise yaml.constructor.ConstructorError(
-                    None, None, f"the key {key!r} is written twice (first on line {seen[key]})", key_node.start_mark)
-            seen[key] = key_node.start_mark.line + 1
-        return super().construct_mapping(node, deep=deep)
+            if not isinstance(key_node, yaml.ScalarNode) or key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            if key_node.value in seen:
+                raise yaml.composer.ComposerError(
+                    None, None, f"the key {key_node.value!r} is written twice (first on line {seen[key_node.value]})",
+                    key_node.start_mark)
+            seen[key_node.value] = key_node.start_mark.line + 1
+        return node
 
 
 def _unique_json_object(pairs: list[tuple[str, Any]]) -> dict:
@@ -340,15 +348,9 @@ def load_file(path: str | Path) -> dict[str, Any]:
     twice in one mapping, undecodable bytes and an empty file included)."""
     path = Path(path)
     try:
-        raw = path.read_bytes()
-    except OSError as err:
-        raise ConfigError(f"{path}: cannot read config ({err.strerror})") from err
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as err:
-        line = raw[:err.start].count(b"\n") + 1
-        raise ConfigError(f"{path}:{line}: not UTF-8 text (byte {err.start}: {raw[err.start:err.start + 1]!r}); "
-                          "save the config as UTF-8") from None
+        text = read_utf8(path, "config file")
+    except DataError as err:
+        raise ConfigError(f"{err}; save the config as UTF-8" if err.line else str(err)) from None
     try:
         data = (json.loads(text, object_pairs_hook=_unique_json_object) if path.suffix == ".json"
                 else yaml.load(text, Loader=_UniqueKeyLoader))
@@ -432,15 +434,18 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
         raise
 
 
-def remove_stale(parent: Path, pattern: str) -> list[Path]:
+def remove_stale(parent: Path, pattern: str, keep: Callable[[Path], bool] | None = None) -> list[Path]:
     """Delete what matches ``pattern`` in ``parent`` and was left by a write whose process is
-    gone (killed before it could clean up): the temporaries of atomic writes, named with the
-    writer's pid at the end (``.c.partial-4242``, ``.tmp-step-00000062-4242``, ``.x.4242.tmp``).
-    Returns what it removed."""
+    gone (killed before it could clean up): temporaries named with the writer's pid at the end
+    (``.c.partial-4242``, ``.tmp-step-00000062-4242``, ``.latest.4242.tmp``; not
+    :func:`atomic_path`'s, whose random names carry no pid). ``keep(path)`` spares one, e.g. a
+    copy moved aside that is the only one left. Returns what it removed."""
     removed = []
     for stale in Path(parent).glob(pattern) if Path(parent).is_dir() else []:
         match = re.search(r"[-.](\d+)(\.tmp)?$", stale.name)
         if match is None or int(match.group(1)) == os.getpid() or _alive(int(match.group(1))):
+            continue
+        if keep is not None and keep(stale):
             continue
         if stale.is_dir():
             shutil.rmtree(stale, ignore_errors=True)

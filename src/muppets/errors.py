@@ -63,6 +63,11 @@ class CheckpointError(MuppetsError):
     """A checkpoint or model directory is missing, incomplete or incompatible."""
 
 
+class CheckpointMismatch(CheckpointError):
+    """A readable checkpoint whose tensors or parameter names do not fit the model being
+    resumed: it was written for another architecture, task list or label set."""
+
+
 class RunDirError(MuppetsError):
     """A run would overwrite what its run directory holds: an earlier run's checkpoints, files
     it did not write, or the record of the settings a finished run was trained with."""

@@ -481,26 +481,37 @@ def run_probing(cfg: ProbeConfig, overwrite: bool = False) -> dict:
     return report
 
 
+# settings that change where a report goes, how fast it is made or how it is shown, not its figures
+_REPORT_NEUTRAL = ("out", "cache_dir", "embed_batch_size", "progress")
+
+
 def check_report_target(cfg: ProbeConfig) -> None:
     """Raise :class:`ConfigError`, before anything is computed, when ``cfg.out_dir()`` holds a
     ``probe.json`` that is not a report of these settings (another run's, or a user's file)."""
+    from muppets.train.rundir import changed_settings, describe
+
     done = cfg.out_dir() / "probe.json"
     if not done.exists():
         return
     try:
         saved = json.loads(done.read_text(encoding="utf-8")).get("config")
-    except (OSError, UnicodeDecodeError, ValueError, AttributeError):
+    except (OSError, ValueError, AttributeError):
         saved = None
     if not isinstance(saved, dict):
         raise ConfigError(f"{done} is not a probe report; it is left as it is: choose another --out folder")
-    ours = dataclasses.asdict(cfg)
-    # settings added since the report was written count as their defaults; progress bars change nothing
-    old = {**dataclasses.asdict(ProbeConfig()), **saved}
-    changed = sorted(k for k in ours if k != "progress" and old.get(k) != ours[k])
+
+    def comparable(settings: dict) -> dict:
+        # settings added since the report was written count as their defaults; paths as absolute ones
+        out = {**dataclasses.asdict(ProbeConfig()), **settings}
+        for key in ("model", "data_dir"):
+            if out[key] and Path(out[key]).exists():
+                out[key] = str(Path(out[key]).resolve())
+        return {k: v for k, v in out.items() if k not in _REPORT_NEUTRAL}
+
+    changed = changed_settings(comparable(saved), comparable(dataclasses.asdict(cfg)))
     if changed:
-        text = "; ".join(f"{k}: {old.get(k)!r} -> {ours[k]!r}" for k in changed)
-        raise ConfigError(f"{done} holds the report of a run with other settings ({text}); it is left as it is: "
-                          f"pass --overwrite to replace it, or --out another folder")
+        raise ConfigError(f"{done} holds the report of a run with other settings ({describe(changed)}); it is left "
+                          f"as it is: pass --overwrite to replace it, or --out another folder")
 
 
 def write_report(report: dict, out: Path) -> Path:

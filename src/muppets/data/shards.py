@@ -128,8 +128,7 @@ class ShardWriter:
         name = self.out_dir.name
         for stale in remove_stale(self.out_dir.parent, f".{glob.escape(name)}.partial-*"):
             logger.info("removed %s, left by an earlier write that was killed", stale)
-        if self.out_dir.exists():
-            remove_stale(self.out_dir.parent, f".{glob.escape(name)}.old-*")
+        remove_stale(self.out_dir.parent, f".{glob.escape(name)}.old-*", keep=lambda _: not self.out_dir.exists())
 
     def add_document(self, sentences: Sequence[Sequence[int]]) -> bool:
         """Append one document given as token-id lists; False if it was empty (not written)."""

@@ -244,10 +244,6 @@ def prepare_once(sec: CorpusSection, tok: CorpusTokenizer, run_dir: Path) -> Tok
     is_own = out.resolve() == own.resolve()
     if out.exists() and not is_own:
         raise ConfigError(_not_reusable(out, found, fingerprint, old_text, other_units))
-    if is_own and meta is None and out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise ConfigError(f"{out} holds files but is not a prepared corpus (no meta.json); the run prepares its "
-                          f"corpus there and would delete them, so it is left as it is: move them, or choose "
-                          f"another run_dir")
     if found is not None:
         log.warning("%s was prepared %s; preparing it again", out, _BEFORE_TEXT if old_text else
                     "with another tokenizer" if found != fingerprint else "without these masking units")

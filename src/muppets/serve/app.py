@@ -14,6 +14,7 @@ import contextlib
 import hmac
 import json
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -51,7 +52,7 @@ def default_model_name(model_dir: str) -> str:
     the directory is a run's ``best`` / ``final`` (``runs/mt/tasks/rte/best`` serves as ``rte``)."""
     if model_dir == "minilm":
         return "minilm"
-    path = Path(model_dir).resolve()
+    path = Path(os.path.abspath(model_dir))  # not resolve(): a link's own name is the one users chose
     return path.parent.name if path.name in ("best", "final") and path.parent.name else path.name
 
 
@@ -381,20 +382,25 @@ def serve(cfg: ServeConfig, engine: Engine | None = None) -> None:
 
 def check_address(host: str, port: int) -> None:
     """Raise :class:`ConfigError` when ``host:port`` cannot be bound (a port in use, a host name
-    that does not resolve), before the model is loaded: uvicorn would only say so after."""
+    that does not resolve), before the model is loaded: uvicorn would only say so after. Binds
+    as asyncio does: every address the host resolves to (``""``: every interface), IPv6 ones
+    IPv6-only."""
     import socket
 
     try:
-        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+        infos = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
     except socket.gaierror as err:
         raise ConfigError(f"--host {host}: {err.strerror}") from None
-    family, kind, proto, _, address = infos[0]
-    with socket.socket(family, kind, proto) as probe:
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds
-        try:
-            probe.bind(address)
-        except OSError as err:
-            raise ConfigError(f"--host {host} --port {port}: cannot listen there ({err.strerror})") from None
+    for family, kind, proto, _, address in dict.fromkeys(infos):
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds
+            if family == socket.AF_INET6:
+                probe.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            try:
+                probe.bind(address)
+            except OSError as err:
+                raise ConfigError(f"--host {host} --port {port}: cannot listen on {address[0]} "
+                                  f"({err.strerror})") from None
 
 
 @contextlib.contextmanager

@@ -39,7 +39,7 @@ from safetensors.torch import load_file, load_model, save_file, save_model
 from torch import nn
 
 from muppets.config import remove_stale, write_json_atomic
-from muppets.errors import CheckpointError
+from muppets.errors import CheckpointError, CheckpointMismatch
 from muppets.train.optim import param_groups
 
 logger = logging.getLogger(__name__)
@@ -191,6 +191,8 @@ def save_checkpoint(
     root.mkdir(parents=True, exist_ok=True)
     for pattern in (".tmp-step-*", f".{LATEST}.*.tmp"):  # what a killed run's saving left behind
         remove_stale(root, pattern)
+    # a step moved aside by a save killed between its renames: kept while it is the only copy
+    remove_stale(root, ".old-step-*", keep=lambda old: not (root / old.name[len(".old-"):].rpartition("-")[0]).is_dir())
     name = checkpoint_name(state.step)
     tmp = root / f".tmp-{name}-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
@@ -277,22 +279,22 @@ def load_model_weights(path: Path, model: nn.Module) -> None:
         sizes = [line.strip() for line in str(err).splitlines() if line.strip().startswith("size mismatch")]
         detail = (f"{sizes[0]} ({len(sizes)} tensor{'s differ' if len(sizes) > 1 else ' differs'})" if sizes
                   else str(err))
-        raise CheckpointError(f"{file}: does not fit {type(model).__name__}: {detail}") from err
+        raise CheckpointMismatch(f"{file}: does not fit {type(model).__name__}: {detail}") from err
     if missing:
-        raise CheckpointError(f"{file}: missing key {sorted(missing)[0]!r} ({len(missing)} missing)")
+        raise CheckpointMismatch(f"{file}: missing key {sorted(missing)[0]!r} ({len(missing)} missing)")
     if unexpected:
-        raise CheckpointError(f"{file}: unexpected key {sorted(unexpected)[0]!r} ({len(unexpected)} unexpected)")
+        raise CheckpointMismatch(f"{file}: unexpected key {sorted(unexpected)[0]!r} ({len(unexpected)} unexpected)")
 
 
 def _check_param_names(path: Path, saved: list[list[str]], current: list[list[str]]) -> None:
     if len(saved) != len(current):
-        raise CheckpointError(f"{path}: {len(saved)} optimizer groups saved, the model has {len(current)}")
+        raise CheckpointMismatch(f"{path}: {len(saved)} optimizer groups saved, the model has {len(current)}")
     for group, (old, new) in enumerate(zip(saved, current)):
         for index in range(max(len(old), len(new))):
             a = old[index] if index < len(old) else None
             b = new[index] if index < len(new) else None
             if a != b:
-                raise CheckpointError(
+                raise CheckpointMismatch(
                     f"{path / OPTIMIZER_JSON}: optimizer group {group} parameter {index} is {a!r} "
                     f"in the checkpoint but {b!r} in the model"
                 )
@@ -324,7 +326,7 @@ def load_optimizer(path: Path, optimizer: torch.optim.Optimizer, param_names: li
     try:
         optimizer.load_state_dict(state_dict)
     except (ValueError, KeyError, RuntimeError) as err:
-        raise CheckpointError(f"{path}: optimizer state does not fit: {err}") from err
+        raise CheckpointMismatch(f"{path}: optimizer state does not fit: {err}") from err
 
 
 def read_state(path: Path) -> TrainerState:

@@ -38,7 +38,7 @@ import torch
 from torch import nn
 
 from muppets.config import to_dict, write_json_atomic
-from muppets.errors import CheckpointError, ConfigError, TrainingDiverged
+from muppets.errors import CheckpointError, CheckpointMismatch, ConfigError, TrainingDiverged
 from muppets.heap import HeapTrimmer
 from muppets.train.checkpoint import (
     STATE_FILE,
@@ -348,7 +348,7 @@ class Trainer:
         """Load model, optimizer and counters from ``path``; return the RNG state to apply."""
         try:
             state, rng = load_checkpoint(path, self.model, self.optimizer, self._param_names)
-        except CheckpointError as error:
+        except CheckpointMismatch as error:
             raise self._misfit(Path(path), error) from error
         self.step, self.tokens_seen, self._elapsed_before = state.step, state.tokens_seen, state.elapsed_s
         self.last_checkpoint = Path(path)
@@ -367,7 +367,7 @@ class Trainer:
         return {**changed_settings(state.run_config, self.run_config),
                 **changed_settings({"train": state.train_config}, {"train": to_dict(self.config)})}
 
-    def _misfit(self, path: Path, error: CheckpointError) -> CheckpointError:
+    def _misfit(self, path: Path, error: CheckpointMismatch) -> CheckpointError:
         """``error`` (the checkpoint at ``path`` does not load into this run's model or optimizer),
         told in the user's terms when the run's settings changed since: a different task list,
         label set or model preset builds different tensors, and the settings say which."""
