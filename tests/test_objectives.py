@@ -320,7 +320,7 @@ def test_a_binding_prediction_cap_is_logged_and_a_bad_rate_refused(corpus, caplo
 
 
 @pytest.mark.parametrize("setting, words", [({"max_seq_len": 3}, "max_seq_len: 3 must be >= 8"),
-                                            ({"eval_fraction": 1.5}, r"eval_fraction: 1\.5 must be in \(0, 1\)"),
+                                            ({"short_seq_prob": 1.5}, r"short_seq_prob: 1\.5 must be in \[0, 1\]"),
                                             ({"eval_examples": 0}, "eval_examples: 0 must be >= 1")])
 def test_pretraining_data_settings_are_checked(setting, words):
     from muppets.objectives.mlm_nsp import PretrainDataConfig

@@ -336,11 +336,12 @@ class _UniqueKeyLoader(yaml.SafeLoader):
 
 
 def _unique_json_object(pairs: list[tuple[str, Any]]) -> dict:
-    keys = [k for k, _ in pairs]
-    repeated = next((k for i, k in enumerate(keys) if k in keys[:i]), None)
-    if repeated is not None:
+    """``json``'s object hook: a key written twice in one object is an error, as in YAML."""
+    data = dict(pairs)
+    if len(data) < len(pairs):
+        repeated = next(k for i, (k, _) in enumerate(pairs) if k in dict(pairs[:i]))
         raise ValueError(f"the key {repeated!r} is written twice in one object")
-    return dict(pairs)
+    return data
 
 
 def load_file(path: str | Path) -> dict[str, Any]:

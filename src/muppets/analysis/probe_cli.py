@@ -57,7 +57,8 @@ def add_parser(sub) -> argparse.ArgumentParser:
     p.add_argument("--overwrite", action="store_true",
                    help="replace a probe.json of other settings in the output folder (else refused, before any work)")
     p.add_argument("--cache-dir", default="runs/probe/cache", help="cached per-layer features")
-    p.add_argument("--max-train-sentences", type=non_negative_int, default=0, help="seeded sample of train sentences (0 = all)")
+    p.add_argument("--max-train-sentences", type=non_negative_int, default=0,
+                   help="seeded sample of train sentences (0 = all)")
     p.add_argument("--max-eval-sentences", type=non_negative_int, default=0, help="the same for dev and test (0 = all)")
     p.add_argument("--data-dir", default="", help="the shared data folder (default: the usual one)")
     p.add_argument("--threads", type=non_negative_int, default=0, help="torch threads (0: leave the default)")

@@ -112,8 +112,8 @@ class ShardWriter:
         if not out.exists():
             return
         if not self.overwrite:
-            raise DataError("output directory already exists (--overwrite, or overwrite=True, replaces a prepared corpus)",
-                            path=out)
+            raise DataError("output directory already exists (--overwrite, or overwrite=True, replaces a "
+                            "prepared corpus)", path=out)
         if not out.is_dir():
             raise DataError("is a file, not a corpus directory; it is left as it is: choose another output",
                             path=out)

@@ -51,7 +51,6 @@ class PretrainDataConfig:
     def __post_init__(self) -> None:
         checks = [("max_seq_len", self.max_seq_len >= 8, ">= 8 ([CLS], two segments and their [SEP]s)"),
                   ("short_seq_prob", 0.0 <= self.short_seq_prob <= 1.0, "in [0, 1]"),
-                  ("eval_fraction", 0.0 < self.eval_fraction < 1.0, "in (0, 1)"),
                   ("eval_examples", self.eval_examples >= 1, ">= 1"),
                   ("eval_masked_lm_prob", 0.0 <= self.eval_masked_lm_prob < 1.0, "in [0, 1)")]
         for name, ok, rule in checks:

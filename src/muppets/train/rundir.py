@@ -99,6 +99,13 @@ def describe(changed: dict[str, tuple[Any, Any]]) -> str:
     return "; ".join(f"{k}: {_brief(a)!r} -> {_brief(b)!r}" for k, (a, b) in sorted(changed.items()))
 
 
+def effective_changes(changed: dict[str, tuple[Any, Any]], free: Collection[str] = ()) -> dict[str, tuple[Any, Any]]:
+    """The changes of :func:`changed_settings` that change what a run trains: :data:`PACING_KEYS`
+    and the caller's ``free`` keys (a dotted key or its last part) aside."""
+    free = PACING_KEYS | frozenset(free)
+    return {k: v for k, v in changed.items() if k.rpartition(".")[2] not in free and k not in free}
+
+
 def check_resume(checkpoint: Path, step: int, steps: int, changed: dict[str, tuple[Any, Any]],
                  after_training: Collection[str] = ()) -> None:
     """Refuse resuming a finished run (``step >= steps``) with other settings than it was
@@ -107,8 +114,7 @@ def check_resume(checkpoint: Path, step: int, steps: int, changed: dict[str, tup
     if not changed:
         return
     text = describe(changed)
-    free = PACING_KEYS | frozenset(after_training)
-    effective = {k: v for k, v in changed.items() if k.rpartition(".")[2] not in free and k not in free}
+    effective = effective_changes(changed, after_training)
     if step >= steps and effective:
         names = ", ".join(sorted(effective))
         raise RunDirError(

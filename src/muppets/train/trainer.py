@@ -60,11 +60,11 @@ from muppets.train.plots import write_run_plot
 from muppets.train.precision import PRECISIONS, autocast, resolve_precision
 from muppets.train.progress import progress_bar, run_eta
 from muppets.train.rundir import (
-    PACING_KEYS,
     changed_settings,
     check_fresh_start,
     check_resume,
     describe,
+    effective_changes,
     keep_previous_config,
 )
 from muppets.train.schedule import check_schedule, lr_factor
@@ -375,7 +375,7 @@ class Trainer:
             changed = self._changed(read_state(path))
         except CheckpointError:
             return error
-        changed = {k: v for k, v in changed.items() if k.rpartition(".")[2] not in PACING_KEYS}
+        changed = effective_changes(changed)
         if not changed:
             return error
         return CheckpointError(f"{path}: written by a run with other settings ({describe(changed)}), whose model "
