@@ -26,7 +26,6 @@ import statistics
 import time
 from pathlib import Path
 
-import numpy as np
 
 from muppets.analysis.attention import attention_shares, load_attention_model, pronoun_attention
 from muppets.analysis.attention_page import page_html

@@ -103,7 +103,7 @@ def test_a_killed_saves_leftovers_go_with_the_next_save_and_an_only_copy_stays(t
     half = tmp_path / f".tmp-step-00000062-{dead.pid}"
     half.mkdir(parents=True)
     (half / "model.safetensors").write_bytes(b"\0" * 128)
-    (tmp_path / f".latest.{dead.pid}.tmp").write_text("step-00000062\n")
+    (tmp_path / f".latest.k2x9_q.{dead.pid}.tmp").write_text("step-00000062\n")  # atomic_path's name
     moved_aside = tmp_path / f".old-step-00000001-{dead.pid}"  # killed between the renames of a re-save
     moved_aside.mkdir()
     _save(tmp_path, 1)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -263,6 +265,24 @@ def test_the_command_line_ends_a_path_in_the_way_or_ctrl_c_without_a_traceback(m
     err = capsys.readouterr().err
     assert words.format(tmp=tmp_path) in err and "Traceback" not in err and ".tmp" not in err
     assert (tmp_path / "afile").read_text() == "mine" and [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+
+
+def test_atomic_path_removes_what_a_killed_write_of_the_same_file_left(tmp_path):
+    import subprocess
+
+    from muppets.config import atomic_path
+
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()  # a pid that no longer runs: the writer was killed mid-write
+    left = tmp_path / f".labels.jsonl.a1b2c3.{dead.pid}.tmp"
+    running = tmp_path / f".labels.jsonl.d4e5f6.{os.getppid()}.tmp"  # a live writer's: kept
+    other = tmp_path / f".other.jsonl.a1b2c3.{dead.pid}.tmp"  # another file's: its own next write
+    for path in (left, running, other):
+        path.write_text("half")
+    with atomic_path(tmp_path / "labels.jsonl") as tmp:
+        assert tmp.name.startswith(".labels.jsonl.") and tmp.name.endswith(f".{os.getpid()}.tmp")
+        tmp.write_text("done")
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["labels.jsonl", running.name, other.name])
 
 
 def test_read_utf8_names_the_line_and_the_byte(tmp_path):

@@ -4,7 +4,6 @@ and follow weight changes."""
 
 from __future__ import annotations
 
-import threading
 
 import pytest
 import torch

@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import decimal
+import glob
 import json
 import math
 import os
@@ -413,7 +414,9 @@ def parse_json(text: str, path: str | Path | None = None, line: int | None = Non
 def atomic_path(path: str | Path) -> Iterator[Path]:
     """A temporary file beside ``path`` to write; when the block ends normally it gets the usual
     permissions (mkstemp makes it 0600) and is renamed onto ``path``, so a crash never leaves
-    half a file; on an error it is deleted.
+    half a file; on an error it is deleted. Its name ends in the writer's pid
+    (``.a.txt.<random>.<pid>.tmp``), so what a killed write left is removed by the next write
+    of the same file (:func:`remove_stale`).
 
     >>> import tempfile
     >>> out = Path(tempfile.mkdtemp()) / "a.txt"
@@ -424,7 +427,8 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    remove_stale(path.parent, f".{glob.escape(path.name)}.*.tmp")
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=f".{os.getpid()}.tmp")
     os.close(fd)
     try:
         yield Path(tmp)
@@ -438,9 +442,9 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
 def remove_stale(parent: Path, pattern: str, keep: Callable[[Path], bool] | None = None) -> list[Path]:
     """Delete what matches ``pattern`` in ``parent`` and was left by a write whose process is
     gone (killed before it could clean up): temporaries named with the writer's pid at the end
-    (``.c.partial-4242``, ``.tmp-step-00000062-4242``, ``.latest.4242.tmp``; not
-    :func:`atomic_path`'s, whose random names carry no pid). ``keep(path)`` spares one, e.g. a
-    copy moved aside that is the only one left. Returns what it removed."""
+    (``.c.partial-4242``, ``.tmp-step-00000062-4242``, :func:`atomic_path`'s
+    ``.latest.x1y2.4242.tmp``). ``keep(path)`` spares one, e.g. a copy moved aside that is the
+    only one left. Returns what it removed."""
     removed = []
     for stale in Path(parent).glob(pattern) if Path(parent).is_dir() else []:
         match = re.search(r"[-.](\d+)(\.tmp)?$", stale.name)

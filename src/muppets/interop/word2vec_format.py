@@ -37,6 +37,7 @@ from typing import BinaryIO
 
 import numpy as np
 
+from muppets.config import atomic_path
 from muppets.errors import DataError
 
 __all__ = ["FORMATS", "read_vectors", "read_word2vec_format", "read_glove", "sniff_format",
@@ -124,19 +125,13 @@ def write_word2vec_format(path: str | Path, words: Sequence[str], vectors: np.nd
         if not word or any(ch.isspace() for ch in word):
             raise DataError("a word in the word2vec format can neither be empty nor contain "
                             "whitespace", path=path, value=word)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        with tmp.open("wb") as fh:
-            fh.write(f"{matrix.shape[0]} {matrix.shape[1]}\n".encode("utf-8"))
-            for word, row in zip(words, matrix):
-                if binary:
-                    fh.write(f"{word} ".encode("utf-8") + row.astype(_FLOAT).tobytes())
-                else:  # str(np.float32) = the shortest decimal that reads back to the same float32
-                    fh.write(f"{word} {' '.join(str(v) for v in row)}\n".encode("utf-8"))
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    with atomic_path(path) as tmp, tmp.open("wb") as fh:
+        fh.write(f"{matrix.shape[0]} {matrix.shape[1]}\n".encode("utf-8"))
+        for word, row in zip(words, matrix):
+            if binary:
+                fh.write(f"{word} ".encode("utf-8") + row.astype(_FLOAT).tobytes())
+            else:  # str(np.float32) = the shortest decimal that reads back to the same float32
+                fh.write(f"{word} {' '.join(str(v) for v in row)}\n".encode("utf-8"))
     logger.info("wrote %d x %d vectors to %s (%s)", *matrix.shape, path, "binary" if binary else "text")
     return path
 

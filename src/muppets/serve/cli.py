@@ -95,7 +95,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from muppets.errors import MuppetsError
     from muppets.malloc import use_malloc
 
     try:

@@ -23,9 +23,9 @@ the model is scored on them.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
+from muppets.config import atomic_path
 from muppets.errors import ConfigError
 from muppets.tasks.spec import ChoiceExample, Example, SpanExample, TagExample, TextExample
 
@@ -55,19 +55,13 @@ def write_task_text(examples: list[Example], out: str | Path, overwrite: bool = 
     out = Path(out)
     if out.exists() and not overwrite:
         raise ConfigError(f"{out} exists; choose another path or pass --overwrite")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
     seen: set[str] = set()
     written = 0
-    try:
-        with tmp.open("w", encoding="utf-8") as fh:
-            for example in examples:
-                paragraphs = [" ".join(p.split()) for p in example_paragraphs(example, seen)]
-                paragraphs = [p for p in paragraphs if p]
-                if paragraphs:
-                    fh.write(json.dumps({"text": "\n\n".join(paragraphs)}, ensure_ascii=False) + "\n")
-                    written += 1
-        os.replace(tmp, out)
-    finally:
-        tmp.unlink(missing_ok=True)
+    with atomic_path(out) as tmp, tmp.open("w", encoding="utf-8") as fh:
+        for example in examples:
+            paragraphs = [" ".join(p.split()) for p in example_paragraphs(example, seen)]
+            paragraphs = [p for p in paragraphs if p]
+            if paragraphs:
+                fh.write(json.dumps({"text": "\n\n".join(paragraphs)}, ensure_ascii=False) + "\n")
+                written += 1
     return written

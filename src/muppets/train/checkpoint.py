@@ -38,7 +38,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, load_model, save_file, save_model
 from torch import nn
 
-from muppets.config import remove_stale, write_json_atomic
+from muppets.config import atomic_path, remove_stale, write_json_atomic
 from muppets.errors import CheckpointError, CheckpointMismatch
 from muppets.train.optim import param_groups
 
@@ -163,9 +163,8 @@ def replace_dir(tmp: Path, final: Path) -> None:
 
 def write_latest(root: Path, name: str) -> None:
     """Point ``root/latest`` at checkpoint ``name`` (atomic replace)."""
-    tmp = root / f".{LATEST}.{os.getpid()}.tmp"
-    tmp.write_text(name + "\n", encoding="utf-8")
-    os.replace(tmp, root / LATEST)
+    with atomic_path(root / LATEST) as tmp:
+        tmp.write_text(name + "\n", encoding="utf-8")
 
 
 def save_checkpoint(
@@ -189,8 +188,8 @@ def save_checkpoint(
         The directory of the new checkpoint.
     """
     root.mkdir(parents=True, exist_ok=True)
-    for pattern in (".tmp-step-*", f".{LATEST}.*.tmp"):  # what a killed run's saving left behind
-        remove_stale(root, pattern)
+    remove_stale(root, ".tmp-step-*")  # what a killed run's saving left behind (atomic_path
+    # removes its own leftovers of ``latest``)
     # a step moved aside by a save killed between its renames: kept while it is the only copy
     remove_stale(root, ".old-step-*", keep=lambda old: not (root / old.name[len(".old-"):].rpartition("-")[0]).is_dir())
     name = checkpoint_name(state.step)

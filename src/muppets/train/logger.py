@@ -18,10 +18,10 @@ from __future__ import annotations
 import json
 import logging
 import math
-import os
 from pathlib import Path
 from typing import Any
 
+from muppets.config import atomic_path
 from muppets.errors import DataError
 
 logger = logging.getLogger(__name__)
@@ -130,9 +130,8 @@ class RunLogger:
         self._file.close()
         path = self.run_dir / LOG_FILE
         kept = [r for r in _resumable_records(path) if int(r.get("step", 0)) <= step]
-        tmp = path.with_name(f".{LOG_FILE}.{os.getpid()}.tmp")
-        tmp.write_text("".join(json.dumps(r) + "\n" for r in kept), encoding="utf-8")
-        os.replace(tmp, path)
+        with atomic_path(path) as tmp:
+            tmp.write_text("".join(json.dumps(r) + "\n" for r in kept), encoding="utf-8")
         self._file = path.open("a", encoding="utf-8")
 
     def close(self) -> None:

@@ -24,10 +24,8 @@ matplotlib draws on an Agg canvas directly (no pyplot, no global backend change)
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import math
-import os
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -36,6 +34,7 @@ from typing import Any
 
 import numpy as np
 
+from muppets.config import atomic_path
 from muppets.train.logger import read_log
 
 logger = logging.getLogger(__name__)
@@ -249,18 +248,14 @@ def write_run_plot(run_dir: Path, path: Path | None = None, title: str | None = 
     path = Path(path) if path is not None else run_dir / PLOT_FILE
     if not _have_matplotlib():
         return None
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         records = read_log(run_dir, strict=False)
         fig = render(panels(records), run_dir.name if title is None else title)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(tmp, format="png", dpi=90)
-        os.replace(tmp, path)
+        with atomic_path(path) as tmp:
+            fig.savefig(tmp, format="png", dpi=90)
         return path
     except Exception as error:  # a picture must never end a training run
         logger.warning("could not draw %s: %s: %s", path, type(error).__name__, error)
-        with contextlib.suppress(OSError):
-            tmp.unlink(missing_ok=True)
         return None
 
 

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,7 +36,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from muppets.config import write_json_atomic
+from muppets.config import atomic_path, write_json_atomic
 from muppets.errors import ConfigError, DataError
 from muppets.interop.safetensors_io import read_file, write_weights
 from muppets.paths import resolve_data_path
@@ -251,10 +250,8 @@ def save_embeddings(path: str | Path, vectors: Sequence[np.ndarray], metadata: d
         tensors = {"vectors": torch.from_numpy(matrix), "offsets": torch.from_numpy(offsets)}
         write_weights(tensors, path, metadata={"muppets": json.dumps(meta)})
         return path
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp.npy")
-    np.save(tmp, matrix, allow_pickle=False)
-    os.replace(tmp, path)
+    with atomic_path(path) as tmp, tmp.open("wb") as fh:  # a file object: np.save adds no .npy
+        np.save(fh, matrix, allow_pickle=False)
     write_json_atomic(path.with_suffix(".json"), {**meta, "offsets": offsets.tolist()})
     return path
 

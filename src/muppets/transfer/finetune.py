@@ -43,7 +43,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from muppets.config import load_typed, to_dict, write_json_atomic
+from muppets.config import atomic_path, load_typed, to_dict, write_json_atomic
 from muppets.errors import ConfigError, TrainingInterrupted
 from muppets.heads import POOLS, TaskModel
 from muppets.interop.hf_tasks import task_labels
@@ -53,7 +53,7 @@ from muppets.paths import resolve_data_path, resolve_model_path
 from muppets.tasks import load_task, read_conll, read_squad, read_table
 from muppets.tasks.spec import TaskData, TaskSpec
 from muppets.tokenizers.wordpiece import WordPieceTokenizer
-from muppets.train import TrainConfig, Trainer, seed_everything, step_losses
+from muppets.train import TrainConfig, Trainer, seed_everything
 from muppets.train.checkpoint import replace_dir
 from muppets.train.distributed import barrier, init_distributed
 from muppets.transfer.batching import EpochData, loss_units
@@ -583,11 +583,10 @@ def prediction_record(kind: str, split: str, example: Any, prediction: Any) -> d
 
 
 def write_jsonl(path: Path, records: Sequence[dict]) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with tmp.open("w", encoding="utf-8") as fh:
+    """Write ``records`` one JSON object a line, atomically."""
+    with atomic_path(path) as tmp, tmp.open("w", encoding="utf-8") as fh:
         for record in records:
             fh.write(json.dumps(record, ensure_ascii=False) + "\n")
-    os.replace(tmp, path)
 
 
 # ----------------------------------------------------------------------------- seeds, evaluation

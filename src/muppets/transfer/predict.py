@@ -55,7 +55,6 @@ from muppets.heads import TaskModel
 from muppets.interop.hf_tasks import task_labels
 from muppets.interop.safetensors_io import read_json_object
 from muppets.tasks.spec import ChoiceExample, SpanExample, TagExample, TextExample
-from muppets.tokenizers.wordpiece import WordPieceTokenizer
 from muppets.transfer.models import load_task_model, load_tokenizer
 from muppets.transfer.batching import collate, eval_batches
 from muppets.transfer.features import (Feature, FeatureOptions, make_features, merge_tag_predictions,

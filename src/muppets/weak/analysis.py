@@ -17,12 +17,12 @@ emp. accuracy  ``0.5 * ((#agree - #disagree) / #votes + 1)``, where a vote on a 
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from muppets.config import atomic_path
 from muppets.errors import ConfigError
 from muppets.weak.matrix import check_label_matrix, check_gold
 
@@ -148,11 +148,6 @@ def plot_lf_summary(summary: LFSummary, path: str | Path, title: str = "") -> Pa
     if title:
         ax.set_title(title)
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
+    with atomic_path(path) as tmp:
         fig.savefig(tmp, format="png", dpi=100)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
     return path
