@@ -12,6 +12,7 @@ import yaml
 
 from muppets.config import ALLOW_NONFINITE, apply_overrides, from_dict, load_file, load_typed, to_dict, write_json_atomic
 from muppets.errors import ConfigError
+from muppets.train.trainer import TrainConfig
 
 
 @dataclass
@@ -73,7 +74,7 @@ def test_load_file_errors_name_the_file(tmp_path):
 
 @pytest.mark.parametrize("name, content, needle", [
     ("dup.yaml", b"train:\n  steps: 3\ntrain:\n  lr: 1\n", r"dup\.yaml:3: .*'train' is written twice \(first on line 1\)"),
-    ("dup.json", b'{"opt": {"lr": 1, "lr": 2}}', r"dup\.json: .*'lr' is written twice"),
+    ("dup.json", b'{\n "opt": {"lr": 1,\n\t"lr": 2}}', r"dup\.json:3: .*'lr' is written twice \(first on line 2\)"),
     ("empty.yaml", b"# only a comment\n", r"empty\.yaml: the config file is empty"),
     ("latin1.yaml", b"tag: x\nname: caf\xe9\n", r"latin1\.yaml:2 \(byte 16\): config file is not valid UTF-8"),
     ("bad.json", b'{"a": 1,,}', r"bad\.json:1: not valid JSON: .*column 9"),
@@ -119,6 +120,7 @@ class Many:
     ("tasks:\n  - name: a\n  - name: b\n    weight: -1\n", 4, r"tasks\[1\]\.weight: -1\.0 must be >= 0"),
     ("tasks:\n  - name: a\n  - {name: b, weight: x}\n", 3, r"tasks\[1\]\.weight: expected a number"),
     ('{\n  "opt": {\n    "betas": 3\n  }\n}\n', 3, "opt.betas: expected a list"),
+    ('{\n\t"opt": {\n\t\t"lr": 0.1,\n\t\t"betas": 3\n\t}\n}\n', 4, "opt.betas: expected a list"),  # tabs
     ("opt: 3\n", 1, "opt: expected a mapping"),
 ])
 def test_a_bad_value_in_a_file_is_traced_to_its_line(tmp_path, text, line, needle):
@@ -322,3 +324,15 @@ def test_a_post_init_check_in_a_section_names_the_full_key_and_its_line(tmp_path
     path.write_text("opt:\n  lr: 0.1\ntasks:\n  - name: a\n    weight: -2\n")
     with pytest.raises(ConfigError, match=rf"^{path}:5: tasks\[0\]\.weight: -2\.0 must be >= 0$"):
         load_typed(Many, path, [])
+
+
+@dataclass
+class Recipe:
+    train: TrainConfig = field(default_factory=TrainConfig)
+
+
+def test_a_real_configs_post_init_check_names_the_line_of_its_key(tmp_path):
+    path = tmp_path / "run.yaml"
+    path.write_text("train:\n  lr: 0.1\n  steps: -5\n")
+    with pytest.raises(ConfigError, match=rf"^{path}:3: train\.steps: invalid value -5$"):
+        load_typed(Recipe, path, [])

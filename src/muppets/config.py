@@ -294,7 +294,7 @@ def _key_line(path: str | Path, key: str | None) -> int | None:
     if not key:
         return None
     try:
-        node = yaml.compose(Path(path).read_text(encoding="utf-8"))
+        node = yaml.compose(_json_as_yaml(Path(path).read_text(encoding="utf-8")))
     except (OSError, UnicodeDecodeError, yaml.YAMLError):
         return None
     line = None
@@ -336,13 +336,42 @@ class _UniqueKeyLoader(yaml.SafeLoader):
         return node
 
 
+def _json_as_yaml(text: str) -> str:
+    """JSON text that YAML's parser reads with the same lines: JSON's tabs between tokens become
+    spaces (YAML refuses tabs as indentation; a JSON string cannot hold a raw tab)."""
+    return text.replace("\t", " ")
+
+
+class _RepeatedJsonKey(ValueError):
+    """A key written twice in one JSON object."""
+
+
 def _unique_json_object(pairs: list[tuple[str, Any]]) -> dict:
     """``json``'s object hook: a key written twice in one object is an error, as in YAML."""
     data = dict(pairs)
     if len(data) < len(pairs):
         repeated = next(k for i, (k, _) in enumerate(pairs) if k in dict(pairs[:i]))
-        raise ValueError(f"the key {repeated!r} is written twice in one object")
+        raise _RepeatedJsonKey(f"the key {repeated!r} is written twice in one object")
     return data
+
+
+def _load_json_config(text: str, path: Path) -> Any:
+    """``text`` of the JSON config ``path``, refusing a repeated key; an error names the line
+    (``json`` does not know where a repeated key is, so YAML's parser finds it)."""
+    try:
+        return json.loads(text, object_pairs_hook=_unique_json_object)
+    except json.JSONDecodeError as err:
+        raise ConfigError(f"{path}:{err.lineno}: not valid JSON: {err.msg} (column {err.colno})") from None
+    except _RepeatedJsonKey as err:
+        try:
+            yaml.compose(_json_as_yaml(text), Loader=_UniqueKeyLoader)
+        except yaml.composer.ComposerError as located:
+            raise ConfigError(f"{path}:{located.problem_mark.line + 1}: not valid JSON: {located.problem}") from None
+        except yaml.YAMLError:
+            pass
+        raise ConfigError(f"{path}: not valid JSON: {err}") from None
+    except (RecursionError, ValueError) as err:  # nesting deeper than the recursion limit; a huge integer
+        raise ConfigError(f"{path}: not valid JSON: {str(err).split(';')[0]}") from None
 
 
 def load_file(path: str | Path) -> dict[str, Any]:
@@ -354,17 +383,17 @@ def load_file(path: str | Path) -> dict[str, Any]:
     except DataError as err:
         raise ConfigError(f"{err}; save the config as UTF-8" if err.line else str(err)) from None
     try:
-        data = (json.loads(text, object_pairs_hook=_unique_json_object) if path.suffix == ".json"
+        data = (_load_json_config(text, path) if path.suffix == ".json"
                 else yaml.load(text, Loader=_UniqueKeyLoader))
     except yaml.MarkedYAMLError as err:  # one line: where, and what (YAML's own text spans four)
         mark = err.problem_mark or err.context_mark
         where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
         what = "; ".join(str(x) for x in (err.context, err.problem) if x)
         raise ConfigError(f"{where}: not valid YAML: {what}") from None
-    except json.JSONDecodeError as err:
-        raise ConfigError(f"{path}:{err.lineno}: not valid JSON: {err.msg} (column {err.colno})") from None
-    except (yaml.YAMLError, ValueError) as err:
-        raise ConfigError(f"{path}: not valid YAML/JSON: {err}") from err
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{path}: not valid YAML: {err}") from err
+    except RecursionError:
+        raise ConfigError(f"{path}: not valid YAML: nested deeper than Python's recursion limit") from None
     if data is None:
         raise ConfigError(f"{path}: the config file is empty (comments at most); write its settings, or leave the "
                           "file out to use the defaults")

@@ -59,7 +59,7 @@ class GenerationConfig:
                   ("num_beams", self.num_beams >= 1), ("repetition_penalty", self.repetition_penalty > 0)]
         for name, ok in checks:
             if not ok:
-                raise ConfigError(f"{name}: invalid value {getattr(self, name)!r}")
+                raise ConfigError(f"{name}: invalid value {getattr(self, name)!r}", key=name)
         if self.do_sample and self.num_beams > 1:
             raise ConfigError("num_beams > 1 is beam search; it cannot be combined with do_sample")
 

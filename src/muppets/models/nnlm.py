@@ -59,7 +59,7 @@ class NNLMConfig:
                   ("direct or hidden", self.direct or self.hidden_size > 0)]
         for name, ok in checks:
             if not ok:
-                raise ConfigError(f"nnlm.{name}: invalid value in {self}")
+                raise ConfigError(f"nnlm.{name}: invalid value in {self}", key=name)
 
     @property
     def features(self) -> int:

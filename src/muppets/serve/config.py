@@ -42,7 +42,7 @@ class ServeConfig:
                     "max_body_bytes", "max_new_tokens")
         for name in positive:
             if int(getattr(self, name)) < 1:
-                raise ConfigError(f"{name}={getattr(self, name)!r}: must be >= 1")
+                raise ConfigError(f"{name}={getattr(self, name)!r}: must be >= 1", key=name)
         for name, ok, rule in (("max_wait_ms", self.max_wait_ms >= 0, ">= 0"), ("threads", self.threads >= 0, ">= 0"),
                                ("port", 0 <= self.port < 65536, "within 0 … 65535")):
             if not ok:

@@ -115,7 +115,7 @@ class TrainConfig:
         ]
         for name, ok in checks:
             if not ok:
-                raise ConfigError(f"train.{name}: invalid value {getattr(self, name)!r}")
+                raise ConfigError(f"train.{name}: invalid value {getattr(self, name)!r}", key=name)
 
 
 class LossOutput(Protocol):

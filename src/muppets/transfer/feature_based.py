@@ -106,7 +106,7 @@ class FeatureConfig:
                   ("selection_fraction", 0.0 < self.selection_fraction < 1.0)]
         for name, ok in checks:
             if not ok:
-                raise ConfigError(f"{name}: invalid value {getattr(self, name)!r}")
+                raise ConfigError(f"{name}: invalid value {getattr(self, name)!r}", key=name)
 
 
 def load_config(path: str | Path | None, overrides: Sequence[str]) -> FeatureConfig:

@@ -69,7 +69,7 @@ class FeatureModelConfig:
                   ("mix_l2", self.mix_l2 >= 0 and (self.mix_l2 == 0 or self.combine == "mix"))]
         for name, ok in checks:
             if not ok:
-                raise ConfigError(f"feature model {name}: invalid value in {self}")
+                raise ConfigError(f"feature model {name}: invalid value in {self}", key=name)
 
     @property
     def input_dim(self) -> int:

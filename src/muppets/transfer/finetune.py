@@ -140,7 +140,7 @@ class FinetuneConfig:
                   ("selection_fraction", 0.0 < self.selection_fraction < 1.0)]
         for name, ok in checks:
             if not ok:
-                raise ConfigError(f"{name}: invalid value {getattr(self, name)!r}")
+                raise ConfigError(f"{name}: invalid value {getattr(self, name)!r}", key=name)
 
     @property
     def feature_options(self) -> FeatureOptions:
