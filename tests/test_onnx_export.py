@@ -150,9 +150,14 @@ def test_cli_exports_reports_the_difference_and_refuses_overwrite(bert_dir, tmp_
         args = parser.parse_args(["export", *argv])
         return args.func(args)
 
-    assert main(["onnx", str(bert_dir), "--out", str(tmp_path / "x"), "--opset", "17"]) == 0
+    from muppets.interop.onnx_export import DEFAULT_OPSET
+
+    assert main(["onnx", str(bert_dir), "--out", str(tmp_path / "x")]) == 0
     printed = capsys.readouterr().out
-    assert "max |diff|" in printed and "model.onnx" in printed
+    assert "max |diff|" in printed and "model.onnx" in printed and f"(opset {DEFAULT_OPSET};" in printed
+    export = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices["export"]
+    onnx = next(a for a in export._actions if isinstance(a, argparse._SubParsersAction)).choices["onnx"]
+    assert f"(default: {DEFAULT_OPSET})" in onnx.format_help()  # the help's default is the exporter's
     assert main(["onnx", str(bert_dir), "--out", str(tmp_path / "x")]) == 2
     assert "not empty" in capsys.readouterr().err
 

@@ -14,8 +14,6 @@ from muppets.errors import MuppetsError
 
 def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Add ``export`` (sub-action ``onnx``) to the ``muppets`` subcommands; returns its parser."""
-    from muppets.interop.onnx_export import DEFAULT_OPSET
-
     e = sub.add_parser("export", help="export a model to another runtime's format (onnx)")
     actions = e.add_subparsers(dest="export_format", required=True)
     o = actions.add_parser("onnx", help="a BERT encoder or a fine-tuned task model -> model.onnx, checked "
@@ -24,7 +22,8 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
                    help="an HF BERT directory, 'minilm', a muppets run, or a fine-tuned task directory (BERT or GPT)")
     o.add_argument("--out", required=True, metavar="DIR",
                    help="a new (or empty) directory for model.onnx and its settings; never overwritten")
-    o.add_argument("--opset", type=int, default=DEFAULT_OPSET, help="ONNX opset (14 … 20)")
+    o.add_argument("--opset", type=int, default=None,  # None: the exporter's DEFAULT_OPSET
+                   help="ONNX opset, 14 … 20 (default: 17)")
     o.add_argument("--layers", choices=["last", "all"], default="last",
                    help="encoders: output the top layer only, or also every layer (hidden_states)")
     o.add_argument("--check", action=argparse.BooleanOptionalAction, default=True,
@@ -39,8 +38,9 @@ def run(args: argparse.Namespace) -> int:
     try:
         from muppets.interop.onnx_export import export_onnx
 
-        report = export_onnx(args.model, args.out, opset=args.opset, layers=args.layers, check=args.check,
-                             tolerance=args.tolerance)
+        opset = {} if args.opset is None else {"opset": args.opset}
+        report = export_onnx(args.model, args.out, layers=args.layers, check=args.check, tolerance=args.tolerance,
+                             **opset)
     except MuppetsError as err:
         print(f"muppets export onnx: error: {err}", file=sys.stderr)
         return 2

@@ -36,10 +36,21 @@ Usage::
         ...  # POST f"{url}/predict" {"inputs": ["a gripping film"]}
 """
 
-from muppets.serve.app import build_app, running_server, serve
-from muppets.serve.batcher import Batcher, QueueFull, Work
-from muppets.serve.config import ServeConfig
-from muppets.serve.engines import Engine, load_engine
+import importlib
+from typing import Any
 
-__all__ = ["Batcher", "Engine", "QueueFull", "ServeConfig", "Work", "build_app", "load_engine", "running_server",
-           "serve"]
+# the names below load their module on first use (PEP 562), so `muppets serve --help` and
+# `muppets --help` do not import torch, Starlette and uvicorn just to list the options
+_EXPORTS = {"build_app": "app", "running_server": "app", "serve": "app", "Batcher": "batcher",
+            "QueueFull": "batcher", "Work": "batcher", "ServeConfig": "config", "Engine": "engines",
+            "load_engine": "engines"}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
+    globals()[name] = value
+    return value
