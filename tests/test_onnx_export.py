@@ -162,6 +162,25 @@ def test_cli_exports_reports_the_difference_and_refuses_overwrite(bert_dir, tmp_
     assert "not empty" in capsys.readouterr().err
 
 
+def test_a_model_without_tokenizer_is_refused_unless_ids_only_and_then_serve_refuses_it(bert_dir, tmp_path):
+    import shutil
+
+    from muppets.serve import ServeConfig, load_engine
+
+    bare = tmp_path / "bare"
+    shutil.copytree(bert_dir, bare)
+    for name in ("vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
+        (bare / name).unlink(missing_ok=True)
+    with pytest.raises(ConfigError, match=rf"{bare}: neither tokenizer.json nor vocab.txt found: .*--ids-only"):
+        export_onnx(bare, tmp_path / "refused")
+    assert not (tmp_path / "refused").exists()  # refused before anything was written
+    report = export_onnx(bare, tmp_path / "ids", ids_only=True)
+    assert report.tokenizer is False and report.max_abs_diff <= 1e-4
+    with pytest.raises(ConfigError, match=r"exported with --ids-only .* no tokenizer"):
+        load_engine(ServeConfig(str(tmp_path / "ids"), backend="onnx"))
+    assert export_onnx(bert_dir, tmp_path / "full").tokenizer is True
+
+
 # ----------------------------------------------------------------------------- serving
 
 

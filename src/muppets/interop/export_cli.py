@@ -29,6 +29,9 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     o.add_argument("--check", action=argparse.BooleanOptionalAction, default=True,
                    help="run onnxruntime on padded inputs of new shapes and compare with torch (default: on)")
     o.add_argument("--tolerance", type=float, default=1e-4, help="largest |onnx - torch| the check accepts")
+    o.add_argument("--ids-only", action="store_true",
+                   help="export a model without tokenizer files: the graph alone, for callers that tokenize "
+                        "themselves (muppets serve refuses such an export)")
     o.set_defaults(func=run)
     return e
 
@@ -40,13 +43,15 @@ def run(args: argparse.Namespace) -> int:
 
         opset = {} if args.opset is None else {"opset": args.opset}
         report = export_onnx(args.model, args.out, layers=args.layers, check=args.check, tolerance=args.tolerance,
-                             **opset)
+                             ids_only=args.ids_only, **opset)
     except MuppetsError as err:
         print(f"muppets export onnx: error: {err}", file=sys.stderr)
         return 2
     what = report.kind + " task model" if report.what == "task" else "encoder"
     print(f"exported the {report.family} {what} at {report.source} to {report.directory}/model.onnx "
           f"(opset {report.opset}; outputs {', '.join(report.outputs)}; {report.seconds:.1f} s)")
+    if not report.tokenizer:
+        print("no tokenizer (--ids-only): the graph takes token ids; muppets serve refuses this export")
     if report.max_abs_diff is None:
         print("not checked against onnxruntime (--no-check)")
     else:

@@ -11,7 +11,9 @@
                           sentence-transformers pooling files (``modules.json``, ``1_Pooling/``)
 
 so :class:`~muppets.interop.onnx_runtime.OnnxPredictor` and ``muppets serve --backend onnx``
-run it with no torch weights. What is exported:
+run it with no torch weights. A source without tokenizer files is refused before anything is
+written (the export could not turn text into ids), unless ``ids_only`` asks for the graph
+alone; its manifest then says ``"tokenizer": false`` and the server refuses it by name. What is exported:
 
 ==========================================  ===========================================================
 the source                                  outputs
@@ -91,6 +93,7 @@ class ExportReport:
     max_abs_diff: float | None  # max |onnxruntime - torch| over the check's inputs (None: not checked)
     tolerance: float  # the largest difference accepted
     seconds: float  # time to export and check
+    tokenizer: bool = True  # False: exported with ids_only, the source had no tokenizer files
 
 
 # ----------------------------------------------------------------------------- graphs
@@ -229,13 +232,15 @@ def _samples_for(src: _Source) -> tuple[dict, list[dict]]:
 
 
 def export_onnx(model: str | Path, out: str | Path, opset: int = DEFAULT_OPSET, layers: str = "last",
-                check: bool = True, tolerance: float = 1e-4, threads: int = 1) -> ExportReport:
+                check: bool = True, tolerance: float = 1e-4, threads: int = 1,
+                ids_only: bool = False) -> ExportReport:
     """Export ``model`` to ``out/model.onnx`` with its settings beside it (see the module docstring).
 
     ``out`` must not exist or be empty (nothing is overwritten). With ``check`` the graph runs in
     onnxruntime on padded inputs of other shapes than the tracing sample's, and an
     :class:`ExportError` is raised (and ``out`` removed again) when any output differs from
-    torch's by more than ``tolerance``.
+    torch's by more than ``tolerance``. A model without tokenizer files is a :class:`ConfigError`
+    unless ``ids_only`` (a graph for callers that tokenize themselves).
     """
     if not (math.isfinite(tolerance) and tolerance >= 0):
         raise ConfigError(f"--tolerance {tolerance}: must be a finite number >= 0")
@@ -245,6 +250,11 @@ def export_onnx(model: str | Path, out: str | Path, opset: int = DEFAULT_OPSET, 
     src = load_source(model, layers)
     if not 14 <= opset <= 20:
         raise ConfigError(f"opset {opset}: the exporter writes opsets 14 … 20 (attention needs 14)")
+    tokenizer = _tokenizer_problem(src.path)
+    if tokenizer and not ids_only:
+        raise ConfigError(f"{tokenizer}: the export could not turn text into ids, and muppets serve refuses it; "
+                          "copy the tokenizer files beside the weights, or pass --ids-only to export the graph "
+                          "alone (inputs: token ids)")
     created = not out.exists()
     out.mkdir(parents=True, exist_ok=True)
     try:
@@ -260,10 +270,21 @@ def export_onnx(model: str | Path, out: str | Path, opset: int = DEFAULT_OPSET, 
                 shutil.rmtree(child) if child.is_dir() else child.unlink()
         raise
     report = ExportReport(str(out), str(src.path), src.what, src.family, src.kind, list(src.outputs), opset,
-                          diff, tolerance, round(time.perf_counter() - start, 3))
+                          diff, tolerance, round(time.perf_counter() - start, 3), tokenizer=not tokenizer)
     write_json_atomic(out / MANIFEST, _manifest(src, report))
     log.info("exported %s to %s (max |onnx - torch| %s)", src.path, out / "model.onnx", diff)
     return report
+
+
+def _tokenizer_problem(path: Path) -> str:
+    """Why the tokenizer of model directory ``path`` does not load ("" when it does)."""
+    from muppets.transfer.models import load_tokenizer
+
+    try:
+        load_tokenizer(path)
+    except MuppetsError as err:
+        return str(err)
+    return ""
 
 
 def _refuse_existing(out: Path) -> None:
