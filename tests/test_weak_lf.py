@@ -109,6 +109,20 @@ def test_cache_hit_runs_no_lf_and_code_change_invalidates(tmp_path) -> None:
     assert not list(cache.glob(".*tmp"))  # atomic writes leave no temporary file
 
 
+def test_a_damaged_cache_is_named_and_computed_again(tmp_path, caplog) -> None:
+    lfs, cache = [keyword_lf("kw_my", ["my"], 1)], tmp_path / "cache"
+    first = apply_lfs(lfs, examples(), 2, cache_dir=cache, progress=False)
+    (path,) = cache.glob("L-*.npy")
+    damaged = first.copy()
+    damaged[2, 0] = 7  # no class of a binary task: a cache written by something else
+    np.save(path, damaged)
+    with caplog.at_level("WARNING", logger="muppets.weak.apply"):
+        again = apply_lfs(lfs, examples(), 2, cache_dir=cache, progress=False)
+    assert np.array_equal(again, first)
+    assert f"ignoring label-matrix cache {path}: label matrix entry [2, 0] = 7" in caplog.text
+    assert np.array_equal(np.load(path), first)  # the cache is written again, right
+
+
 def test_keyword_resources_key_the_cache_apart() -> None:
     assert keyword_lf("k", ["my"], 1).cache_key() != keyword_lf("k", ["plz"], 1).cache_key()
 

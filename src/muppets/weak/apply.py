@@ -35,6 +35,7 @@ from muppets.errors import ConfigError, DataError, LabelingFunctionError
 from muppets.tasks.source import Problems, iter_lines
 from muppets.tasks.spec import TextExample
 from muppets.weak.lf import ABSTAIN, check_vote
+from muppets.weak.matrix import check_label_matrix
 
 __all__ = ["apply_lfs", "read_texts", "matrix_key", "is_batched"]
 
@@ -122,7 +123,7 @@ def _batch_column(lf: Any, examples: Sequence[TextExample], cardinality: int,
     path = None
     if cache_dir is not None:
         path = cache_dir / f"col-{matrix_key([lf], examples, cardinality)}.npy"
-        if path.exists() and (cached := _load_cached(path, (len(examples), 1))) is not None:
+        if path.exists() and (cached := _load_cached(path, (len(examples), 1), cardinality)) is not None:
             logger.info("labeling function %s read from cache %s", lf.name, path)
             return cached[:, 0]
     try:
@@ -178,15 +179,22 @@ def _save_atomic(path: Path, matrix: np.ndarray) -> None:
         np.save(fh, matrix, allow_pickle=False)
 
 
-def _load_cached(path: Path, shape: tuple[int, int]) -> np.ndarray | None:
+def _load_cached(path: Path, shape: tuple[int, int], cardinality: int) -> np.ndarray | None:
+    """The cached matrix at ``path``, or None (with a warning naming the file and the fault, so
+    the votes are computed again) when it is unreadable or not what the applier writes."""
     try:
         matrix = np.load(path, allow_pickle=False)
     except (OSError, ValueError) as err:
         logger.warning("ignoring unreadable label-matrix cache %s: %s", path, err)
         return None
     if matrix.shape != shape or matrix.dtype != np.int64:
-        logger.warning("ignoring label-matrix cache %s: shape %s, expected %s", path,
-                       matrix.shape, shape)
+        logger.warning("ignoring label-matrix cache %s: shape %s %s, expected %s int64", path,
+                       matrix.shape, matrix.dtype, shape)
+        return None
+    try:
+        check_label_matrix(matrix, cardinality)
+    except ConfigError as err:
+        logger.warning("ignoring label-matrix cache %s: %s", path, err)
         return None
     return matrix
 
@@ -214,7 +222,7 @@ def apply_lfs(lfs: Sequence[Any], examples: Sequence[TextExample], cardinality: 
     path = None
     if cache_dir is not None:
         path = Path(cache_dir) / f"L-{matrix_key(lfs, examples, cardinality)}.npy"
-        if path.exists() and (cached := _load_cached(path, shape)) is not None:
+        if path.exists() and (cached := _load_cached(path, shape, cardinality)) is not None:
             logger.info("label matrix %s read from cache %s", shape, path)
             return cached
     matrix = _compute(lfs, examples, cardinality, n_jobs, progress,
