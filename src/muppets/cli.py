@@ -568,20 +568,28 @@ def _add_task_args(p: argparse.ArgumentParser, config: str = "FinetuneConfig", e
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from muppets.data.readers import FORMATS as CORPUS_FORMATS
-    from muppets.tokenizers.script import SCRIPTS
-
+    """The ``muppets`` parser: one group of subcommands per step of the toolkit."""
     parser = argparse.ArgumentParser(prog="muppets", description=__doc__.split("\n")[0])
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = parser.add_subparsers(dest="command", required=True)
+    for add in (_add_corpus_parsers, _add_weak_parser, _add_pretraining_parsers, _add_vectors_parser,
+                _add_transfer_parsers, _add_gpt_parsers, _add_representation_parsers, _add_tool_parsers):
+        add(sub)
+    return parser
+
+
+def _add_corpus_parsers(sub: argparse._SubParsersAction) -> None:
+    """``tokenizer train``, ``data prepare | task-text | lexicon``."""
+    from muppets.data.readers import FORMATS as CORPUS_FORMATS
+    from muppets.tokenizers.script import SCRIPTS
 
     tok = sub.add_parser("tokenizer", help="tokenizer tools").add_subparsers(dest="action", required=True)
     t = tok.add_parser("train", help="train a WordPiece vocabulary on a corpus")
     t.add_argument("--input", nargs="+", required=True, help="files/dirs; data:… = shared data dir")
     t.add_argument("--out", required=True, help="directory to write (HF-compatible)")
     t.add_argument("--vocab-size", type=int, default=30522)
-    t.add_argument("--min-frequency", type=int, default=2)
-    t.add_argument("--limit-alphabet", type=int, default=1000,
+    t.add_argument("--min-frequency", type=non_negative_int, default=2)
+    t.add_argument("--limit-alphabet", type=at_least(1), default=1000,
                    help="characters the vocabulary can hold, the most frequent first; the rest become [UNK] "
                         "(Chinese needs thousands)")
     t.add_argument("--cased", action="store_true", help="keep case and accents")
@@ -601,7 +609,8 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--out", required=True)
     d.add_argument("--format", default="auto", choices=CORPUS_FORMATS,
                    help="how to read the inputs (auto: by name and content)")
-    d.add_argument("--workers", type=int, default=None)
+    d.add_argument("--workers", type=non_negative_int, default=None,
+                   help="tokenizer processes (default or 0: the usable CPUs; 1: in this process)")
     d.add_argument("--errors", default="strict", choices=["strict", "skip", "replace"])
     d.add_argument("--overwrite", action="store_true")
     d.set_defaults(func=_data_prepare)
@@ -623,6 +632,9 @@ def build_parser() -> argparse.ArgumentParser:
     lx.add_argument("--overwrite", action="store_true")
     lx.set_defaults(func=_data_lexicon)
 
+
+def _add_weak_parser(sub: argparse._SubParsersAction) -> None:
+    """``weak analyze | label``."""
     weak = sub.add_parser("weak", help="weak supervision: labeling functions → label model → "
                           "probabilistic labels").add_subparsers(dest="action", required=True)
     for name, func, text in (("analyze", _weak_analyze, "apply an LF file and print its LF "
@@ -651,6 +663,9 @@ def build_parser() -> argparse.ArgumentParser:
             w.add_argument("--out", required=True, help="the jsonl file to write")
             w.add_argument("--overwrite", action="store_true")
 
+
+def _add_pretraining_parsers(sub: argparse._SubParsersAction) -> None:
+    """``pretrain``, ``word2vec train``, ``nnlm train``."""
     p = sub.add_parser("pretrain", help="pretrain BERT (MLM + NSP), GPT (causal LM; a gpt-… "
                        "model.preset) or ELMo (biLM; an elmo-… model.preset) from a YAML config")
     _add_run_args(p, "YAML/JSON config (see configs/)", "train.steps=100")
@@ -669,6 +684,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_run_args(n, "YAML/JSON NNLMRunConfig (e.g. configs/nnlm-small.yaml)", "train.steps=100 model.preset=nnlm-base")
     n.set_defaults(func=_nnlm_train)
 
+
+def _add_vectors_parser(sub: argparse._SubParsersAction) -> None:
+    """``vectors similar | analogy | evaluate | convert``."""
     vec = sub.add_parser("vectors", help="query, score and convert word-vector files "
                          "(word2vec text/binary, GloVe)").add_subparsers(dest="action", required=True)
     for name, func, text in (("similar", _vectors_similar, "nearest words (cosine) to WORDS' mean"),
@@ -683,7 +701,7 @@ def build_parser() -> argparse.ArgumentParser:
             for letter in "abc":
                 v.add_argument(letter)
         if name in ("similar", "analogy"):
-            v.add_argument("--topn", type=int, default=10)
+            v.add_argument("--topn", type=at_least(1), default=10)
         if name == "evaluate":
             v.add_argument("--out", help="write the scores JSON here")
         if name == "convert":
@@ -691,10 +709,14 @@ def build_parser() -> argparse.ArgumentParser:
             v.add_argument("--out", required=True)
         v.add_argument("--vectors", required=True, help="vector file")
         v.add_argument("--format", default="auto", choices=["auto", "word2vec-text", "word2vec-binary", "glove"])
-        v.add_argument("--limit", type=int, default=0, help="read only the first N vectors (0 = all)")
-        v.add_argument("--restrict", type=int, default=300_000, help="search the N most frequent words (0 = all)")
+        v.add_argument("--limit", type=non_negative_int, default=0, help="read only the first N vectors (0 = all)")
+        v.add_argument("--restrict", type=non_negative_int, default=300_000,
+                       help="search the N most frequent words (0 = all)")
         v.set_defaults(func=func)
 
+
+def _add_transfer_parsers(sub: argparse._SubParsersAction) -> None:
+    """``finetune``, ``multitask``, ``evaluate``, ``features``."""
     f = sub.add_parser("finetune", help="fine-tune a BERT model on a task")
     _add_task_args(f)
     f.add_argument("--seeds", help="comma-separated seeds: one run each (run_dir/seed-N) + mean ± std")
@@ -708,6 +730,24 @@ def build_parser() -> argparse.ArgumentParser:
     mt.add_argument("--fresh", action="store_true", help=FRESH_HELP)
     mt.set_defaults(func=_multitask)
 
+    e = sub.add_parser("evaluate", help="score a fine-tuned model on a task split")
+    _add_task_args(e)
+    e.add_argument("--split", default="dev", help="split to score (default: dev)")
+    e.add_argument("--predictions", help="also write the predictions to this jsonl file")
+    e.set_defaults(func=_evaluate)
+
+    fb = sub.add_parser("features", help="feature-based transfer: frozen backbone + ScalarMix + BiLSTM task model")
+    _add_task_args(fb, "FeatureConfig", "epochs=5 hidden=256 crf=false",
+                   "any model 'muppets embed' takes (HF BERT/GPT dir, minilm, ELMo/NNLM/word2vec run, vector file)")
+    fb.add_argument("--layers", help="mix | last | last4sum | last4cat | N (one layer)")
+    fb.add_argument("--static", help="word-vector file concatenated to the backbone's vectors (ELMo-style)")
+    fb.add_argument("--seeds", help="comma-separated seeds: one run each (run_dir/seed-N) + mean ± std")
+    fb.add_argument("--fresh", action="store_true", help=FRESH_HELP)
+    fb.set_defaults(func=_features)
+
+
+def _add_gpt_parsers(sub: argparse._SubParsersAction) -> None:
+    """``generate``, ``zeroshot``."""
     g = sub.add_parser("generate", help="continue prompts with a GPT / GPT-2 model (KV cache)")
     g.add_argument("prompts", nargs="+", help="one or more prompts (one is streamed as it is generated)")
     g.add_argument("--model", required=True, help="HF GPT-2 directory (e.g. a pretraining run's final/)")
@@ -728,20 +768,17 @@ def build_parser() -> argparse.ArgumentParser:
                        "likelihood), squad (Q/A), translate (few-shot en=fr), summarize (TL;DR:)")
     z.add_argument("task", choices=["hellaswag", "squad", "translate", "summarize"])
     z.add_argument("--model", required=True, help="HF GPT-2 directory")
-    z.add_argument("--limit", type=int, default=0, help="score the first N items (0 = all)")
-    z.add_argument("--shots", type=int, default=0, help="solved examples in the prompt (squad, translate)")
+    z.add_argument("--limit", type=non_negative_int, default=0, help="score the first N items (0 = all)")
+    z.add_argument("--shots", type=non_negative_int, default=0, help="solved examples in the prompt (squad, translate)")
     z.add_argument("--seed", type=int, default=0)
     z.add_argument("--input", help="summarize: text file (default: standard input)")
     z.add_argument("--out", help="write the metrics JSON here")
     z.add_argument("--threads", type=non_negative_int, default=0)
     z.set_defaults(func=_zeroshot)
 
-    e = sub.add_parser("evaluate", help="score a fine-tuned model on a task split")
-    _add_task_args(e)
-    e.add_argument("--split", default="dev", help="split to score (default: dev)")
-    e.add_argument("--predictions", help="also write the predictions to this jsonl file")
-    e.set_defaults(func=_evaluate)
 
+def _add_representation_parsers(sub: argparse._SubParsersAction) -> None:
+    """``embed``, ``polysemy``."""
     em = sub.add_parser("embed", help="per-word vectors of a model's layers for pre-split sentences")
     em.add_argument("--model", required=True,
                     help="HF BERT/GPT dir, 'minilm', ELMo/NNLM/word2vec run, or a vector file")
@@ -762,30 +799,24 @@ def build_parser() -> argparse.ArgumentParser:
     em.add_argument("--threads", type=non_negative_int, default=0, help="torch CPU threads (0 = default)")
     em.set_defaults(func=_embed)
 
-    fb = sub.add_parser("features", help="feature-based transfer: frozen backbone + ScalarMix + BiLSTM task model")
-    _add_task_args(fb, "FeatureConfig", "epochs=5 hidden=256 crf=false",
-                   "any model 'muppets embed' takes (HF BERT/GPT dir, minilm, ELMo/NNLM/word2vec run, vector file)")
-    fb.add_argument("--layers", help="mix | last | last4sum | last4cat | N (one layer)")
-    fb.add_argument("--static", help="word-vector file concatenated to the backbone's vectors (ELMo-style)")
-    fb.add_argument("--seeds", help="comma-separated seeds: one run each (run_dir/seed-N) + mean ± std")
-    fb.add_argument("--fresh", action="store_true", help=FRESH_HELP)
-    fb.set_defaults(func=_features)
-
     po = sub.add_parser("polysemy", help="static vs contextual vectors of an ambiguous word, or the "
                         "sense-set score (no WORD)")
     po.add_argument("word", nargs="?", help="the word (default: score every word of the sense set)")
     po.add_argument("--model", required=True, help="any model 'muppets embed' takes")
     po.add_argument("--corpus", nargs="+", help="collect the word's sentences from these files/dirs (data:… ok)")
-    po.add_argument("--limit", type=int, default=200, help="occurrences collected from the corpus at most")
+    po.add_argument("--limit", type=at_least(2), default=200, help="occurrences collected from the corpus at most")
     po.add_argument("--layers", default="all", help="'all' or layer numbers, e.g. 0,-1")
     po.add_argument("--pooling", default="auto", choices=["auto", "first", "mean", "last"],
                     help="sub-word models (auto: the last piece for GPT, the first for BERT)")
-    po.add_argument("--show", type=int, default=3, help="contexts printed per group")
+    po.add_argument("--show", type=non_negative_int, default=3, help="contexts printed per group")
     po.add_argument("--out", help="sense-set scores: write the JSON here")
     po.add_argument("--device", default="cpu")
     po.add_argument("--threads", type=non_negative_int, default=0)
     po.set_defaults(func=_polysemy)
 
+
+def _add_tool_parsers(sub: argparse._SubParsersAction) -> None:
+    """``info``, ``attention``, ``serve``, ``probe``, ``export``."""
     i = sub.add_parser("info", help="versions, CPU (bf16), threads, malloc, data directory and extras "
                        "of this installation")
     i.add_argument("--json", action="store_true", help="print one JSON object")
@@ -803,7 +834,6 @@ def build_parser() -> argparse.ArgumentParser:
     from muppets.interop import export_cli  # muppets export onnx (issue 21)
 
     export_cli.add_parser(sub)
-    return parser
 
 
 INTERRUPTED = 130  # the shell's exit status after Ctrl-C (128 + SIGINT): a run stopped by a signal
