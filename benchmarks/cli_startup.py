@@ -52,6 +52,8 @@ def main() -> int:
     parser.add_argument("--before", help="another checkout's src folder: its muppets --help is timed too")
     parser.add_argument("--out", help="write the results JSON here")
     args = parser.parse_args()
+    if args.repeats < 1:
+        parser.error(f"--repeats {args.repeats}: at least 1")
     commands = {name: cmd for name, cmd in COMMANDS.items() if shutil.which(cmd[0])}
     missing = sorted(set(COMMANDS) - set(commands))
     if missing:

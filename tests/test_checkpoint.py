@@ -98,12 +98,14 @@ def test_layout_latest_pointer_and_pruning(tmp_path: Path) -> None:
 def test_a_killed_saves_leftovers_go_with_the_next_save_and_an_only_copy_stays(tmp_path: Path) -> None:
     import subprocess
 
+    from muppets.config import _HOST_TAG
+
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()  # a pid that no longer runs (the writer was killed)
     half = tmp_path / f".tmp-step-00000062-{dead.pid}"
     half.mkdir(parents=True)
     (half / "model.safetensors").write_bytes(b"\0" * 128)
-    (tmp_path / f".latest.k2x9_q.{dead.pid}.tmp").write_text("step-00000062\n")  # atomic_path's name
+    (tmp_path / f".latest.k2x9_qab.h{_HOST_TAG}.{dead.pid}.tmp").write_text("step-00000062\n")  # atomic_path's
     moved_aside = tmp_path / f".old-step-00000001-{dead.pid}"  # killed between the renames of a re-save
     moved_aside.mkdir()
     _save(tmp_path, 1)

@@ -78,6 +78,8 @@ def test_load_file_errors_name_the_file(tmp_path):
     ("empty.yaml", b"# only a comment\n", r"empty\.yaml: the config file is empty"),
     ("latin1.yaml", b"tag: x\nname: caf\xe9\n", r"latin1\.yaml:2 \(byte 16\): config file is not valid UTF-8"),
     ("bad.json", b'{"a": 1,,}', r"bad\.json:1: not valid JSON: .*column 9"),
+    ("date.yaml", b"when: 2001-13-45\n", r"date\.yaml: not valid YAML: month must be in 1\.\.12"),
+    ("deep.json", b'{"k": ' + b"[" * 600 + b"]" * 600 + b',\n"k": 1}', r"deep\.json: not valid JSON: the key 'k' is written twice"),
 ])
 def test_load_file_refuses_what_yaml_would_read_silently_or_raw(tmp_path, name, content, needle):
     (tmp_path / name).write_bytes(content)
@@ -122,6 +124,7 @@ class Many:
     ('{\n  "opt": {\n    "betas": 3\n  }\n}\n', 3, "opt.betas: expected a list"),
     ('{\n\t"opt": {\n\t\t"lr": 0.1,\n\t\t"betas": 3\n\t}\n}\n', 4, "opt.betas: expected a list"),  # tabs
     ("opt: 3\n", 1, "opt: expected a mapping"),
+    ("tasks:\n  - name: |\n      \tx\n      y\n    weight: -1\n", 5, r"tasks\[0\]\.weight: -1\.0 must be >= 0"),  # a tab in YAML text
 ])
 def test_a_bad_value_in_a_file_is_traced_to_its_line(tmp_path, text, line, needle):
     path = tmp_path / ("run.json" if text.startswith("{") else "run.yaml")
@@ -272,19 +275,22 @@ def test_the_command_line_ends_a_path_in_the_way_or_ctrl_c_without_a_traceback(m
 def test_atomic_path_removes_what_a_killed_write_of_the_same_file_left(tmp_path):
     import subprocess
 
-    from muppets.config import atomic_path
+    from muppets.config import _HOST_TAG, atomic_path
 
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()  # a pid that no longer runs: the writer was killed mid-write
-    left = tmp_path / f".labels.jsonl.a1b2c3.{dead.pid}.tmp"
-    running = tmp_path / f".labels.jsonl.d4e5f6.{os.getppid()}.tmp"  # a live writer's: kept
-    other = tmp_path / f".other.jsonl.a1b2c3.{dead.pid}.tmp"  # another file's: its own next write
-    for path in (left, running, other):
+    here = f"h{_HOST_TAG}"
+    left = tmp_path / f".labels.jsonl.a1b2c3d4.{here}.{dead.pid}.tmp"
+    kept = [tmp_path / f".labels.jsonl.d4e5f6g7.{here}.{os.getppid()}.tmp",  # a live writer's
+            tmp_path / f".labels.jsonl.a1b2c3d4.h000000.{dead.pid}.tmp",  # another host's: its pid means nothing here
+            tmp_path / f".labels.jsonl.gz.a1b2c3d4.{here}.{dead.pid}.tmp",  # another file's (labels.jsonl.gz)
+            tmp_path / ".labels.jsonl.bak.20240101120000.tmp"]  # the user's own, with a long number
+    for path in (left, *kept):
         path.write_text("half")
     with atomic_path(tmp_path / "labels.jsonl") as tmp:
-        assert tmp.name.startswith(".labels.jsonl.") and tmp.name.endswith(f".{os.getpid()}.tmp")
+        assert tmp.name.startswith(".labels.jsonl.") and tmp.name.endswith(f".{here}.{os.getpid()}.tmp")
         tmp.write_text("done")
-    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["labels.jsonl", running.name, other.name])
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["labels.jsonl", *(p.name for p in kept)])
 
 
 def test_read_utf8_names_the_line_and_the_byte(tmp_path):

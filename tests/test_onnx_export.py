@@ -176,8 +176,11 @@ def test_a_model_without_tokenizer_is_refused_unless_ids_only_and_then_serve_ref
     assert not (tmp_path / "refused").exists()  # refused before anything was written
     report = export_onnx(bare, tmp_path / "ids", ids_only=True)
     assert report.tokenizer is False and report.max_abs_diff <= 1e-4
-    with pytest.raises(ConfigError, match=r"exported with --ids-only .* no tokenizer"):
+    with pytest.raises(ConfigError, match=r"exported with --ids-only .* no tokenizer .*copy the model's tokenizer"):
         load_engine(ServeConfig(str(tmp_path / "ids"), backend="onnx"))
+    for name in ("vocab.txt", "tokenizer_config.json", "special_tokens_map.json"):  # as the refusal advises
+        shutil.copy2(bert_dir / name, tmp_path / "ids" / name)
+    assert load_engine(ServeConfig(str(tmp_path / "ids"), backend="onnx")).backend == "onnx"
     assert export_onnx(bert_dir, tmp_path / "full").tokenizer is True
 
 

@@ -20,11 +20,13 @@ import contextlib
 import dataclasses
 import decimal
 import glob
+import hashlib
 import json
 import math
 import os
 import re
 import shutil
+import socket
 import tempfile
 import types
 import typing
@@ -294,8 +296,9 @@ def _key_line(path: str | Path, key: str | None) -> int | None:
     if not key:
         return None
     try:
-        node = yaml.compose(_json_as_yaml(Path(path).read_text(encoding="utf-8")))
-    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        text = Path(path).read_text(encoding="utf-8")
+        node = yaml.compose(_json_as_yaml(text) if Path(path).suffix == ".json" else text)
+    except (OSError, UnicodeDecodeError, yaml.YAMLError, RecursionError):
         return None
     line = None
     for part in re.findall(r"[^.\[\]]+|\[\d+\]", key):
@@ -367,7 +370,7 @@ def _load_json_config(text: str, path: Path) -> Any:
             yaml.compose(_json_as_yaml(text), Loader=_UniqueKeyLoader)
         except yaml.composer.ComposerError as located:
             raise ConfigError(f"{path}:{located.problem_mark.line + 1}: not valid JSON: {located.problem}") from None
-        except yaml.YAMLError:
+        except (yaml.YAMLError, RecursionError):  # YAML nests less deep than json
             pass
         raise ConfigError(f"{path}: not valid JSON: {err}") from None
     except (RecursionError, ValueError) as err:  # nesting deeper than the recursion limit; a huge integer
@@ -390,8 +393,8 @@ def load_file(path: str | Path) -> dict[str, Any]:
         where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
         what = "; ".join(str(x) for x in (err.context, err.problem) if x)
         raise ConfigError(f"{where}: not valid YAML: {what}") from None
-    except yaml.YAMLError as err:
-        raise ConfigError(f"{path}: not valid YAML: {err}") from err
+    except (yaml.YAMLError, ValueError) as err:  # ValueError: a date like 2001-13-45, a huge integer
+        raise ConfigError(f"{path}: not valid YAML: {err}") from None
     except RecursionError:
         raise ConfigError(f"{path}: not valid YAML: nested deeper than Python's recursion limit") from None
     if data is None:
@@ -443,9 +446,10 @@ def parse_json(text: str, path: str | Path | None = None, line: int | None = Non
 def atomic_path(path: str | Path) -> Iterator[Path]:
     """A temporary file beside ``path`` to write; when the block ends normally it gets the usual
     permissions (mkstemp makes it 0600) and is renamed onto ``path``, so a crash never leaves
-    half a file; on an error it is deleted. Its name ends in the writer's pid
-    (``.a.txt.<random>.<pid>.tmp``), so what a killed write left is removed by the next write
-    of the same file (:func:`remove_stale`).
+    half a file; on an error it is deleted. Its name carries this host and ends in the writer's
+    pid (``.a.txt.<8 random>.h<host>.<pid>.tmp``), so what a killed write on this host left is
+    removed by the next write of the same file (:func:`remove_stale`); another host's writer,
+    whose pid this host cannot see, is left alone.
 
     >>> import tempfile
     >>> out = Path(tempfile.mkdtemp()) / "a.txt"
@@ -456,23 +460,29 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    remove_stale(path.parent, f".{glob.escape(path.name)}.*.tmp")
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=f".{os.getpid()}.tmp")
+    host = f"h{_HOST_TAG}"
+    remove_stale(path.parent, f".{glob.escape(path.name)}.{'[a-z0-9_]' * 8}.{host}.*.tmp")
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=f".{host}.{os.getpid()}.tmp")
     os.close(fd)
     try:
         yield Path(tmp)
         os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, path)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        with contextlib.suppress(OSError):  # the error that ended the block is the one to see
+            Path(tmp).unlink(missing_ok=True)
         raise
+
+
+# this host, in atomic_path's temporary names: a pid means something on its own host only
+_HOST_TAG = hashlib.sha1(socket.gethostname().encode()).hexdigest()[:6]
 
 
 def remove_stale(parent: Path, pattern: str, keep: Callable[[Path], bool] | None = None) -> list[Path]:
     """Delete what matches ``pattern`` in ``parent`` and was left by a write whose process is
     gone (killed before it could clean up): temporaries named with the writer's pid at the end
     (``.c.partial-4242``, ``.tmp-step-00000062-4242``, :func:`atomic_path`'s
-    ``.latest.x1y2.4242.tmp``). ``keep(path)`` spares one, e.g. a copy moved aside that is the
+    ``.latest.x1y2z3w4.h5f3a2c.4242.tmp``). ``keep(path)`` spares one, e.g. a copy moved aside that is the
     only one left. Returns what it removed."""
     removed = []
     for stale in Path(parent).glob(pattern) if Path(parent).is_dir() else []:
@@ -493,6 +503,8 @@ def _alive(pid: int) -> bool:
     """Whether process ``pid`` exists on this machine."""
     try:
         os.kill(pid, 0)
+    except (OverflowError, ValueError):  # not a pid: digits of something else's name; left alone
+        return True
     except ProcessLookupError:
         return False
     except PermissionError:  # it exists, owned by someone else

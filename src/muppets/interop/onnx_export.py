@@ -250,7 +250,7 @@ def export_onnx(model: str | Path, out: str | Path, opset: int = DEFAULT_OPSET, 
     src = load_source(model, layers)
     if not 14 <= opset <= 20:
         raise ConfigError(f"opset {opset}: the exporter writes opsets 14 … 20 (attention needs 14)")
-    tokenizer = _tokenizer_problem(src.path)
+    tokenizer = tokenizer_problem(src.path)
     if tokenizer and not ids_only:
         raise ConfigError(f"{tokenizer}: the export could not turn text into ids, and muppets serve refuses it; "
                           "copy the tokenizer files beside the weights, or pass --ids-only to export the graph "
@@ -276,8 +276,8 @@ def export_onnx(model: str | Path, out: str | Path, opset: int = DEFAULT_OPSET, 
     return report
 
 
-def _tokenizer_problem(path: Path) -> str:
-    """Why the tokenizer of model directory ``path`` does not load ("" when it does)."""
+def tokenizer_problem(path: Path) -> str:
+    """Why the tokenizer of model (or export) directory ``path`` does not load ("" when it does)."""
     from muppets.transfer.models import load_tokenizer
 
     try:

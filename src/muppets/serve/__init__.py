@@ -37,7 +37,14 @@ Usage::
 """
 
 import importlib
-from typing import Any
+import importlib.util
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # what type checkers and IDEs see; at run time __getattr__ below imports on use
+    from muppets.serve.app import build_app, running_server, serve
+    from muppets.serve.batcher import Batcher, QueueFull, Work
+    from muppets.serve.config import ServeConfig
+    from muppets.serve.engines import Engine, load_engine
 
 # the names below load their module on first use (PEP 562), so `muppets serve --help` and
 # `muppets --help` do not import torch, Starlette and uvicorn just to list the options
@@ -49,8 +56,16 @@ __all__ = sorted(_EXPORTS)
 
 
 def __getattr__(name: str) -> Any:
-    if name not in _EXPORTS:
+    """An exported name, or a submodule (``muppets.serve.app`` after ``import muppets.serve``)."""
+    if name in _EXPORTS:
+        value = getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
+    elif importlib.util.find_spec(f"{__name__}.{name}") is not None:
+        value = importlib.import_module(f"{__name__}.{name}")
+    else:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
     globals()[name] = value
     return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))

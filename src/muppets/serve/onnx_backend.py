@@ -39,7 +39,7 @@ import numpy as np
 import torch
 
 from muppets.errors import ConfigError, MuppetsError
-from muppets.interop.onnx_export import MANIFEST, read_manifest, sample_inputs, weights_fingerprint
+from muppets.interop.onnx_export import MANIFEST, read_manifest, sample_inputs, tokenizer_problem, weights_fingerprint
 from muppets.interop.onnx_runtime import OnnxModel, OnnxPredictor, require_onnxruntime
 from muppets.serve.config import ServeConfig
 from muppets.serve.engines import EMBED, FILL, Encoder, Engine, SentenceEncoder
@@ -96,9 +96,10 @@ def load_onnx_engine(export: Path, cfg: ServeConfig) -> Engine:
     """The ONNX engine of an export directory."""
     require_onnxruntime()
     manifest = read_manifest(export)
-    if manifest.get("tokenizer") is False:
-        raise ConfigError(f"{export}: exported with --ids-only from {manifest.get('source')}, which had no tokenizer; "
-                          "the server turns text into ids: copy the source's tokenizer files into the export")
+    if manifest.get("tokenizer") is False and (problem := tokenizer_problem(export)):
+        raise ConfigError(f"{export}: exported with --ids-only from {manifest.get('source')}, which had no tokenizer "
+                          f"({problem}); the server turns text into ids: copy the model's tokenizer files into "
+                          "the export")
     if manifest.get("what") == "task":
         return OnnxTaskEngine(export, cfg)
     return OnnxEncoder(export, cfg)
@@ -149,8 +150,8 @@ def _keep_torch_because(export: Path, torch_engine: Engine) -> str:
     expected = "task" if isinstance(torch_engine, TaskEngine) else "encoder"
     if manifest.get("what") != expected or not isinstance(torch_engine, (TaskEngine, Encoder)):
         return f"it holds a {manifest.get('what')}, the directory a {torch_engine.kind} model"
-    if manifest.get("tokenizer") is False:
-        return "it was exported with --ids-only (no tokenizer)"
+    if manifest.get("tokenizer") is False and tokenizer_problem(export):
+        return "it was exported with --ids-only and has no tokenizer"
     if manifest.get("source_fingerprint") != weights_fingerprint(torch_engine.source):
         return f"it is stale (exported from other weights than those in {torch_engine.source})"
     if isinstance(torch_engine, Encoder) and torch_engine.has_mlm:
