@@ -293,6 +293,13 @@ def test_atomic_path_removes_what_a_killed_write_of_the_same_file_left(tmp_path)
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["labels.jsonl", *(p.name for p in kept)])
 
 
+@pytest.mark.parametrize("name, text", [("run.json", '{"opt": {"steps": 3}}'), ("run.yaml", "opt:\n  steps: 3\n")])
+def test_a_config_saved_with_a_byte_order_mark_reads_as_without(tmp_path, name, text):
+    path = tmp_path / name
+    path.write_bytes(b"\xef\xbb\xbf" + text.encode())  # what Notepad writes first
+    assert load_file(path) == {"opt": {"steps": 3}}
+
+
 def test_read_utf8_names_the_line_and_the_byte(tmp_path):
     from muppets.config import read_utf8
     from muppets.errors import DataError

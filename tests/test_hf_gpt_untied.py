@@ -108,3 +108,14 @@ def test_unreadable_config_is_a_checkpoint_error(tmp_path):
     (tmp_path / "config.json").write_bytes(b"{\"model_type\": \"gpt2\", ")
     with pytest.raises(CheckpointError, match=r"config\.json.*invalid JSON \(truncated\?\)"):
         load_hf_gpt(tmp_path)
+
+
+def test_a_config_json_with_a_byte_order_mark_loads_and_latin1_is_named(tmp_path):
+    hf_gpt2(tmp_path)
+    path = tmp_path / "config.json"
+    text = path.read_bytes()
+    path.write_bytes(b"\xef\xbb\xbf" + text)  # saved by a Windows editor
+    load_hf_gpt(tmp_path)
+    path.write_bytes(text.replace(b'"gpt2"', b'"gpt\xe92"'))
+    with pytest.raises(CheckpointError, match=r"config\.json:\d+ \(byte \d+\): JSON file is not valid UTF-8"):
+        load_hf_gpt(tmp_path)

@@ -406,15 +406,16 @@ def load_file(path: str | Path) -> dict[str, Any]:
 
 
 def read_utf8(path: str | Path, what: str = "file") -> str:
-    """The UTF-8 text of ``path``; a :class:`DataError` naming the file (and the byte offset of
-    an undecodable byte) if it cannot be read. ``what`` names the file in the message."""
+    """The UTF-8 text of ``path``, without the byte-order mark some Windows editors write first;
+    a :class:`DataError` naming the file (and the byte offset of an undecodable byte) if it
+    cannot be read. ``what`` names the file in the message."""
     path = Path(path)
     try:
         raw = path.read_bytes()
     except OSError as err:
         raise DataError(f"cannot read {what} ({err.strerror})", path=path) from err
     try:
-        return raw.decode("utf-8")
+        return raw.decode("utf-8").removeprefix("\ufeff")
     except UnicodeDecodeError as err:
         raise DataError(f"{what} is not valid UTF-8", path=path, line=raw[:err.start].count(b"\n") + 1,
                         position=err.start, value=raw[err.start:err.start + 1]) from None

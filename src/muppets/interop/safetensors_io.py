@@ -9,7 +9,7 @@ import torch
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 
-from muppets.config import atomic_path, parse_json
+from muppets.config import atomic_path, parse_json, read_utf8
 from muppets.errors import CheckpointError, DataError
 
 PICKLED = ("pytorch_model.bin", "pytorch_model.bin.index.json", "tf_model.h5", "model.ckpt.index")
@@ -21,10 +21,8 @@ def read_json_object(path: Path) -> dict:
     :class:`CheckpointError` naming the file: unreadable, not UTF-8, not JSON (nesting bombs and
     huge numbers included: :func:`muppets.config.parse_json`), or not an object."""
     try:
-        data = parse_json(path.read_text(encoding="utf-8"), path)
-    except (OSError, UnicodeDecodeError) as err:
-        raise CheckpointError(f"{path}: not a readable UTF-8 file ({err})") from None
-    except DataError as err:
+        data = parse_json(read_utf8(path, "JSON file"), path)  # a byte-order mark is dropped
+    except DataError as err:  # unreadable, not UTF-8 (file:line, byte), or not JSON
         raise CheckpointError(str(err)) from None
     if not isinstance(data, dict):
         raise CheckpointError(f"{path}: not a JSON object")
