@@ -229,10 +229,13 @@ def test_config_errors_name_the_setting(model_dir, tmp_path):
     ({"soft_penalty": 5.0}, "soft_penalty=5.0: the penalty between encoders needs sharing=soft"),
     ({"mode": "joint", "weighting": "dwa", "weight_b": 2.0}, r"tasks\[1\]\.weight \(b\): 2.0 is a fixed weight"),
     ({"mode": "joint", "weighting": "gradnorm", "sharing": "soft"}, "gradnorm .* needs sharing=hard"),
+    ({"mode": "joint", "weighting": "uncertainty", "names": ["a"]}, r"weighting=uncertainty .* one task \(a\)"),
+    ({"sharing": "soft", "names": ["a"]}, r"sharing=soft .* one task \(a\): list more tasks, or use sharing=hard"),
 ])
 def test_a_setting_the_run_would_not_use_is_refused(model_dir, tmp_path, settings, message):
+    names = settings.pop("names", ["a", "b"])
     with pytest.raises(ConfigError, match=message):
-        mt_config(model_dir, tmp_path, ["a", "b"], **settings)
+        mt_config(model_dir, tmp_path, names, **settings)
 
 
 def test_a_config_file_error_names_its_line(tmp_path):
@@ -248,6 +251,11 @@ def test_a_config_file_error_names_its_line(tmp_path):
     path.write_text("mode: joint\nsampler: uniform\ntasks:\n  - name: rte\n")
     with pytest.raises(ConfigError, match=rf"^{path}:2: sampler=uniform"):
         load_config(path, [])
+    path.write_text("tasks:\n  - name: rte\n  - name: mrcp\n")  # a typo: refused before the model loads
+    with pytest.raises(ConfigError, match=rf"^{path}:3: tasks\[1\]\.name: unknown task 'mrcp'; registered tasks: sst2, "):
+        load_config(path, [])
+    path.write_text("tasks:\n  - name: mine\n    files: {train: t.tsv, dev: d.tsv}\n  - name: rte\n")
+    assert load_config(path, []).names == ["mine", "rte"]  # a task of your own files may take any name
 
 
 # ----------------------------------------------------------------------------- model

@@ -275,9 +275,15 @@ def load_typed(cls: type[T], path: str | Path | None, overrides: Sequence[str]) 
     except ConfigError as err:
         if path is None or str(err).startswith(str(path)):
             raise
-        line = _key_line(path, err.key)
-        raise ConfigError(f"{path}{'' if line is None else f':{line}'}: {err}", key=err.key) from err
+        raise in_file(path, err) from err
     return with_overrides(cfg, overrides)
+
+
+def in_file(path: str | Path, err: ConfigError) -> ConfigError:
+    """``err`` as an error of the config file ``path``: prefixed with the file and the line that
+    writes ``err.key`` (for a check made after loading, on a setting only the file can set)."""
+    line = _key_line(path, err.key)
+    return ConfigError(f"{path}{'' if line is None else f':{line}'}: {err}", key=err.key)
 
 
 def with_overrides(cfg: T, overrides: Sequence[str]) -> T:

@@ -21,12 +21,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from muppets.config import load_typed
+from muppets.config import in_file, load_typed
 from muppets.errors import ConfigError
 from muppets.multitask.data import MODES
 from muppets.multitask.model import SHARINGS
 from muppets.multitask.samplers import SAMPLERS
 from muppets.multitask.weighting import ADAPTIVE, WEIGHTINGS
+from muppets.tasks import list_tasks
 from muppets.transfer.finetune import FinetuneConfig, TaskSection
 
 
@@ -88,6 +89,11 @@ class MultitaskConfig:
         if len(set(names)) != len(names):
             repeat = next(i for i, n in enumerate(names) if n in names[:i])
             raise ConfigError(f"tasks: names must be unique, got {names}", key=f"tasks[{repeat}].name")
+        if len(self.tasks) == 1 and (self.weighting != "fixed" or self.sharing != "hard"):
+            key = "weighting" if self.weighting != "fixed" else "sharing"
+            raise ConfigError(f"{key}={getattr(self, key)} balances or ties tasks to each other, and there is one "
+                              f"task ({names[0]}): list more tasks, or use {key}={_default(MultitaskConfig, key)}",
+                              key=key)
         for i, t in enumerate(self.tasks):
             for key in ("weight", "max_train_examples"):
                 if getattr(t, key) < 0:
@@ -121,4 +127,10 @@ def load_config(path: str | Path | None, overrides: Sequence[str]) -> MultitaskC
     cfg = load_typed(MultitaskConfig, path, overrides)
     if len(cfg.tasks) < 1:
         raise ConfigError(f"{path or 'config'}: tasks: list at least one task")
+    known = list_tasks()
+    for i, t in enumerate(cfg.tasks):  # before any model or data is loaded (the library also takes TaskData)
+        if not t.files and t.name not in known:
+            err = ConfigError(f"tasks[{i}].name: unknown task {t.name!r}; registered tasks: {', '.join(known)} "
+                              "(for your own data give the task's files)", key=f"tasks[{i}].name")
+            raise (in_file(path, err) if path else err)
     return cfg
