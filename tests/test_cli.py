@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
+
+import pytest
+import yaml
 
 
 def test_help_lists_every_command_without_importing_torch_or_the_server():
@@ -13,3 +17,30 @@ def test_help_lists_every_command_without_importing_torch_or_the_server():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert "pretrain" in out and "serve" in out and "export" in out
     assert out.strip().splitlines()[-1] == "LOADED"  # none of them: --help answers at once
+
+
+@pytest.mark.parametrize("argv", [
+    ["pretrain", "configs/quickstart.yaml", "train.steps=7"],
+    ["pretrain", "configs/gpt-mini.yaml"],
+    ["pretrain", "configs/elmo-small.yaml"],
+    ["pretrain", "configs/tapt-minilm.yaml"],
+    ["word2vec", "train", "configs/word2vec-sg.yaml", "word2vec.epochs=2"],
+    ["nnlm", "train", "configs/nnlm-small.yaml"],
+    ["multitask", "configs/multitask-conll.yaml", "weighting=dwa"],
+    ["finetune", "rte", "lr=3e-5", "--model", "minilm"],
+    ["features", "conll2003", "epochs=2"],
+], ids=lambda argv: " ".join(argv[:2]))
+def test_print_config_prints_every_setting_as_a_file_that_loads_back_the_same(argv, tmp_path, capsys, monkeypatch):
+    from muppets import cli
+
+    monkeypatch.chdir(Path(__file__).resolve().parents[1])  # the configs/ folder
+    monkeypatch.setenv("MUPPETS_DATA", str(tmp_path / "no-data"))  # a run would fail at once: none may start
+    assert cli.main([*argv, "--print-config"]) == 0
+    printed = capsys.readouterr().out
+    assert printed and yaml.safe_load(printed)  # YAML, not a run: no run directory appeared
+    saved = tmp_path / "full.yaml"
+    saved.write_text(printed, encoding="utf-8")
+    again = ([*argv[:2], "--config", str(saved)] if argv[0] in ("finetune", "features")
+             else [*argv[:argv.index(next(a for a in argv if a.endswith(".yaml")))], str(saved)])
+    assert cli.main([*again, "--print-config"]) == 0
+    assert capsys.readouterr().out == printed  # nothing lost or changed on the way back

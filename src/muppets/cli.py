@@ -153,6 +153,8 @@ def _pretrain(args: argparse.Namespace) -> int:
 
     recipe = pick_recipe(args.config, args.overrides)
     cfg = recipe.load_config(args.config, args.overrides)
+    if args.print_config:
+        return _print_config(cfg)
     summary = recipe.run(cfg, resume=not args.fresh)
     from muppets.train.distributed import dist_info
 
@@ -215,6 +217,8 @@ def _multitask(args: argparse.Namespace) -> int:
     from muppets.train.distributed import dist_info
 
     cfg = multitask.load_config(args.config, args.overrides)
+    if args.print_config:
+        return _print_config(cfg)
     summary = multitask.run(cfg, resume=not args.fresh)
     if dist_info().is_main:
         print(f"\n{summary['run_dir']}: {summary['steps']} steps, {summary['mode']}, weighting "
@@ -234,6 +238,8 @@ def _finetune(args: argparse.Namespace) -> int:
     from muppets.transfer import finetune
 
     cfg = _finetune_config(args)
+    if args.print_config:
+        return _print_config(cfg)
     if args.seeds:
         summary = finetune.run_seeds(cfg, _seed_list(args.seeds), resume=not args.fresh)
         if dist_info().is_main:
@@ -335,6 +341,8 @@ def _word2vec_train(args: argparse.Namespace) -> int:
     from muppets.recipes import word2vec_train
 
     cfg = word2vec_train.load_config(args.config, args.overrides)
+    if args.print_config:
+        return _print_config(cfg)
     s = word2vec_train.run(cfg, resume=not args.fresh)
     why = {"time": "the time budget"}.get(s.get("stopped_by", ""), s.get("stopped_by", ""))
     state = f"stopped by {why or 'the time budget'}" if s["stopped_early"] else "finished"
@@ -358,7 +366,10 @@ def _print_vector_scores(scores: dict[str, float]) -> None:
 def _nnlm_train(args: argparse.Namespace) -> int:
     from muppets.recipes import nnlm_pretrain
 
-    summary = nnlm_pretrain.run(nnlm_pretrain.load_config(args.config, args.overrides), resume=not args.fresh)
+    cfg = nnlm_pretrain.load_config(args.config, args.overrides)
+    if args.print_config:
+        return _print_config(cfg)
+    summary = nnlm_pretrain.run(cfg, resume=not args.fresh)
     _print_pretrain_summary(summary)
     print(f"embeddings: {summary['embeddings']}")
     return INTERRUPTED if summary.get("interrupted") else 0
@@ -436,6 +447,8 @@ def _features(args: argparse.Namespace) -> int:
     cfg = dataclasses.replace(cfg, task=_task_section(args, cfg.task), model=args.model or cfg.model,
                               layers=args.layers or cfg.layers, static=args.static or cfg.static)
     cfg = with_overrides(cfg, args.overrides)
+    if args.print_config:
+        return _print_config(cfg)
     if args.seeds:
         s = feature_based.run_seeds(cfg, _seed_list(args.seeds), resume=not args.fresh)
         print(f"\n{s['task']} ({cfg.model}, layers={cfg.layers}): {len(s['seeds'])} seeds (mean ± sample std)")
@@ -551,10 +564,29 @@ FRESH_HELP = ("start a new run at step 0; refused where run_dir holds an earlier
 
 
 def _add_run_args(p: argparse.ArgumentParser, config_help: str, example: str) -> None:
-    """CONFIG, key=value overrides and --fresh: the arguments of every training command."""
+    """CONFIG, key=value overrides, --fresh and --print-config: the arguments of every training command."""
     p.add_argument("config", nargs="?", help=config_help)
     p.add_argument("overrides", nargs="*", help=f"dotted key=value overrides, e.g. {example}")
     p.add_argument("--fresh", action="store_true", help=FRESH_HELP)
+    _add_print_config(p)
+
+
+PRINT_CONFIG_HELP = ("print every setting of the run (file + overrides + defaults) as YAML, which loads back as "
+                     "a config file, and exit without running")
+
+
+def _add_print_config(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--print-config", action="store_true", help=PRINT_CONFIG_HELP)
+
+
+def _print_config(cfg) -> int:
+    """``cfg`` in full as YAML (a config file of its own; tuples as lists)."""
+    import yaml
+
+    from muppets.config import to_dict
+
+    print(yaml.safe_dump(json.loads(json.dumps(to_dict(cfg))), sort_keys=False, allow_unicode=True), end="")
+    return 0
 
 
 def _add_task_args(p: argparse.ArgumentParser, config: str = "FinetuneConfig", example: str = "lr=3e-5 task.kind=pair",
@@ -721,6 +753,7 @@ def _add_transfer_parsers(sub: argparse._SubParsersAction) -> None:
     _add_task_args(f)
     f.add_argument("--seeds", help="comma-separated seeds: one run each (run_dir/seed-N) + mean ± std")
     f.add_argument("--fresh", action="store_true", help=FRESH_HELP)
+    _add_print_config(f)
     f.set_defaults(func=_finetune)
 
     mt = sub.add_parser("multitask", help="multi-task learning: tasks trained together on a shared "
@@ -728,6 +761,7 @@ def _add_transfer_parsers(sub: argparse._SubParsersAction) -> None:
     mt.add_argument("config", help="YAML/JSON multi-task config (see configs/multitask-*.yaml)")
     mt.add_argument("overrides", nargs="*", help="key=value overrides, e.g. finetune.seed=2 sampler=uniform")
     mt.add_argument("--fresh", action="store_true", help=FRESH_HELP)
+    _add_print_config(mt)
     mt.set_defaults(func=_multitask)
 
     e = sub.add_parser("evaluate", help="score a fine-tuned model on a task split")
@@ -743,6 +777,7 @@ def _add_transfer_parsers(sub: argparse._SubParsersAction) -> None:
     fb.add_argument("--static", help="word-vector file concatenated to the backbone's vectors (ELMo-style)")
     fb.add_argument("--seeds", help="comma-separated seeds: one run each (run_dir/seed-N) + mean ± std")
     fb.add_argument("--fresh", action="store_true", help=FRESH_HELP)
+    _add_print_config(fb)
     fb.set_defaults(func=_features)
 
 
