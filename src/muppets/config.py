@@ -302,9 +302,9 @@ def _key_line(path: str | Path, key: str | None) -> int | None:
     if not key:
         return None
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        text = read_utf8(path)
         node = yaml.compose(_json_as_yaml(text) if Path(path).suffix == ".json" else text)
-    except (OSError, UnicodeDecodeError, yaml.YAMLError, RecursionError):
+    except (DataError, yaml.YAMLError, RecursionError):
         return None
     line = None
     for part in re.findall(r"[^.\[\]]+|\[\d+\]", key):
@@ -524,6 +524,15 @@ def write_json_atomic(path: str | Path, data: Any) -> None:
     with atomic_path(path) as tmp, tmp.open("w", encoding="utf-8") as fh:
         json.dump(data, fh, indent=2, sort_keys=False)
         fh.write("\n")
+
+
+def save_npy_atomic(path: str | Path, array: Any) -> None:
+    """Write ``array`` as ``.npy`` (never pickled) via :func:`atomic_path`; through a file object,
+    so ``np.save`` adds no ``.npy`` to the temporary's name."""
+    import numpy as np  # here, not at the top: `muppets --help` imports this module
+
+    with atomic_path(path) as tmp, tmp.open("wb") as fh:
+        np.save(fh, array, allow_pickle=False)
 
 
 def _umask() -> int:

@@ -36,7 +36,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from muppets.config import atomic_path, write_json_atomic
+from muppets.config import save_npy_atomic, write_json_atomic
 from muppets.errors import ConfigError, DataError
 from muppets.interop.safetensors_io import read_file, write_weights
 from muppets.paths import resolve_data_path
@@ -250,8 +250,7 @@ def save_embeddings(path: str | Path, vectors: Sequence[np.ndarray], metadata: d
         tensors = {"vectors": torch.from_numpy(matrix), "offsets": torch.from_numpy(offsets)}
         write_weights(tensors, path, metadata={"muppets": json.dumps(meta)})
         return path
-    with atomic_path(path) as tmp, tmp.open("wb") as fh:  # a file object: np.save adds no .npy
-        np.save(fh, matrix, allow_pickle=False)
+    save_npy_atomic(path, matrix)
     write_json_atomic(path.with_suffix(".json"), {**meta, "offsets": offsets.tolist()})
     return path
 

@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from muppets.config import atomic_path
+from muppets.config import save_npy_atomic
 from muppets.errors import ConfigError, DataError, LabelingFunctionError
 from muppets.tasks.source import Problems, iter_lines
 from muppets.tasks.spec import TextExample
@@ -138,7 +138,7 @@ def _batch_column(lf: Any, examples: Sequence[TextExample], cardinality: int,
     column = np.array([check_vote(lf.name, v, cardinality, i, ex)
                        for i, (v, ex) in enumerate(zip(votes, examples))], dtype=np.int64)
     if path is not None:
-        _save_atomic(path, column[:, None])
+        save_npy_atomic(path, column[:, None])
     return column
 
 
@@ -172,11 +172,6 @@ def _compute_plain(lfs: Sequence[Any], examples: Sequence[TextExample], cardinal
     finally:
         if bar is not None:
             bar.close()
-
-
-def _save_atomic(path: Path, matrix: np.ndarray) -> None:
-    with atomic_path(path) as tmp, tmp.open("wb") as fh:
-        np.save(fh, matrix, allow_pickle=False)
 
 
 def _load_cached(path: Path, shape: tuple[int, int], cardinality: int) -> np.ndarray | None:
@@ -228,5 +223,5 @@ def apply_lfs(lfs: Sequence[Any], examples: Sequence[TextExample], cardinality: 
     matrix = _compute(lfs, examples, cardinality, n_jobs, progress,
                       Path(cache_dir) if cache_dir is not None else None)
     if path is not None:
-        _save_atomic(path, matrix)
+        save_npy_atomic(path, matrix)
     return matrix
