@@ -102,14 +102,19 @@ def test_a_killed_saves_leftovers_go_with_the_next_save_and_an_only_copy_stays(t
 
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()  # a pid that no longer runs (the writer was killed)
-    half = tmp_path / f".tmp-step-00000062-{dead.pid}"
+    here = f"h{_HOST_TAG}"
+    half = tmp_path / f".tmp-step-00000062-{here}.{dead.pid}"
     half.mkdir(parents=True)
     (half / "model.safetensors").write_bytes(b"\0" * 128)
-    (tmp_path / f".latest.k2x9_qab.h{_HOST_TAG}.{dead.pid}.tmp").write_text("step-00000062\n")  # atomic_path's
-    moved_aside = tmp_path / f".old-step-00000001-{dead.pid}"  # killed between the renames of a re-save
+    (tmp_path / f".latest.k2x9_qab.{here}.{dead.pid}.tmp").write_text("step-00000062\n")  # atomic_path's
+    moved_aside = tmp_path / f".old-step-00000001-{here}.{dead.pid}"  # killed between the renames of a re-save
     moved_aside.mkdir()
+    elsewhere = tmp_path / f".tmp-step-00000063-h000000.{dead.pid}"  # another host's save, maybe still running
+    elsewhere.mkdir()
     _save(tmp_path, 1)
-    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["latest", "step-00000001", moved_aside.name])
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["latest", "step-00000001", moved_aside.name,
+                                                                  elsewhere.name])
+    elsewhere.rmdir()
     _save(tmp_path, 2)  # step 1 exists again: the copy moved aside is no longer the only one
     assert sorted(p.name for p in tmp_path.iterdir()) == ["latest", "step-00000001", "step-00000002"]
 

@@ -293,6 +293,35 @@ def test_atomic_path_removes_what_a_killed_write_of_the_same_file_left(tmp_path)
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["labels.jsonl", *(p.name for p in kept)])
 
 
+def test_atomic_dir_replaces_whole_or_not_at_all_and_clears_only_its_own_dead_leftovers(tmp_path):
+    import subprocess
+
+    from muppets.config import _HOST_TAG, atomic_dir
+
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()  # a pid that no longer runs: the writer was killed
+    here = f"h{_HOST_TAG}"
+    half = tmp_path / f".tmp-model-{here}.{dead.pid}"
+    moved_aside = tmp_path / f".old-model-{here}.{dead.pid}"  # killed between its renames: the only copy
+    kept = [tmp_path / f".tmp-model-{here}.{os.getppid()}",  # a live writer's
+            tmp_path / f".tmp-model-h000000.{dead.pid}",  # another host's
+            tmp_path / f".tmp-model2-{here}.{dead.pid}"]  # another directory's (model2)
+    for path in (half, moved_aside, *kept):
+        path.mkdir()
+    with atomic_dir(tmp_path / "model") as tmp:
+        assert tmp.name == f".tmp-model-{here}.{os.getpid()}" and not any(tmp.iterdir())
+        (tmp / "a").write_text("1")
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["model", moved_aside.name, *(p.name for p in kept)])
+    with pytest.raises(RuntimeError), atomic_dir(tmp_path / "model") as tmp:  # model exists now
+        (tmp / "b").write_text("half")
+        raise RuntimeError("killed mid-write")
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["model", *(p.name for p in kept)])
+    assert [p.name for p in (tmp_path / "model").iterdir()] == ["a"]
+    with atomic_dir(tmp_path / "model") as tmp:
+        (tmp / "b").write_text("2")
+    assert [p.name for p in (tmp_path / "model").iterdir()] == ["b"]  # replaced whole, nothing merged
+
+
 @pytest.mark.parametrize("name, text", [("run.json", '{"opt": {"steps": 3}}'), ("run.yaml", "opt:\n  steps: 3\n")])
 def test_a_config_saved_with_a_byte_order_mark_reads_as_without(tmp_path, name, text):
     path = tmp_path / name

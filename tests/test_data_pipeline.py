@@ -350,10 +350,12 @@ def test_overwrite_replaces_only_a_prepared_corpus(tmp_path: Path) -> None:
 def test_leftovers_of_a_killed_write_are_removed_by_the_next(tmp_path: Path) -> None:
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()  # a pid that no longer runs
-    stale = tmp_path / f".c.partial-{dead.pid}"
+    from muppets.config import _HOST_TAG
+
+    stale = tmp_path / f".tmp-c-h{_HOST_TAG}.{dead.pid}"
     stale.mkdir()
     (stale / "tokens.bin").write_bytes(b"\0" * 64)
-    only_copy = tmp_path / f".d.old-{dead.pid}"  # killed between its renames: d itself is missing
+    only_copy = tmp_path / f".old-d-h{_HOST_TAG}.{dead.pid}"  # killed between its renames: d itself is missing
     only_copy.mkdir()
     with ShardWriter(tmp_path / "c", vocab_size=10) as writer:
         writer.add_document([[1]])

@@ -22,6 +22,7 @@ import decimal
 import glob
 import hashlib
 import json
+import logging
 import math
 import os
 import re
@@ -37,6 +38,8 @@ from typing import Any, TypeVar
 import yaml
 
 from muppets.errors import ConfigError, DataError
+
+logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
@@ -467,9 +470,8 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    host = f"h{_HOST_TAG}"
-    remove_stale(path.parent, f".{glob.escape(path.name)}.{'[a-z0-9_]' * 8}.{host}.*.tmp")
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=f".{host}.{os.getpid()}.tmp")
+    remove_stale(path.parent, f".{glob.escape(path.name)}.{'[a-z0-9_]' * 8}.h{_HOST_TAG}.*.tmp")
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=f".{writer_tag()}.tmp")
     os.close(fd)
     try:
         yield Path(tmp)
@@ -481,20 +483,80 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
         raise
 
 
-# this host, in atomic_path's temporary names: a pid means something on its own host only
+# this host, in temporary names: a pid means something on its own host only
 _HOST_TAG = hashlib.sha1(socket.gethostname().encode()).hexdigest()[:6]
+_ANY_WRITER = "h" + "[0-9a-f]" * 6 + ".*"  # glob of writer_tag()
+
+
+def writer_tag() -> str:
+    """``h<host>.<pid>``, the end of every temporary's name: :func:`remove_stale` deletes one
+    only when it was written on this host by a process that is gone."""
+    return f"h{_HOST_TAG}.{os.getpid()}"
+
+
+def begin_dir(path: str | Path) -> Path:
+    """A new, empty temporary directory beside ``path`` (``.tmp-<name>-<writer_tag>``) to fill
+    and then :func:`replace_dir` onto ``path``. What killed writes of ``path`` on this host left
+    is removed first: their half-written temporaries, and a copy moved aside by
+    :func:`replace_dir` unless ``path`` is missing (then that copy is the only one)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    name = glob.escape(path.name)
+    remove_stale(path.parent, f".tmp-{name}-{_ANY_WRITER}")
+    remove_stale(path.parent, f".old-{name}-{_ANY_WRITER}", keep=lambda _: not path.exists())
+    tmp = path.with_name(f".tmp-{path.name}-{writer_tag()}")
+    shutil.rmtree(tmp, ignore_errors=True)  # this process's own, from a write that raised
+    tmp.mkdir()
+    return tmp
+
+
+def replace_dir(tmp: Path, final: Path) -> None:
+    """Rename ``tmp`` to ``final``; an existing ``final`` is moved aside first
+    (``.old-<name>-<writer_tag>``), then deleted, so ``final`` is always whole or absent."""
+    old = final.with_name(f".old-{final.name}-{writer_tag()}")
+    if final.exists():
+        os.rename(final, old)
+    os.rename(tmp, final)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def atomic_dir(path: str | Path) -> Iterator[Path]:
+    """:func:`atomic_path` for a directory: fill the temporary it yields (:func:`begin_dir`);
+    when the block ends normally it replaces ``path`` (:func:`replace_dir`), on an error it is
+    deleted and ``path`` is as it was.
+
+    >>> import tempfile
+    >>> out = Path(tempfile.mkdtemp()) / "model"
+    >>> with atomic_dir(out) as tmp:
+    ...     _ = (tmp / "config.json").write_text("{}")
+    >>> sorted(p.name for p in out.parent.iterdir())
+    ['model']
+    """
+    path = Path(path)
+    tmp = begin_dir(path)
+    try:
+        yield tmp
+        replace_dir(tmp, path)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
 
 
 def remove_stale(parent: Path, pattern: str, keep: Callable[[Path], bool] | None = None) -> list[Path]:
     """Delete what matches ``pattern`` in ``parent`` and was left by a write whose process is
-    gone (killed before it could clean up): temporaries named with the writer's pid at the end
-    (``.c.partial-4242``, ``.tmp-step-00000062-4242``, :func:`atomic_path`'s
-    ``.latest.x1y2z3w4.h5f3a2c.4242.tmp``). ``keep(path)`` spares one, e.g. a copy moved aside that is the
-    only one left. Returns what it removed."""
+    gone (killed before it could clean up): temporaries whose name ends in :func:`writer_tag`
+    (``.tmp-step-00000062-h5f3a2c.4242``, :func:`atomic_path`'s
+    ``.latest.x1y2z3w4.h5f3a2c.4242.tmp``). One from another host is left alone (its pid means
+    nothing here), and so is any name that does not end so. ``keep(path)`` spares one, e.g. a copy
+    moved aside that is the only one left. Returns what it removed."""
     removed = []
     for stale in Path(parent).glob(pattern) if Path(parent).is_dir() else []:
-        match = re.search(r"[-.](\d+)(\.tmp)?$", stale.name)
-        if match is None or int(match.group(1)) == os.getpid() or _alive(int(match.group(1))):
+        match = re.search(r"[-.]h([0-9a-f]{6})\.(\d+)(\.tmp)?$", stale.name)
+        if match is None or match.group(1) != _HOST_TAG:
+            continue
+        pid = int(match.group(2))
+        if pid == os.getpid() or _alive(pid):
             continue
         if keep is not None and keep(stale):
             continue
@@ -502,6 +564,7 @@ def remove_stale(parent: Path, pattern: str, keep: Callable[[Path], bool] | None
             shutil.rmtree(stale, ignore_errors=True)
         else:
             stale.unlink(missing_ok=True)
+        logger.info("removed %s, left by a write on this host whose process is gone", stale)
         removed.append(stale)
     return removed
 

@@ -19,7 +19,6 @@ only when everything (``meta.json`` last) is written; an interrupted run leaves 
 
 from __future__ import annotations
 
-import glob
 import hashlib
 import json
 import logging
@@ -34,7 +33,7 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
-from muppets.config import remove_stale
+from muppets.config import begin_dir, replace_dir
 from muppets.errors import DataError
 
 __all__ = ["FORMAT_NAME", "FORMAT_VERSION", "token_dtype", "tokenizer_fingerprint",
@@ -93,11 +92,7 @@ class ShardWriter:
                                       "sources": [str(s) for s in sources]}
         self.num_tokens = self.num_sentences = self.num_documents = 0
         self.empty_sentences = self.empty_documents = 0
-        self.tmp_dir = self.out_dir.parent / f".{self.out_dir.name}.partial-{os.getpid()}"
-        self._remove_stale()
-        if self.tmp_dir.exists():
-            shutil.rmtree(self.tmp_dir)
-        self.tmp_dir.mkdir(parents=True)
+        self.tmp_dir = begin_dir(self.out_dir)  # and removes what killed writes of out_dir left
         self.units = units  # add_encoded takes a units.bin flag per token
         self._files: dict[str, BinaryIO] = {
             name: open(self.tmp_dir / name, "wb", buffering=1 << 20)
@@ -120,15 +115,6 @@ class ShardWriter:
         if not (out / META_FILE).is_file() and any(out.iterdir()):
             raise DataError(f"holds files but is not a prepared corpus (no {META_FILE}), so it is not replaced: "
                             "choose another output directory", path=out)
-
-    def _remove_stale(self) -> None:
-        """Delete the temporary directories of earlier writes to ``out_dir`` whose process was
-        killed: ``.<name>.partial-<pid>``, and ``.<name>.old-<pid>`` once ``out_dir`` exists (else
-        it was killed between its two renames, and that is the only copy of the corpus)."""
-        name = self.out_dir.name
-        for stale in remove_stale(self.out_dir.parent, f".{glob.escape(name)}.partial-*"):
-            logger.info("removed %s, left by an earlier write that was killed", stale)
-        remove_stale(self.out_dir.parent, f".{glob.escape(name)}.old-*", keep=lambda _: not self.out_dir.exists())
 
     def add_document(self, sentences: Sequence[Sequence[int]]) -> bool:
         """Append one document given as token-id lists; False if it was empty (not written)."""
@@ -209,13 +195,7 @@ class ShardWriter:
     def _publish(self) -> None:
         """Rename the finished temporary directory to ``out_dir`` (replacing it if allowed)."""
         self._check_target()
-        old = None
-        if self.out_dir.exists():
-            old = self.out_dir.parent / f".{self.out_dir.name}.old-{os.getpid()}"
-            os.replace(self.out_dir, old)
-        os.replace(self.tmp_dir, self.out_dir)
-        if old is not None:
-            shutil.rmtree(old)
+        replace_dir(self.tmp_dir, self.out_dir)
 
     def abort(self) -> None:
         """Close and delete the partial output (nothing appears at ``out_dir``)."""

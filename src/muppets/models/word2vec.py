@@ -43,7 +43,6 @@ import hashlib
 import json
 import logging
 import math
-import os
 import shutil
 import signal
 import time
@@ -58,14 +57,14 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 from torch.nn import functional as F
 
-from muppets.config import from_dict, write_json_atomic
+from muppets.config import atomic_dir, from_dict, write_json_atomic
 from muppets.data.shards import TokenCorpus
 from muppets.errors import CheckpointError, ConfigError
 from muppets.interop.safetensors_io import read_json_object
 from muppets.tokenizers.words import read_word_counts
 from muppets.nn.encoded import Encoded
 from muppets.objectives.word2vec import LAYOUTS, TrainingVocab, Word2VecExamples
-from muppets.train.checkpoint import replace_dir, write_latest
+from muppets.train.checkpoint import remove_killed_saves, write_latest
 from muppets.train.hogwild import HogwildPool, run_span_inline
 from muppets.train.logger import RunLogger
 from muppets.train.plots import write_run_plot
@@ -559,14 +558,12 @@ class Word2VecTrainer:
             return
         p = self.progress
         name = f"epoch-{p.epoch:03d}-chunk-{p.chunk:06d}"
-        tmp = root / f".tmp-{name}-{os.getpid()}"
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
-        save_file({"input_vectors": self.model.input_vectors.contiguous(),
-                   "output_vectors": self.model.output_vectors.contiguous()}, str(tmp / VECTORS_FILE))
-        state = {**asdict(p), "config": asdict(self.cfg), "fingerprint": self._fingerprint()}
-        write_json_atomic(tmp / STATE_FILE, state)
-        replace_dir(tmp, root / name)
+        remove_killed_saves(root, "epoch-")
+        with atomic_dir(root / name) as tmp:
+            save_file({"input_vectors": self.model.input_vectors.contiguous(),
+                       "output_vectors": self.model.output_vectors.contiguous()}, str(tmp / VECTORS_FILE))
+            state = {**asdict(p), "config": asdict(self.cfg), "fingerprint": self._fingerprint()}
+            write_json_atomic(tmp / STATE_FILE, state)
         write_latest(root, name)
         for old in root.glob("epoch-*-chunk-*"):
             if old.name != name:
@@ -629,7 +626,7 @@ def train_word2vec(corpus: TokenCorpus, corpus_words: Sequence[str], cfg: Word2V
     logger.info("word2vec: %d effective words in %.1f s (%.0f words/s), loss %.4f",
                 result.effective_words, result.seconds, result.words_per_second, result.mean_loss)
     if run_dir is not None:
-        tmp = Path(run_dir) / f".tmp-model-{os.getpid()}"
-        replace_dir(model.save(tmp), Path(run_dir) / "model")
+        with atomic_dir(Path(run_dir) / "model") as tmp:
+            model.save(tmp)
         model.word_vectors().save(Path(run_dir) / "vectors.bin", binary=True)
     return model, result

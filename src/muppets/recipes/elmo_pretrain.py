@@ -25,14 +25,13 @@ routes ``elmo-…`` presets here). The stages are every recipe's (:mod:`muppets.
 from __future__ import annotations
 
 import logging
-import os
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 
 import torch
 
-from muppets.config import from_dict, to_dict, write_json_atomic
+from muppets.config import atomic_dir, from_dict, to_dict, write_json_atomic
 from muppets.interop.safetensors_io import read_model_dir, write_weights
 from muppets.models.elmo import ElmoConfig, ElmoLanguageModel
 from muppets.objectives.bilm import BiLMData, BiLMDataConfig
@@ -41,7 +40,6 @@ from muppets.recipes.pretraining import (Pretraining, held_out, held_out_evaluat
                                          train_and_export, unigram_scores)
 from muppets.recipes.word_vocab import WordVocabSection, ensure_word_vocab
 from muppets.tokenizers.words import WordVocab
-from muppets.train.checkpoint import replace_dir
 
 log = logging.getLogger(__name__)
 
@@ -123,14 +121,12 @@ def save_elmo(model: ElmoLanguageModel, vocab: WordVocab, directory: str | Path,
               run_config: dict | None = None) -> Path:
     """Write ``directory`` (see the module docstring) into a temporary sibling, then rename it."""
     directory = Path(directory)
-    tmp = directory.with_name(f".tmp-{directory.name}-{os.getpid()}")
-    tmp.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(tmp / "config.json", {"format": FORMAT, "model": to_dict(model.cfg)})
-    write_weights(model.state_dict(), tmp / "model.safetensors", metadata={"format": FORMAT})
-    vocab.save(tmp / "vocab")
-    if run_config is not None:
-        write_json_atomic(tmp / "muppets_config.json", run_config)
-    replace_dir(tmp, directory)
+    with atomic_dir(directory) as tmp:
+        write_json_atomic(tmp / "config.json", {"format": FORMAT, "model": to_dict(model.cfg)})
+        write_weights(model.state_dict(), tmp / "model.safetensors", metadata={"format": FORMAT})
+        vocab.save(tmp / "vocab")
+        if run_config is not None:
+            write_json_atomic(tmp / "muppets_config.json", run_config)
     return directory
 
 

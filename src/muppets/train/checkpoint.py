@@ -22,9 +22,9 @@ replaced atomically afterwards, so a crash at any moment leaves the previous che
 
 from __future__ import annotations
 
+import glob
 import json
 import logging
-import os
 import random
 import re
 import shutil
@@ -38,7 +38,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, load_model, save_file, save_model
 from torch import nn
 
-from muppets.config import atomic_path, remove_stale, write_json_atomic
+from muppets.config import atomic_dir, atomic_path, remove_stale, write_json_atomic
 from muppets.errors import CheckpointError, CheckpointMismatch
 from muppets.train.optim import param_groups
 
@@ -152,19 +152,20 @@ def _write_files(
     write_json_atomic(directory / STATE_FILE, payload)
 
 
-def replace_dir(tmp: Path, final: Path) -> None:
-    """Rename ``tmp`` to ``final``; an existing ``final`` is moved aside first, then deleted."""
-    old = final.with_name(f".old-{final.name}-{os.getpid()}")
-    if final.exists():
-        os.rename(final, old)
-    os.rename(tmp, final)
-    shutil.rmtree(old, ignore_errors=True)
-
-
 def write_latest(root: Path, name: str) -> None:
     """Point ``root/latest`` at checkpoint ``name`` (atomic replace)."""
     with atomic_path(root / LATEST) as tmp:
         tmp.write_text(name + "\n", encoding="utf-8")
+
+
+def remove_killed_saves(root: Path, prefix: str) -> None:
+    """Remove what killed saves of any checkpoint ``<prefix>…`` under ``root`` left on this host
+    (:func:`atomic_dir` clears only the leftovers of the name it writes; ``latest``'s are
+    :func:`atomic_path`'s): half-written temporaries, and a checkpoint moved aside by a save
+    killed between its renames unless it is the only copy of that step."""
+    remove_stale(root, f".tmp-{glob.escape(prefix)}*")
+    remove_stale(root, f".old-{glob.escape(prefix)}*",
+                 keep=lambda old: not (root / old.name[len(".old-"):].rpartition("-")[0]).is_dir())
 
 
 def save_checkpoint(
@@ -188,20 +189,10 @@ def save_checkpoint(
         The directory of the new checkpoint.
     """
     root.mkdir(parents=True, exist_ok=True)
-    remove_stale(root, ".tmp-step-*")  # what a killed run's saving left behind (atomic_path
-    # removes its own leftovers of ``latest``)
-    # a step moved aside by a save killed between its renames: kept while it is the only copy
-    remove_stale(root, ".old-step-*", keep=lambda old: not (root / old.name[len(".old-"):].rpartition("-")[0]).is_dir())
+    remove_killed_saves(root, "step-")
     name = checkpoint_name(state.step)
-    tmp = root / f".tmp-{name}-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
-    try:
+    with atomic_dir(root / name) as tmp:
         _write_files(tmp, model, optimizer, param_names, state, rng)
-        replace_dir(tmp, root / name)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     write_latest(root, name)
     prune_checkpoints(root, keep, protect=root / name)
     return root / name

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 import random
 import signal
 import time
@@ -37,7 +36,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from muppets.config import to_dict, write_json_atomic
+from muppets.config import atomic_dir, to_dict, write_json_atomic
 from muppets.errors import CheckpointError, CheckpointMismatch, ConfigError, TrainingDiverged
 from muppets.heap import HeapTrimmer
 from muppets.train.checkpoint import (
@@ -49,7 +48,6 @@ from muppets.train.checkpoint import (
     latest_checkpoint,
     load_checkpoint,
     read_state,
-    replace_dir,
     restore_rng,
     save_checkpoint,
 )
@@ -631,10 +629,8 @@ class Trainer:
         if self.save_model is None:
             return
         if self.dist.is_main:
-            tmp = self.run_dir / f".tmp-model-{os.getpid()}"
-            tmp.mkdir(parents=True, exist_ok=True)
-            self.save_model(self.model, tmp)
-            replace_dir(tmp, self.run_dir / "model")
+            with atomic_dir(self.run_dir / "model") as tmp:
+                self.save_model(self.model, tmp)
             logger.info("exported the model to %s", self.run_dir / "model")
         barrier()
 

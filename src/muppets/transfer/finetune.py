@@ -33,7 +33,6 @@ import dataclasses
 import json
 import logging
 import math
-import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,7 +42,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from muppets.config import atomic_path, load_typed, to_dict, write_json_atomic
+from muppets.config import atomic_dir, atomic_path, load_typed, to_dict, write_json_atomic
 from muppets.errors import ConfigError, TrainingInterrupted
 from muppets.heads import POOLS, TaskModel
 from muppets.interop.hf_tasks import task_labels
@@ -54,7 +53,6 @@ from muppets.tasks import load_task, read_conll, read_squad, read_table
 from muppets.tasks.spec import TaskData, TaskSpec
 from muppets.tokenizers.wordpiece import WordPieceTokenizer
 from muppets.train import TrainConfig, Trainer, seed_everything
-from muppets.train.checkpoint import replace_dir
 from muppets.train.distributed import barrier, init_distributed
 from muppets.transfer.batching import EpochData, loss_units
 from muppets.transfer.features import Feature, FeatureOptions, Probs, make_features
@@ -346,11 +344,10 @@ def model_saver(model: TaskModel, tok: WordPieceTokenizer, spec: TaskSpec, cfg: 
     """Write the model as an HF task directory (+ tokenizer, labels, settings), atomically."""
 
     def save() -> None:
-        tmp = directory.with_name(f".tmp-{directory.name}-{os.getpid()}")
-        save_task_model(model, tmp, tok, list(spec.labels))
-        save_settings(tmp, cfg.feature_options, cfg.span_options,
-                      {"task": spec.name, "metric": spec.metric, "finetune": to_dict(cfg)})
-        replace_dir(tmp, directory)
+        with atomic_dir(directory) as tmp:
+            save_task_model(model, tmp, tok, list(spec.labels))
+            save_settings(tmp, cfg.feature_options, cfg.span_options,
+                          {"task": spec.name, "metric": spec.metric, "finetune": to_dict(cfg)})
 
     return save
 
