@@ -322,6 +322,45 @@ def test_atomic_dir_replaces_whole_or_not_at_all_and_clears_only_its_own_dead_le
     assert [p.name for p in (tmp_path / "model").iterdir()] == ["b"]  # replaced whole, nothing merged
 
 
+def test_atomic_dir_leaves_a_similar_names_only_copy_and_a_symlinks_target(tmp_path):
+    import subprocess
+
+    from muppets.config import _HOST_TAG, atomic_dir
+
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    # the only copy of directory `model-habcdef.v2`, moved aside by a write killed between its renames
+    similar = tmp_path / f".old-model-habcdef.v2-h{_HOST_TAG}.{dead.pid}"
+    similar.mkdir()
+    target = tmp_path / "elsewhere"
+    target.mkdir()
+    (target / "theirs").write_text("x")
+    (tmp_path / "model").symlink_to(target)
+    with atomic_dir(tmp_path / "model") as tmp:
+        (tmp / "a").write_text("1")
+    assert similar.is_dir() and not (tmp_path / "model").is_symlink()
+    assert [p.name for p in target.iterdir()] == ["theirs"]  # the link is replaced, what it pointed at stays
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["model", "elsewhere", similar.name])
+
+
+def test_replace_dir_puts_the_old_copy_back_when_the_new_one_cannot_go_in(tmp_path, monkeypatch):
+    from muppets import config
+
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "a").write_text("old")
+    real_rename = os.rename
+
+    def failing(src, dst):
+        if str(src).endswith(config.writer_tag()) and Path(src).name.startswith(".tmp-"):
+            raise OSError(28, "No space left on device")
+        real_rename(src, dst)
+
+    monkeypatch.setattr(config.os, "rename", failing)
+    with pytest.raises(OSError, match="No space"), config.atomic_dir(tmp_path / "model") as tmp:
+        (tmp / "a").write_text("new")
+    assert [p.name for p in tmp_path.iterdir()] == ["model"] and (tmp_path / "model" / "a").read_text() == "old"
+
+
 @pytest.mark.parametrize("name, text", [("run.json", '{"opt": {"steps": 3}}'), ("run.yaml", "opt:\n  steps: 3\n")])
 def test_a_config_saved_with_a_byte_order_mark_reads_as_without(tmp_path, name, text):
     path = tmp_path / name

@@ -501,23 +501,47 @@ def begin_dir(path: str | Path) -> Path:
     :func:`replace_dir` unless ``path`` is missing (then that copy is the only one)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    name = glob.escape(path.name)
-    remove_stale(path.parent, f".tmp-{name}-{_ANY_WRITER}")
-    remove_stale(path.parent, f".old-{name}-{_ANY_WRITER}", keep=lambda _: not path.exists())
+    for kind in ("tmp", "old"):
+        prefix = f".{kind}-{path.name}"  # exactly: `.old-model-h…` must not take `model-habcdef.v2`'s
+        remove_stale(path.parent, f"{glob.escape(prefix)}-{_ANY_WRITER}",
+                     keep=lambda p: p.name.rpartition("-")[0] != prefix or (kind == "old" and not _exists(path)))
     tmp = path.with_name(f".tmp-{path.name}-{writer_tag()}")
-    shutil.rmtree(tmp, ignore_errors=True)  # this process's own, from a write that raised
+    _delete(tmp)  # this process's own, from a write that raised
     tmp.mkdir()
     return tmp
 
 
 def replace_dir(tmp: Path, final: Path) -> None:
     """Rename ``tmp`` to ``final``; an existing ``final`` is moved aside first
-    (``.old-<name>-<writer_tag>``), then deleted, so ``final`` is always whole or absent."""
+    (``.old-<name>-<writer_tag>``), then deleted, so ``final`` is always whole. If the second
+    rename fails, ``final`` is put back. A symbolic link at ``final`` is replaced, its target
+    left as it is."""
     old = final.with_name(f".old-{final.name}-{writer_tag()}")
-    if final.exists():
+    moved = _exists(final)
+    if moved:
         os.rename(final, old)
-    os.rename(tmp, final)
-    shutil.rmtree(old, ignore_errors=True)
+    try:
+        os.rename(tmp, final)
+    except BaseException:
+        if moved:
+            os.rename(old, final)
+        raise
+    _delete(old)
+
+
+def _exists(path: Path) -> bool:
+    """Whether anything is at ``path``: a symbolic link counts, even a broken one."""
+    return os.path.lexists(path)
+
+
+def _delete(path: Path) -> bool:
+    """Delete the file, link or directory tree at ``path``; whether nothing is there now."""
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        with contextlib.suppress(OSError):
+            path.unlink(missing_ok=True)
+    return not _exists(path)
 
 
 @contextlib.contextmanager
@@ -539,7 +563,7 @@ def atomic_dir(path: str | Path) -> Iterator[Path]:
         yield tmp
         replace_dir(tmp, path)
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        _delete(tmp)
         raise
 
 
@@ -560,10 +584,9 @@ def remove_stale(parent: Path, pattern: str, keep: Callable[[Path], bool] | None
             continue
         if keep is not None and keep(stale):
             continue
-        if stale.is_dir():
-            shutil.rmtree(stale, ignore_errors=True)
-        else:
-            stale.unlink(missing_ok=True)
+        if not _delete(stale):
+            logger.warning("could not remove %s, left by a write on this host whose process is gone", stale)
+            continue
         logger.info("removed %s, left by a write on this host whose process is gone", stale)
         removed.append(stale)
     return removed

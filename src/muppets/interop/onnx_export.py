@@ -59,7 +59,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from muppets.config import write_json_atomic
+from muppets.config import atomic_dir, write_json_atomic
 from muppets.errors import CheckpointError, ConfigError, MuppetsError
 from muppets.interop.safetensors_io import read_json_object
 
@@ -238,8 +238,9 @@ def export_onnx(model: str | Path, out: str | Path, opset: int = DEFAULT_OPSET, 
 
     ``out`` must not exist or be empty (nothing is overwritten). With ``check`` the graph runs in
     onnxruntime on padded inputs of other shapes than the tracing sample's, and an
-    :class:`ExportError` is raised (and ``out`` removed again) when any output differs from
-    torch's by more than ``tolerance``. A model without tokenizer files is a :class:`ConfigError`
+    :class:`ExportError` is raised (and nothing written at ``out``) when any output differs from
+    torch's by more than ``tolerance``. The files are written into a temporary beside ``out``
+    that becomes ``out`` when all are there (:func:`~muppets.config.atomic_dir`). A model without tokenizer files is a :class:`ConfigError`
     unless ``ids_only`` (a graph for callers that tokenize themselves).
     """
     if not (math.isfinite(tolerance) and tolerance >= 0):
@@ -255,23 +256,14 @@ def export_onnx(model: str | Path, out: str | Path, opset: int = DEFAULT_OPSET, 
         raise ConfigError(f"{tokenizer}: the export could not turn text into ids, and muppets serve refuses it; "
                           "copy the tokenizer files beside the weights, or pass --ids-only to export the graph "
                           "alone (inputs: token ids)")
-    created = not out.exists()
-    out.mkdir(parents=True, exist_ok=True)
-    try:
+    with atomic_dir(out) as tmp:  # out appears whole or not at all, even if the export is killed
         trace, checks = _samples_for(src)
-        _write_graph(src, trace, out / "model.onnx", opset)
-        diff = check_onnx(out / "model.onnx", src.graph, checks, tolerance, threads) if check else None
-        _copy_settings(src.path, out)
-    except BaseException:
-        if created:
-            shutil.rmtree(out, ignore_errors=True)
-        else:
-            for child in out.iterdir():
-                shutil.rmtree(child) if child.is_dir() else child.unlink()
-        raise
-    report = ExportReport(str(out), str(src.path), src.what, src.family, src.kind, list(src.outputs), opset,
-                          diff, tolerance, round(time.perf_counter() - start, 3), tokenizer=not tokenizer)
-    write_json_atomic(out / MANIFEST, _manifest(src, report))
+        _write_graph(src, trace, tmp / "model.onnx", opset)
+        diff = check_onnx(tmp / "model.onnx", src.graph, checks, tolerance, threads) if check else None
+        _copy_settings(src.path, tmp)
+        report = ExportReport(str(out), str(src.path), src.what, src.family, src.kind, list(src.outputs), opset,
+                              diff, tolerance, round(time.perf_counter() - start, 3), tokenizer=not tokenizer)
+        write_json_atomic(tmp / MANIFEST, _manifest(src, report))
     log.info("exported %s to %s (max |onnx - torch| %s)", src.path, out / "model.onnx", diff)
     return report
 

@@ -20,7 +20,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from muppets.config import to_dict, write_json_atomic
+from muppets.config import atomic_dir, to_dict, write_json_atomic
 from muppets.data.shards import TokenCorpus
 from muppets.errors import ConfigError
 from muppets.recipes.common import RunSection
@@ -60,8 +60,9 @@ def train_and_export(cfg: RunSection, corpus: TokenCorpus, job: Pretraining, res
                "eval": result.last_eval, "corpus": str(corpus.directory), "tokens": corpus.num_tokens,
                "documents": corpus.num_documents, **job.summary}
     if dist_info().is_main:
-        job.export(final)
-        write_json_atomic(final / "muppets_config.json", to_dict(cfg))
+        with atomic_dir(final) as tmp:  # a re-run's export replaces the last one whole
+            job.export(tmp)
+            write_json_atomic(tmp / "muppets_config.json", to_dict(cfg))
         summary["unigram_baseline"] = job.baseline()
         write_json_atomic(run_dir / "summary.json", summary)
     return summary
