@@ -8,8 +8,16 @@ PYTHON=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then
   "$PYTHON" -m venv .venv
 fi
-.venv/bin/python -m pip install --quiet --disable-pip-version-check "torch==2.13.0"
-.venv/bin/python -m pip install --quiet --disable-pip-version-check -e ".[dev,tensorboard,serve,onnx,chinese]"
+PIP=(.venv/bin/python -m pip install --quiet --disable-pip-version-check)
+if [ "$(uname -s)" = Linux ]; then
+  # PyPI's Linux torch is the CUDA build (gigabytes of nvidia-* packages): ask for the CPU build,
+  # from a wheel pip already finds (a local wheel directory or index), else PyTorch's CPU index
+  "${PIP[@]}" "torch==2.13.0+cpu" 2>/dev/null ||
+    "${PIP[@]}" "torch==2.13.0+cpu" --extra-index-url https://download.pytorch.org/whl/cpu
+else
+  "${PIP[@]}" "torch==2.13.0"  # macOS and Windows wheels on PyPI are CPU builds
+fi
+"${PIP[@]}" -e ".[dev,tensorboard,serve,onnx,chinese]"
 .venv/bin/python -c "import torch, muppets; assert torch.__version__.startswith('2.13.0'), torch.__version__"
 # CI only, from the system's packages (installed once; kept after): Chromium for the attention
 # page's headless-browser test (tests/test_attention_page.py), tcmalloc for the malloc tests

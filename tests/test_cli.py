@@ -44,3 +44,28 @@ def test_print_config_prints_every_setting_as_a_file_that_loads_back_the_same(ar
              else [*argv[:argv.index(next(a for a in argv if a.endswith(".yaml")))], str(saved)])
     assert cli.main([*again, "--print-config"]) == 0
     assert capsys.readouterr().out == printed  # nothing lost or changed on the way back
+
+
+def test_tokenizer_train_replaces_a_tokenizer_only_when_asked_and_nothing_else(tmp_path, capsys):
+    from muppets import cli
+
+    (tmp_path / "raw.txt").write_text("the cat sat on the mat.\n\na dog sat on a log.\n" * 20, encoding="utf-8")
+
+    def train(out, *extra):
+        return cli.main(["tokenizer", "train", "--input", str(tmp_path / "raw.txt"), "--out", str(out),
+                         "--vocab-size", "120", "--min-frequency", "1", *extra])
+
+    (tmp_path / "tok").mkdir()  # an empty directory is filled
+    assert train(tmp_path / "tok") == 0
+    vocab = (tmp_path / "tok" / "vocab.txt").read_text()
+    (tmp_path / "tok" / "vocab.txt").write_text("[PAD]\n")  # so a replacement shows
+    assert train(tmp_path / "tok") == 2
+    assert "--overwrite" in capsys.readouterr().err and (tmp_path / "tok" / "vocab.txt").read_text() == "[PAD]\n"
+    assert train(tmp_path / "tok", "--overwrite") == 0
+    assert (tmp_path / "tok" / "vocab.txt").read_text() == vocab
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "mine.txt").write_text("keep")
+    assert train(tmp_path / "notes", "--overwrite") == 2
+    assert "not a tokenizer directory" in capsys.readouterr().err
+    assert [p.name for p in (tmp_path / "notes").iterdir()] == ["mine.txt"]

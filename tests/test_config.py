@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from muppets.config import ALLOW_NONFINITE, apply_overrides, from_dict, load_file, load_typed, to_dict, write_json_atomic
-from muppets.errors import ConfigError
+from muppets.errors import ConfigError, TrainingInterrupted
 from muppets.train.trainer import TrainConfig
 
 
@@ -249,6 +249,7 @@ def test_every_shipped_config_loads_with_its_command(path: Path) -> None:
     ("a directory where the output goes", 2, "muppets: error: {tmp}/out.jsonl: Is a directory"),
     ("a file where a folder goes", 2, "muppets: error: {tmp}/afile: File exists"),
     ("ctrl-c", 130, "muppets: interrupted"),
+    ("a signal that stopped a fine-tune", 130, "muppets: interrupted: stopped at step 3"),
 ])
 def test_the_command_line_ends_a_path_in_the_way_or_ctrl_c_without_a_traceback(monkeypatch, capsys, tmp_path, case,
                                                                                   code, words):
@@ -261,6 +262,8 @@ def test_the_command_line_ends_a_path_in_the_way_or_ctrl_c_without_a_traceback(m
     def command(args):
         if case == "ctrl-c":
             raise KeyboardInterrupt
+        if case.startswith("a signal"):  # `pretrain && finetune && evaluate` must not go on either
+            raise TrainingInterrupted("stopped at step 3; run the same command again to resume")
         target = tmp_path / ("out.jsonl" if case.startswith("a directory") else "afile/x.json")
         with atomic_path(target) as tmp:  # what every output writer does
             tmp.write_text("{}")

@@ -83,3 +83,21 @@ def test_trainer_bf16_learns_and_keeps_fp32_weights(tmp_path):
     result = Trainer(model, data, config, tmp_path).train()
     assert all(p.dtype == torch.float32 for p in model.parameters())
     assert result.losses[-1] < result.losses[0] * 0.9
+
+
+def test_bf16_on_a_cpu_that_emulates_it_warns_once_and_auto_stays_fp32(monkeypatch, caplog):
+    from muppets.train import precision
+
+    cpu = torch.device("cpu")
+    monkeypatch.setattr(precision, "_WARNED", set())
+    monkeypatch.setattr(precision, "cpu_has_native_bf16", lambda: False)
+    with caplog.at_level("WARNING", logger="muppets.train.precision"):
+        assert resolve_precision("auto", cpu) is None and not caplog.records
+        assert resolve_precision("bf16", cpu) is torch.bfloat16 and resolve_precision("bf16", cpu) is torch.bfloat16
+    assert len(caplog.records) == 1 and "emulated and slower than fp32" in caplog.text
+    caplog.clear()
+    monkeypatch.setattr(precision, "_WARNED", set())
+    monkeypatch.setattr(precision, "cpu_has_native_bf16", lambda: True)
+    with caplog.at_level("WARNING", logger="muppets.train.precision"):
+        assert resolve_precision("auto", cpu) is torch.bfloat16 and resolve_precision("bf16", cpu) is torch.bfloat16
+    assert not caplog.records

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
 
 from muppets.data.prepare import SPECIALS_AS_TEXT
 from muppets.data.shards import tokenizer_fingerprint
@@ -226,3 +227,20 @@ def test_one_corpus_recipes_refuse_corpus_languages(tmp_path):
     cfg = gpt_pretrain.load_config(None, [f"run_dir={tmp_path}", "corpus.languages={en: [x.txt]}"])
     with _pytest.raises(ConfigError, match="BERT pretraining only"):
         gpt_pretrain.run(cfg)
+
+
+@pytest.mark.parametrize("recipe, field, value", [("bert_pretrain", "norm_first", "true"),
+                                                  ("gpt_pretrain", "num_layers", "3"),
+                                                  ("nnlm_pretrain", "hidden_size", "3"), ("elmo_pretrain", "num_highway", "1")])
+def test_model_preset_and_overrides_are_checked_when_the_config_loads(recipe, field, value):
+    import importlib
+
+    load_config = importlib.import_module(f"muppets.recipes.{recipe}").load_config
+    with pytest.raises(ConfigError, match=rf"model\.overrides: unknown key {field}:{value}; .*space after the colon, "
+                                          rf"\{{{field}: {value}\}}"):
+        load_config(None, [f"model.overrides={{{field}:{value}}}"])  # what `{norm_first: true}` unquoted turns into
+    with pytest.raises(ConfigError, match=r"^model\.preset: unknown .* preset 'huge'"):
+        load_config(None, ["model.preset=huge"])
+    with pytest.raises(ConfigError, match=rf"model\.overrides: {field}: expected"):
+        load_config(None, [f"model.overrides={{{field}: [1]}}"])
+    assert load_config(None, [f"model.overrides={{{field}: {value}}}"]).model.overrides == {field: yaml.safe_load(value)}

@@ -26,27 +26,49 @@ import argparse
 import dataclasses
 import json
 import logging
+import os
 import sys
 from pathlib import Path
 
 from muppets.cliargs import at_least, non_negative_int
-from muppets.errors import MuppetsError
+from muppets.errors import MuppetsError, TrainingInterrupted
 
 
 def _tokenizer_train(args: argparse.Namespace) -> int:
+    from muppets.config import atomic_dir
     from muppets.data.readers import iter_documents
     from muppets.paths import resolve_data_path
     from muppets.tokenizers.wordpiece import WordPieceTokenizer
 
+    _check_tokenizer_out(Path(args.out), args.overwrite)  # before the training, not after it
     inputs = [resolve_data_path(p) for p in args.input]
     texts = (p for doc in iter_documents(inputs, args.format, errors=args.errors) for p in doc.paragraphs)
     tok = WordPieceTokenizer.train(texts, args.vocab_size, lowercase=not args.cased,
                                    chinese_script=args.chinese_script,
                                    min_frequency=args.min_frequency, limit_alphabet=args.limit_alphabet,
                                    show_progress=sys.stderr.isatty())
-    tok.save(args.out)
+    with atomic_dir(args.out) as tmp:
+        tok.save(tmp)
     print(f"tokenizer: {tok.vocab_size} tokens -> {args.out}")
     return 0
+
+
+def _check_tokenizer_out(out: Path, overwrite: bool) -> None:
+    """Refuse to replace ``out`` unless ``overwrite``, and even then anything but a tokenizer
+    directory or an empty one: a corpus prepared with the old vocabulary would no longer match
+    it, and a user's own files are never deleted."""
+    from muppets.errors import ConfigError
+    from muppets.tokenizers.wordpiece import CONFIG_FILE, TOKENIZER_FILE, VOCAB_FILE
+
+    if out.is_dir() and not any(out.iterdir()) or not os.path.lexists(out):
+        return
+    if not overwrite:
+        raise ConfigError(f"--out {out}: exists; pass --overwrite to replace the tokenizer in it "
+                          "(corpora prepared with it will no longer match)")
+    if not out.is_dir() or out.is_symlink() or not any((out / f).is_file() for f in (VOCAB_FILE, TOKENIZER_FILE,
+                                                                                      CONFIG_FILE)):
+        raise ConfigError(f"--out {out}: is not a tokenizer directory (no {VOCAB_FILE} or {TOKENIZER_FILE}), "
+                          "so it is not replaced: choose another output")
 
 
 def _load_tokenizer(path: str, chinese_script: str = ""):
@@ -618,7 +640,7 @@ def _add_corpus_parsers(sub: argparse._SubParsersAction) -> None:
     tok = sub.add_parser("tokenizer", help="tokenizer tools").add_subparsers(dest="action", required=True)
     t = tok.add_parser("train", help="train a WordPiece vocabulary on a corpus")
     t.add_argument("--input", nargs="+", required=True, help="files/dirs; data:… = shared data dir")
-    t.add_argument("--out", required=True, help="directory to write (HF-compatible)")
+    t.add_argument("--out", required=True, help="directory to write (HF-compatible; not replaced unless --overwrite)")
     t.add_argument("--vocab-size", type=int, default=30522)
     t.add_argument("--min-frequency", type=non_negative_int, default=2)
     t.add_argument("--limit-alphabet", type=at_least(1), default=1000,
@@ -630,6 +652,7 @@ def _add_corpus_parsers(sub: argparse._SubParsersAction) -> None:
     t.add_argument("--format", default="auto", choices=CORPUS_FORMATS,
                    help="how to read the inputs (auto: by name and content)")
     t.add_argument("--errors", default="strict", choices=["strict", "skip", "replace"])
+    t.add_argument("--overwrite", action="store_true", help="replace the tokenizer already in --out")
     t.set_defaults(func=_tokenizer_train)
 
     data = sub.add_parser("data", help="corpus tools").add_subparsers(dest="action", required=True)
@@ -901,6 +924,9 @@ def main(argv: list[str] | None = None) -> int:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     try:
         return args.func(args)
+    except TrainingInterrupted as err:  # a signal stopped finetune/features/multitask: not finished, resumable
+        print(f"muppets: interrupted: {err}", file=sys.stderr)
+        return INTERRUPTED
     except MuppetsError as err:
         print(f"muppets: error: {err}", file=sys.stderr)
         return 2

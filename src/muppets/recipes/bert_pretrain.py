@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 from torch import nn
@@ -46,6 +46,7 @@ class BertModelSection(PretrainedModelSection):
     head_warmup_steps: int = 0  # with init_from: the first N updates train only the MLM head (transform, output bias, and an untied decoder); the loaded encoder and the word embeddings wait, so a fresh head's first gradients never reach them
 
     LOADED_OVERRIDES: ClassVar[tuple[str, ...]] = hf_bert.LOADED_OVERRIDES
+    MODEL: ClassVar[Any] = BertConfig
 
     def __post_init__(self) -> None:
         super().__post_init__()

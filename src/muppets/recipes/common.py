@@ -20,7 +20,7 @@ import sys
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import ClassVar, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 import torch
 from torch import nn
@@ -75,6 +75,23 @@ class ModelSection:
     preset: str = ""  # a preset of the recipe's model (each recipe names its own and the default)
     overrides: dict = field(default_factory=dict)  # model config fields to change, e.g. {hidden_dropout: 0.0}
 
+    # the model config class whose ``preset(name, **overrides)`` builds the model's settings
+    MODEL: ClassVar[Any] = None
+
+    def __post_init__(self) -> None:
+        """Check the preset and the overrides now, not once the tokenizer and the corpus are made."""
+        if self.MODEL is None:
+            return
+        try:
+            self.MODEL.preset(self.preset, **self.overrides)
+        except ConfigError as err:
+            glued = [k for k, v in self.overrides.items() if v is None and ":" in str(k)]
+            hint = (f" ({glued[0]!r} is one key with no value: YAML needs a space after the colon, "
+                    f"{{{str(glued[0]).replace(':', ': ', 1)}}}, and the shell needs the override quoted)"
+                    if glued else "")
+            key = "preset" if "preset" in str(err) else "overrides"  # relative to the section: from_dict adds "model."
+            raise ConfigError(f"{key}: {err}{hint}", key=key) from None
+
 
 @dataclass
 class PretrainedModelSection(ModelSection):
@@ -84,6 +101,7 @@ class PretrainedModelSection(ModelSection):
     LOADED_OVERRIDES: ClassVar[tuple[str, ...]] = ()
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         refused = sorted(set(self.overrides) - set(self.LOADED_OVERRIDES)) if self.init_from else []
         if refused:
             raise ConfigError(f"model.overrides {refused} with model.init_from={self.init_from}: the checkpoint's "

@@ -28,6 +28,7 @@ import logging
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
+from typing import Any, ClassVar
 
 import torch
 
@@ -49,6 +50,8 @@ FORMAT = "muppets.elmo/1"
 @dataclass
 class ElmoModelSection(ModelSection):
     preset: str = "elmo-small"  # elmo-tiny | elmo-small | elmo-original
+
+    MODEL: ClassVar[Any] = ElmoConfig
 
 
 @dataclass

@@ -18,6 +18,7 @@ import logging
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
+from typing import Any, ClassVar
 
 from muppets.errors import ConfigError
 from muppets.interop.hf_gpt import load_hf_gpt, save_hf_gpt
@@ -36,6 +37,8 @@ log = logging.getLogger(__name__)
 @dataclass
 class GPTModelSection(PretrainedModelSection):
     preset: str = "gpt-mini"  # gpt-tiny | gpt-mini | gpt-small | gpt | gpt2 | gpt2-medium
+
+    MODEL: ClassVar[Any] = GPTConfig
 
 
 @dataclass

@@ -18,6 +18,7 @@ import logging
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
+from typing import Any, ClassVar
 
 from muppets.models.nnlm import NNLM, NNLMConfig
 from muppets.objectives.nnlm import NNLMData, NNLMDataConfig
@@ -36,6 +37,8 @@ log = logging.getLogger(__name__)
 @dataclass
 class NNLMModelSection(ModelSection):
     preset: str = "nnlm-small"  # nnlm-tiny | nnlm-small | nnlm-base
+
+    MODEL: ClassVar[Any] = NNLMConfig
 
 
 def _default_vocab() -> WordVocabSection:

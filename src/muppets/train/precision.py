@@ -10,6 +10,7 @@ them bf16 is emulated and slower, which is why ``auto`` picks it only where the 
 from __future__ import annotations
 
 import functools
+import logging
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 
@@ -17,7 +18,10 @@ import torch
 
 from muppets.errors import ConfigError
 
+log = logging.getLogger(__name__)
+
 PRECISIONS = ("fp32", "bf16", "auto")
+_WARNED: set[str] = set()  # the settings already warned about in this process
 
 
 @functools.cache
@@ -41,7 +45,19 @@ def resolve_precision(name: str, device: torch.device) -> torch.dtype | None:
         if device.type == "cuda":
             return torch.bfloat16 if torch.cuda.is_bf16_supported() else None
         return torch.bfloat16 if device.type == "cpu" and cpu_has_native_bf16() else None
+    if device.type == "cpu":
+        warn_if_emulated("precision")
     return torch.bfloat16
+
+
+def warn_if_emulated(setting: str) -> None:
+    """Warn (once per ``setting`` and process) that bf16 asked for on this CPU is emulated:
+    it runs, slower than fp32, which a recipe written for a bf16 CPU would not say by itself."""
+    if cpu_has_native_bf16() or setting in _WARNED:
+        return
+    _WARNED.add(setting)
+    log.warning("%s=bf16 on a CPU without native bf16 (no avx512_bf16 or amx_bf16 in /proc/cpuinfo): bf16 is "
+                "emulated and slower than fp32 here; precision=auto uses bf16 only where the CPU has it", setting)
 
 
 def autocast(device: torch.device, dtype: torch.dtype | None) -> AbstractContextManager:

@@ -255,6 +255,8 @@ class Trainer:
         )
         self._device = next(model.parameters()).device
         self._amp = resolve_precision(config.precision, self._device)
+        if config.precision == "auto":
+            logger.info("precision auto: %s", "bf16 autocast" if self._amp is not None else "fp32")
         self._net = self._wrap(model)
         self.step = 0
         self.tokens_seen = 0
