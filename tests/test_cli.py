@@ -63,9 +63,14 @@ def test_tokenizer_train_replaces_a_tokenizer_only_when_asked_and_nothing_else(t
     assert "--overwrite" in capsys.readouterr().err and (tmp_path / "tok" / "vocab.txt").read_text() == "[PAD]\n"
     assert train(tmp_path / "tok", "--overwrite") == 0
     assert (tmp_path / "tok" / "vocab.txt").read_text() == vocab
-    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
-    (tmp_path / "notes").mkdir()
-    (tmp_path / "notes" / "mine.txt").write_text("keep")
-    assert train(tmp_path / "notes", "--overwrite") == 2
-    assert "not a tokenizer directory" in capsys.readouterr().err
-    assert [p.name for p in (tmp_path / "notes").iterdir()] == ["mine.txt"]
+    model = tmp_path / "final"  # a model directory holds a tokenizer's files beside its weights
+    model.mkdir()
+    for name in ("vocab.txt", "tokenizer.json", "model.safetensors", "config.json"):
+        (model / name).write_text(name)
+    assert train(model, "--overwrite") == 2
+    assert "holds other files than a tokenizer's (config.json, model.safetensors)" in capsys.readouterr().err
+    assert sorted(p.read_text() for p in model.iterdir()) == sorted(p.name for p in model.iterdir())
+    (tmp_path / "link").symlink_to(tmp_path / "elsewhere", target_is_directory=True)
+    (tmp_path / "elsewhere").mkdir()  # an empty directory behind a link is written through
+    assert train(tmp_path / "link") == 0 and (tmp_path / "link").is_symlink()
+    assert (tmp_path / "elsewhere" / "vocab.txt").read_text() == vocab

@@ -35,7 +35,6 @@ from muppets.errors import MuppetsError, TrainingInterrupted
 
 
 def _tokenizer_train(args: argparse.Namespace) -> int:
-    from muppets.config import atomic_dir
     from muppets.data.readers import iter_documents
     from muppets.paths import resolve_data_path
     from muppets.tokenizers.wordpiece import WordPieceTokenizer
@@ -47,28 +46,30 @@ def _tokenizer_train(args: argparse.Namespace) -> int:
                                    chinese_script=args.chinese_script,
                                    min_frequency=args.min_frequency, limit_alphabet=args.limit_alphabet,
                                    show_progress=sys.stderr.isatty())
-    with atomic_dir(args.out) as tmp:
-        tok.save(tmp)
+    tok.save(args.out)  # file by file, into the directory (a link to one is written through)
     print(f"tokenizer: {tok.vocab_size} tokens -> {args.out}")
     return 0
 
 
 def _check_tokenizer_out(out: Path, overwrite: bool) -> None:
-    """Refuse to replace ``out`` unless ``overwrite``, and even then anything but a tokenizer
-    directory or an empty one: a corpus prepared with the old vocabulary would no longer match
-    it, and a user's own files are never deleted."""
+    """Refuse to write into ``out`` when it holds a tokenizer, unless ``overwrite`` (a corpus
+    prepared with the old vocabulary would no longer match it), and always when it holds anything
+    else: the tokenizer's files would land among a model's or a user's own."""
     from muppets.errors import ConfigError
-    from muppets.tokenizers.wordpiece import CONFIG_FILE, TOKENIZER_FILE, VOCAB_FILE
+    from muppets.tokenizers.wordpiece import CONFIG_FILE, SPECIAL_TOKENS_MAP_FILE, TOKENIZER_FILE, VOCAB_FILE
 
-    if out.is_dir() and not any(out.iterdir()) or not os.path.lexists(out):
+    if not os.path.lexists(out):
         return
-    if not overwrite:
-        raise ConfigError(f"--out {out}: exists; pass --overwrite to replace the tokenizer in it "
+    if not out.is_dir():
+        raise ConfigError(f"--out {out}: exists and is not a directory; choose another output")
+    others = sorted(p.name for p in out.iterdir()
+                    if p.name not in (VOCAB_FILE, TOKENIZER_FILE, CONFIG_FILE, SPECIAL_TOKENS_MAP_FILE))
+    if others:
+        raise ConfigError(f"--out {out}: holds other files than a tokenizer's ({', '.join(others[:3])}"
+                          f"{', …' if len(others) > 3 else ''}), so nothing is written there: choose another output")
+    if any(out.iterdir()) and not overwrite:
+        raise ConfigError(f"--out {out}: holds a tokenizer; pass --overwrite to replace it "
                           "(corpora prepared with it will no longer match)")
-    if not out.is_dir() or out.is_symlink() or not any((out / f).is_file() for f in (VOCAB_FILE, TOKENIZER_FILE,
-                                                                                      CONFIG_FILE)):
-        raise ConfigError(f"--out {out}: is not a tokenizer directory (no {VOCAB_FILE} or {TOKENIZER_FILE}), "
-                          "so it is not replaced: choose another output")
 
 
 def _load_tokenizer(path: str, chinese_script: str = ""):

@@ -79,8 +79,9 @@ class ModelSection:
     MODEL: ClassVar[Any] = None
 
     def __post_init__(self) -> None:
-        """Check the preset and the overrides now, not once the tokenizer and the corpus are made."""
-        if self.MODEL is None:
+        """Check the preset and the overrides now, not once the tokenizer and the corpus are made
+        (a loaded checkpoint, ``init_from``, brings its own settings: the preset is not used)."""
+        if self.MODEL is None or getattr(self, "init_from", ""):
             return
         try:
             self.MODEL.preset(self.preset, **self.overrides)

@@ -141,9 +141,6 @@ class Encoder(SentenceEncoder):
         self.model = load_hf_bert(source).eval()
         self.bf16 = cfg.precision == "bf16"
         if self.bf16:
-            from muppets.train.precision import warn_if_emulated
-
-            warn_if_emulated("--precision")
             to_bf16_linears(self.model.backbone)
         self.tok = WordPieceTokenizer.load(source)
         self.has_mlm = "cls.predictions.transform.dense.weight" in read_shapes(source)
