@@ -30,7 +30,7 @@ from muppets.nn import decode
 from muppets.paths import data_dir
 
 from gpt_speed import without_screen
-from output_layer_speed import report
+from tables import report
 
 
 def screen_stats(model, prompts: list[list[int]], new_tokens: int) -> dict:

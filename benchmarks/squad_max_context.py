@@ -39,7 +39,7 @@ from muppets.transfer.features import make_features
 from muppets.transfer.models import load_task_model, load_tokenizer
 from muppets.transfer.predict import decode_spans, feature_logits, load_settings
 
-from output_layer_speed import report  # (result, out): print the JSON, and write it to out
+from tables import report  # (result, out): print the JSON, and write it to out
 
 TRAIN = ["finetune", "squad", "--model", "minilm", "max_seq_len=384", "doc_stride=128", "epochs=1",
          "lr=5e-5", "batch_size=32", "precision=bf16", "seed=1", "progress=false"]

@@ -13,3 +13,12 @@ def write_table(out: Path, table: Any, markdown: str) -> str:
     write_json_atomic(out, table)
     out.with_suffix(".md").write_text(markdown, encoding="utf-8")
     return markdown
+
+
+def report(result: Any, out: Path | None) -> None:
+    """Print ``result`` as JSON and, with ``out``, write it there too (atomically)."""
+    import json
+
+    print(json.dumps(result, indent=2))
+    if out:
+        write_json_atomic(out, result)

@@ -290,3 +290,32 @@ def test_chinese_masking_adds_recorded_seeds_only_for_a_model_and_seeds_that_rep
         add_recorded({}, {"piece": {"eval_curve": moved}}, {}, path)
     with pytest.raises(ValueError, match="piece pretrained again scores 0.17 on piece-masked"):
         add_recorded({}, {"piece": {"eval_curve": curve}}, {"piece": {"piece": 0.17}}, path)
+
+
+def test_every_benchmark_script_imports_only_modules_and_names_that_exist():
+    """A script that imports a deleted sibling (or a name gone from one, or from muppets) can no
+    longer reproduce its BENCHMARKS row; checked from the source, without running anything."""
+    import ast
+    import importlib.util
+
+    root = Path(__file__).resolve().parents[1] / "benchmarks"
+    siblings = {p.stem: p for p in root.glob("*.py")}
+    missing = []
+    for script in sorted(root.glob("*.py")):
+        for node in ast.walk(ast.parse(script.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                top = node.module.split(".")[0]
+                if top in siblings:
+                    defined = {n.id for n in ast.walk(ast.parse(siblings[top].read_text(encoding="utf-8")))
+                               if isinstance(n, ast.Name)} | {
+                        n.name for n in ast.walk(ast.parse(siblings[top].read_text(encoding="utf-8")))
+                        if isinstance(n, (ast.FunctionDef, ast.ClassDef, ast.AsyncFunctionDef))}
+                    missing += [f"{script.name}: {a.name} from {top}" for a in node.names if a.name not in defined]
+                elif top == "muppets" and importlib.util.find_spec(node.module) is None:
+                    missing.append(f"{script.name}: {node.module}")
+                elif top not in siblings and top != "muppets" and importlib.util.find_spec(top) is None:
+                    missing.append(f"{script.name}: {node.module} (no such module)")
+            elif isinstance(node, ast.Import):
+                missing += [f"{script.name}: {a.name} (no such module)" for a in node.names
+                            if a.name.split(".")[0] not in siblings and importlib.util.find_spec(a.name.split(".")[0]) is None]
+    assert not missing, missing
