@@ -74,3 +74,40 @@ def test_tokenizer_train_replaces_a_tokenizer_only_when_asked_and_nothing_else(t
     (tmp_path / "elsewhere").mkdir()  # an empty directory behind a link is written through
     assert train(tmp_path / "link") == 0 and (tmp_path / "link").is_symlink()
     assert (tmp_path / "elsewhere" / "vocab.txt").read_text() == vocab
+
+
+def _readme_commands() -> list[list[str]]:
+    """The argv of every ``muppets …`` line in README.md's bash blocks (continuations joined,
+    comments and output redirection dropped)."""
+    import re
+    import shlex
+
+    text = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    commands = []
+    for block in re.findall(r"```bash\n(.*?)```", text, re.S):
+        for line in block.replace("\\\n", " ").splitlines():
+            words = shlex.split(line, comments=True)
+            program = next((w for w in words if w in ("muppets", "muppets.cli") or w.endswith("/muppets")), None)
+            if program is not None:
+                argv = words[words.index(program) + 1:]
+                commands.append(argv[:argv.index(">")] if ">" in argv else argv)
+    return commands
+
+
+def test_every_readme_command_parses_and_its_settings_load(monkeypatch, capsys):
+    """What the README tells a user to type: every subcommand and option exists, and every
+    config file with its key=value overrides loads (--print-config: nothing is run or written)."""
+    from muppets import cli
+
+    monkeypatch.chdir(Path(__file__).resolve().parents[1])  # configs/… as the README writes them
+    commands = _readme_commands()
+    assert len(commands) > 30
+    made = {argv[argv.index("--out") + 1] for argv in commands if "--out" in argv}  # files earlier lines write
+    parser = cli.build_parser()
+    for argv in commands:
+        args, extra = parser.parse_known_args(argv)
+        assert all("=" in x for x in extra) and (not extra or getattr(args, "overrides", None) is not None), argv
+        configured = argv[0] in ("pretrain", "finetune", "multitask", "features") or argv[:2] in (
+            ["word2vec", "train"], ["nnlm", "train"])
+        if configured and getattr(args, "task", None) not in made:
+            assert cli.main([*argv, "--print-config"]) == 0, (argv, capsys.readouterr().err)
