@@ -111,3 +111,23 @@ def test_every_readme_command_parses_and_its_settings_load(monkeypatch, capsys):
             ["word2vec", "train"], ["nnlm", "train"])
         if configured and getattr(args, "task", None) not in made:
             assert cli.main([*argv, "--print-config"]) == 0, (argv, capsys.readouterr().err)
+
+
+def test_an_option_is_taken_only_as_written_in_full(capsys):
+    from muppets import cli
+
+    with pytest.raises(SystemExit) as stop:  # not --seeds 3: a seeds run where one run was meant
+        cli.main(["finetune", "sst2", "--seed", "3", "--print-config"])
+    assert stop.value.code == 2 and "unrecognized arguments: --seed 3" in capsys.readouterr().err
+    assert cli.main(["finetune", "sst2", "seed=3", "--print-config"]) == 0
+    assert "seed: 3" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("options, named", [(["--temperature", "0.7"], "--temperature"),
+                                            (["--top-k", "5", "--seed", "1"], "--top-k, --seed"),
+                                            (["--sample", "--length-penalty", "0.5"], "--length-penalty")])
+def test_generate_refuses_options_that_would_change_nothing(options, named, capsys):
+    from muppets import cli
+
+    assert cli.main(["generate", "Once", "--model", "no-such-model", *options]) == 2  # before any loading
+    assert f"muppets: error: {named} only change" in capsys.readouterr().err

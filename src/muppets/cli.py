@@ -28,7 +28,9 @@ import json
 import logging
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from muppets.cliargs import at_least, non_negative_int
 from muppets.errors import MuppetsError, TrainingInterrupted
@@ -128,20 +130,23 @@ def _data_lexicon(args: argparse.Namespace) -> int:
     return 0
 
 
-def _weak_matrix(args: argparse.Namespace):
+def _weak_matrix(args: argparse.Namespace, before: Callable[[Any], Any] = lambda weak: None):
+    """The LFs, the task split, its label matrix, and what ``before(weak)`` returned: it runs
+    before the LFs do, so a bad setting is refused before the work (long with model LFs)."""
     from muppets.weak import apply_lfs, load_lfs
     from muppets.weak.pipeline import load_weak_input
 
     lfs = load_lfs(args.lfs)
     weak = load_weak_input(args.task, args.split, args.cardinality)
+    early = before(weak)
     L = apply_lfs(lfs, weak.examples, weak.cardinality, n_jobs=args.jobs, cache_dir=args.cache_dir)
-    return lfs, weak, L
+    return lfs, weak, L, early
 
 
 def _weak_analyze(args: argparse.Namespace) -> int:
     from muppets.weak import lf_summary, plot_lf_summary
 
-    lfs, weak, L = _weak_matrix(args)
+    lfs, weak, L, _ = _weak_matrix(args)
     gold = None if args.no_gold else weak.gold
     summary = lf_summary(L, gold, [lf.name for lf in lfs])
     print(f"{weak.description}: {L.shape[0]} examples, {L.shape[1]} LFs, "
@@ -159,8 +164,12 @@ def _weak_label(args: argparse.Namespace) -> int:
     from muppets.weak import make_label_model
     from muppets.weak.pipeline import class_balance, write_labels
 
-    _, weak, L = _weak_matrix(args)
-    balance = class_balance(args.class_balance, args.task, weak.cardinality)
+    from muppets.errors import ConfigError
+
+    if Path(args.out).exists() and not args.overwrite:
+        raise ConfigError(f"{args.out} exists; choose another path or pass --overwrite")
+    _, weak, L, balance = _weak_matrix(args, lambda weak: class_balance(args.class_balance, args.task,
+                                                                         weak.cardinality))
     model = make_label_model(args.model, weak.cardinality, balance).fit(L)
     probs, labels = model.predict_proba(L), model.predict(L)
     n = write_labels(args.out, weak, probs, labels, L, overwrite=args.overwrite)
@@ -231,6 +240,9 @@ def _task_section(args: argparse.Namespace, section):
         return dataclasses.replace(section, name=args.task, files={})
     if Path(args.task).exists():
         return dataclasses.replace(section, files={"train": args.task, **files})
+    if args.task in list_tasks():
+        raise ConfigError(f"--dev/--test go with your own train file as TASK; {args.task!r} is a registered task "
+                          "with its own splits (give your train file instead, or leave --dev/--test out)")
     raise ConfigError(f"task {args.task!r} is neither a registered task ({', '.join(list_tasks())}) "
                       "nor an existing file")
 
@@ -309,14 +321,22 @@ def _print_metrics(table: dict[str, dict[str, float]]) -> None:
 def _generate(args: argparse.Namespace) -> int:
     import torch
 
+    from muppets.errors import ConfigError
     from muppets.generate import GenerationConfig, generate_text
     from muppets.interop.hf_gpt import load_hf_gpt
-    from muppets.paths import resolve_data_path
+    from muppets.paths import resolve_model_path
     from muppets.tokenizers import ByteLevelBPETokenizer
 
+    unused = [flag for flag, given in (("--temperature", args.temperature != 1.0), ("--top-k", args.top_k != 0),
+                                       ("--top-p", args.top_p != 1.0), ("--seed", args.seed is not None))
+              if given and not args.sample]
+    unused += ["--length-penalty"] if args.length_penalty != 1.0 and args.num_beams == 1 else []
+    if unused:  # they would be ignored: say so instead of printing a greedy continuation as theirs
+        raise ConfigError(f"{', '.join(unused)} only change{'s' if len(unused) == 1 else ''} sampling (--sample) "
+                          "or beam search (--num-beams N > 1; --length-penalty)")
     if args.threads:
         torch.set_num_threads(args.threads)
-    model_dir = resolve_data_path(args.model)
+    model_dir = resolve_model_path(args.model)
     model, tok = load_hf_gpt(model_dir).eval(), ByteLevelBPETokenizer.load(model_dir)
     cfg = GenerationConfig(max_new_tokens=args.max_new_tokens, do_sample=args.sample,
                            temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
@@ -339,13 +359,13 @@ def _zeroshot(args: argparse.Namespace) -> int:
     import torch
 
     from muppets.interop.hf_gpt import load_hf_gpt
-    from muppets.paths import resolve_data_path
+    from muppets.paths import resolve_model_path
     from muppets.tokenizers import ByteLevelBPETokenizer
     from muppets.transfer import zeroshot
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    model_dir = resolve_data_path(args.model)
+    model_dir = resolve_model_path(args.model)
     model, tok = load_hf_gpt(model_dir).eval(), ByteLevelBPETokenizer.load(model_dir)
     if args.task == "summarize":
         text = Path(args.input).read_text(encoding="utf-8") if args.input else sys.stdin.read()
@@ -613,7 +633,7 @@ def _print_config(cfg) -> int:
 
 
 def _add_task_args(p: argparse.ArgumentParser, config: str = "FinetuneConfig", example: str = "lr=3e-5 task.kind=pair",
-                   model: str = "HF BERT directory, 'minilm', or a muppets pretraining run") -> None:
+                   model: str = "HF BERT or GPT-2 directory, 'minilm' (the default), or a muppets pretraining run") -> None:
     p.add_argument("task", help="registered task name (e.g. sst2, conll2003, squad) or your train file")
     p.add_argument("overrides", nargs="*", help=f"{config} key=value overrides, e.g. {example}")
     p.add_argument("--model", help=model)
@@ -630,7 +650,18 @@ def build_parser() -> argparse.ArgumentParser:
     for add in (_add_corpus_parsers, _add_weak_parser, _add_pretraining_parsers, _add_vectors_parser,
                 _add_transfer_parsers, _add_gpt_parsers, _add_representation_parsers, _add_tool_parsers):
         add(sub)
+    _no_abbreviations(parser)
     return parser
+
+
+def _no_abbreviations(parser: argparse.ArgumentParser) -> None:
+    """Options only as written in full, in every subcommand: argparse would otherwise take
+    ``finetune --seed 3`` for ``--seeds 3`` (a run per seed, not one run with seed 3)."""
+    parser.allow_abbrev = False
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for child in action.choices.values():
+                _no_abbreviations(child)
 
 
 def _add_corpus_parsers(sub: argparse._SubParsersAction) -> None:
@@ -708,7 +739,7 @@ def _add_weak_parser(sub: argparse._SubParsersAction) -> None:
         w.add_argument("--cache-dir", help="cache the label matrix here (keyed on LF code + data)")
         w.set_defaults(func=func)
         if name == "analyze":
-            w.add_argument("--plot", default="lf_summary.png", help="PNG to write ('' for none)")
+            w.add_argument("--plot", default="", help="a PNG of the summary to write (none unless given)")
             w.add_argument("--no-gold", action="store_true", help="ignore the split's labels")
         else:
             from muppets.weak import MODELS
@@ -773,7 +804,7 @@ def _add_vectors_parser(sub: argparse._SubParsersAction) -> None:
 
 def _add_transfer_parsers(sub: argparse._SubParsersAction) -> None:
     """``finetune``, ``multitask``, ``evaluate``, ``features``."""
-    f = sub.add_parser("finetune", help="fine-tune a BERT model on a task")
+    f = sub.add_parser("finetune", help="fine-tune a BERT or GPT model on a task")
     _add_task_args(f)
     f.add_argument("--seeds", help="comma-separated seeds: one run each (run_dir/seed-N) + mean ± std")
     f.add_argument("--fresh", action="store_true", help=FRESH_HELP)
@@ -789,7 +820,9 @@ def _add_transfer_parsers(sub: argparse._SubParsersAction) -> None:
     mt.set_defaults(func=_multitask)
 
     e = sub.add_parser("evaluate", help="score a fine-tuned model on a task split")
-    _add_task_args(e)
+    _add_task_args(e, example="max_eval_examples=500",
+                   model="the fine-tuned task directory (muppets finetune's best/ or final/); a pretrained model "
+                         "without the task's trained head is refused")
     e.add_argument("--split", default="dev", help="split to score (default: dev)")
     e.add_argument("--predictions", help="also write the predictions to this jsonl file")
     e.set_defaults(func=_evaluate)
@@ -809,15 +842,19 @@ def _add_gpt_parsers(sub: argparse._SubParsersAction) -> None:
     """``generate``, ``zeroshot``."""
     g = sub.add_parser("generate", help="continue prompts with a GPT / GPT-2 model (KV cache)")
     g.add_argument("prompts", nargs="+", help="one or more prompts (one is streamed as it is generated)")
-    g.add_argument("--model", required=True, help="HF GPT-2 directory (e.g. a pretraining run's final/)")
-    g.add_argument("--max-new-tokens", type=int, default=64)
+    g.add_argument("--model", required=True, help="HF GPT-2 directory, or a muppets GPT pretraining run (its final/)")
+    g.add_argument("--max-new-tokens", type=int, default=64, help="tokens to add to each prompt (default 64)")
     g.add_argument("--sample", action="store_true", help="sample instead of taking the most likely token")
-    g.add_argument("--temperature", type=float, default=1.0)
-    g.add_argument("--top-k", type=int, default=0)
-    g.add_argument("--top-p", type=float, default=1.0)
-    g.add_argument("--num-beams", type=int, default=1)
-    g.add_argument("--length-penalty", type=float, default=1.0)
-    g.add_argument("--repetition-penalty", type=float, default=1.0)
+    g.add_argument("--temperature", type=float, default=1.0, help="with --sample: divide the logits by T (default 1)")
+    g.add_argument("--top-k", type=int, default=0, help="with --sample: draw from the K likeliest tokens (0 = all)")
+    g.add_argument("--top-p", type=float, default=1.0,
+                   help="with --sample: draw from the likeliest tokens whose probabilities add up to P (default 1)")
+    g.add_argument("--num-beams", type=int, default=1, help="beam search with N beams (default 1: none)")
+    g.add_argument("--length-penalty", type=float, default=1.0,
+                   help="with --num-beams > 1: a beam's score is its log probability / length^P (default 1)")
+    g.add_argument("--repetition-penalty", type=float, default=1.0,
+                   help="penalise tokens already in the row (CTRL: their logits divided by it, negative ones multiplied; "
+                        "default 1: off)")
     g.add_argument("--stop", action="append", help="stop string (repeatable); the output ends before it")
     g.add_argument("--seed", type=int, help="seed for --sample")
     g.add_argument("--threads", type=non_negative_int, default=0, help="torch CPU threads (0 = default)")
@@ -826,7 +863,7 @@ def _add_gpt_parsers(sub: argparse._SubParsersAction) -> None:
     z = sub.add_parser("zeroshot", help="prompt a GPT model with no training: hellaswag (LM "
                        "likelihood), squad (Q/A), translate (few-shot en=fr), summarize (TL;DR:)")
     z.add_argument("task", choices=["hellaswag", "squad", "translate", "summarize"])
-    z.add_argument("--model", required=True, help="HF GPT-2 directory")
+    z.add_argument("--model", required=True, help="HF GPT-2 directory, or a muppets GPT pretraining run (its final/)")
     z.add_argument("--limit", type=non_negative_int, default=0, help="score the first N items (0 = all)")
     z.add_argument("--shots", type=non_negative_int, default=0, help="solved examples in the prompt (squad, translate)")
     z.add_argument("--seed", type=int, default=0)

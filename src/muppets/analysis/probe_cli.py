@@ -31,18 +31,19 @@ def add_parser(sub) -> argparse.ArgumentParser:
                        "MRPC …); mix weights, expected layer, random encoder, control tasks")
     p.add_argument("model", help="HF BERT/GPT directory, 'minilm', an ELMo/NNLM/word2vec run, or a vector file")
     p.add_argument("--tasks", default=",".join(ENGLISH_TASKS),
-                   help=f"comma-separated, from {','.join(TASKS)} (default: the English ones; a Chinese model: "
-                        f"{','.join(CHINESE_TASKS)}), or sentence tasks: any single-text classify task "
+                   help=f"comma-separated, from {','.join(TASKS)} (default: the English ones, {','.join(ENGLISH_TASKS)}, "
+                        f"whatever the model's language: a Chinese model needs {','.join(CHINESE_TASKS)}), or sentence tasks: any single-text classify task "
                         "(sst2, cola, mr, youtube-spam, chnsenticorp) or pair task (mrpc, rte, qnli, xnli-en …)")
     p.add_argument("--layers", default="all", help="layers to probe: all, or numbers like 0,2,-1")
     p.add_argument("--random-baseline", action=argparse.BooleanOptionalAction, default=True,
-                   help="also probe a randomly initialised encoder of the same architecture")
+                   help="also probe a randomly initialised encoder of the same architecture (default: on; it doubles "
+                        "the embedding and probing time)")
     p.add_argument("--control", action=argparse.BooleanOptionalAction, default=True,
-                   help="control tasks (Hewitt & Liang 2019) for selectivity")
-    p.add_argument("--mix", action=argparse.BooleanOptionalAction, default=True, help="scalar-mix probe")
+                   help="control tasks (Hewitt & Liang 2019) for selectivity (default: on)")
+    p.add_argument("--mix", action=argparse.BooleanOptionalAction, default=True, help="scalar-mix probe (default: on)")
     p.add_argument("--cumulative", action="store_true",
                    help="also Tenney et al.'s cumulative scoring: a mix over layers 0..l for every l, the gain of each "
-                        "layer and its expected layer E_Δ (needs --mix)")
+                        "layer and its expected layer E_Δ (needs --mix, a probe other than logistic, and --layers from 0 up, e.g. all)")
     p.add_argument("--probe", choices=["linear", "mlp", "logistic"], default="linear",
                    help="probe kind: linear (Adam, early stopping), mlp, or logistic (L2 logistic regression solved to "
                         "its optimum, C chosen on the selection split; its mix probe trains as linear)")

@@ -91,7 +91,7 @@ def load_hf_task_model(directory: str | Path, kind: str | None = None, num_label
     head = build_head(kind, cfg.hidden_size, n, cfg.hidden_dropout if dropout_p is None else dropout_p,
                       cfg.initializer_range, pool=pool)
     model = TaskModel(BertBackbone(cfg), head, kind)
-    _load_weights(model, cfg, kind, directory)
+    model.fresh_head = _load_weights(model, cfg, kind, directory)
     return model
 
 
@@ -119,7 +119,9 @@ def _kind_from_config(data: dict, directory: Path) -> str:
                           f"(one of {', '.join(KINDS)})")
 
 
-def _load_weights(model: TaskModel, cfg: BertConfig, kind: str, directory: Path) -> None:
+def _load_weights(model: TaskModel, cfg: BertConfig, kind: str, directory: Path) -> list[str]:
+    """Load ``directory``'s weights into ``model``; returns the head parameters it did not
+    have (freshly initialised: a pretrained encoder, or another label set)."""
     heads, _ = TASK_HEADS[kind]
     own = model.state_dict()
     heads = {ours: hf for ours, hf in heads.items() if f"{ours}.weight" in own}  # pool=mean: no pooler
@@ -139,3 +141,4 @@ def _load_weights(model: TaskModel, cfg: BertConfig, kind: str, directory: Path)
     if fresh:
         log.info("%s: new head parameters %s", directory, fresh)
     model.load_state_dict(state, strict=False)
+    return fresh

@@ -60,10 +60,17 @@ def new_task_model(directory: str | Path, kind: str, num_labels: int | None,
 
 def load_task_model(directory: str | Path, kind: str | None = None,
                     num_labels: int | None = None) -> TaskModel:
-    """A fine-tuned task model, as saved by :func:`save_task_model`."""
+    """A fine-tuned task model, as saved by :func:`save_task_model`. A directory without the
+    task's trained head (a pretrained encoder) is refused: scoring or serving a head of random
+    weights would report numbers that mean nothing."""
     if family(directory) == "gpt":
         return load_gpt_task_model(directory)
-    return load_hf_task_model(directory, kind=kind, num_labels=num_labels)
+    model = load_hf_task_model(directory, kind=kind, num_labels=num_labels)
+    if model.fresh_head:
+        raise CheckpointError(f"{directory}: has no trained {model.kind} head for this task ({', '.join(model.fresh_head)} "
+                              f"{'is' if len(model.fresh_head) == 1 else 'are'} not in its weights): a fine-tuned task "
+                              "directory is needed (muppets finetune's best/ or final/), not a pretrained model")
+    return model
 
 
 def save_task_model(model: TaskModel, directory: str | Path,
