@@ -446,7 +446,9 @@ def _vectors_evaluate(args: argparse.Namespace) -> int:
     scores = evaluate_standard(_load_vectors(args), restrict_vocab=args.restrict or None)
     _print_vector_scores(scores)
     if args.out:
-        Path(args.out).write_text(json.dumps(scores, indent=2) + "\n")
+        from muppets.config import write_json_atomic
+
+        write_json_atomic(args.out, scores)
     return 0
 
 
@@ -788,17 +790,18 @@ def _add_vectors_parser(sub: argparse._SubParsersAction) -> None:
             for letter in "abc":
                 v.add_argument(letter)
         if name in ("similar", "analogy"):
-            v.add_argument("--topn", type=at_least(1), default=10)
+            v.add_argument("--topn", type=at_least(1), default=10, help="how many words to list (default 10)")
         if name == "evaluate":
             v.add_argument("--out", help="write the scores JSON here")
         if name == "convert":
-            v.add_argument("--to", choices=["text", "binary"], required=True)
-            v.add_argument("--out", required=True)
+            v.add_argument("--to", choices=["text", "binary"], required=True, help="word2vec's text or binary format")
+            v.add_argument("--out", required=True, help="the vector file to write")
         v.add_argument("--vectors", required=True, help="vector file")
         v.add_argument("--format", default="auto", choices=["auto", "word2vec-text", "word2vec-binary", "glove"])
         v.add_argument("--limit", type=non_negative_int, default=0, help="read only the first N vectors (0 = all)")
-        v.add_argument("--restrict", type=non_negative_int, default=300_000,
-                       help="search the N most frequent words (0 = all)")
+        if name != "convert":
+            v.add_argument("--restrict", type=non_negative_int, default=300_000,
+                           help="search the N most frequent words (default 300000; 0 = all)")
         v.set_defaults(func=func)
 
 
