@@ -131,3 +131,14 @@ def test_generate_refuses_options_that_would_change_nothing(options, named, caps
 
     assert cli.main(["generate", "Once", "--model", "no-such-model", *options]) == 2  # before any loading
     assert f"muppets: error: {named} only change" in capsys.readouterr().err
+
+
+def test_verbose_goes_before_or_after_the_subcommand():
+    from muppets import cli
+
+    parser = cli.build_parser()
+    for argv, verbose in ((["-v", "finetune", "sst2"], True), (["finetune", "sst2", "-v"], True),
+                          (["weak", "label", "l.py", "--task", "t", "--out", "o", "--verbose"], True),
+                          (["finetune", "sst2"], False)):
+        args, extra = parser.parse_known_args(argv)
+        assert (args.verbose, extra) == (verbose, []), argv

@@ -652,18 +652,22 @@ def build_parser() -> argparse.ArgumentParser:
     for add in (_add_corpus_parsers, _add_weak_parser, _add_pretraining_parsers, _add_vectors_parser,
                 _add_transfer_parsers, _add_gpt_parsers, _add_representation_parsers, _add_tool_parsers):
         add(sub)
-    _no_abbreviations(parser)
+    _finish_subcommands(parser)
     return parser
 
 
-def _no_abbreviations(parser: argparse.ArgumentParser) -> None:
+def _finish_subcommands(parser: argparse.ArgumentParser, top: bool = True) -> None:
     """Options only as written in full, in every subcommand: argparse would otherwise take
-    ``finetune --seed 3`` for ``--seeds 3`` (a run per seed, not one run with seed 3)."""
+    ``finetune --seed 3`` for ``--seeds 3`` (a run per seed, not one run with seed 3). And
+    ``-v`` after a subcommand as well as before it (SUPPRESS: not given there, it leaves the
+    top-level value alone)."""
     parser.allow_abbrev = False
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            for child in action.choices.values():
-                _no_abbreviations(child)
+    children = [child for action in parser._actions if isinstance(action, argparse._SubParsersAction)
+                for child in action.choices.values()]
+    if not top and not children:
+        parser.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS, help="debug logging")
+    for child in children:
+        _finish_subcommands(child, top=False)
 
 
 def _add_corpus_parsers(sub: argparse._SubParsersAction) -> None:
