@@ -110,9 +110,13 @@ def test_a_pretrained_encoder_is_not_taken_for_a_fine_tuned_task_model(tmp_path)
     from muppets.errors import CheckpointError
     from muppets.transfer.models import load_task_model
 
-    with pytest.raises(CheckpointError, match=r"has no trained classify head .*head\.classifier\.weight.*fine-tuned task"):
+    with pytest.raises(CheckpointError, match=r"has no trained classify head .*head\.classifier\.weight.* not in its "
+                                              r"weights\): a fine-tuned task directory"):
         load_task_model(pkg.get_model_path(), kind="classify", num_labels=2)
     fresh = load_hf_task_model(pkg.get_model_path(), kind="classify", num_labels=2)  # what fine-tuning starts from
-    assert "head.classifier.weight" in fresh.fresh_head
-    save_hf_task_model(fresh, tmp_path / "tuned", labels=["neg", "pos"])
+    assert "head.classifier.weight" in fresh.fresh_head[0]
+    save_hf_task_model(fresh, tmp_path / "tuned")  # no label names saved: transformers' own classifiers have none
     assert load_task_model(tmp_path / "tuned").fresh_head == []
+    with pytest.raises(CheckpointError, match=r"head\.classifier\.weight has shape \(2, 384\), the head needs "
+                                              r"\(3, 384\).*fine-tuned for another label set"):
+        load_task_model(tmp_path / "tuned", kind="classify", num_labels=3)

@@ -652,11 +652,11 @@ def build_parser() -> argparse.ArgumentParser:
     for add in (_add_corpus_parsers, _add_weak_parser, _add_pretraining_parsers, _add_vectors_parser,
                 _add_transfer_parsers, _add_gpt_parsers, _add_representation_parsers, _add_tool_parsers):
         add(sub)
-    _finish_subcommands(parser)
+    finish_subcommands(parser)
     return parser
 
 
-def _finish_subcommands(parser: argparse.ArgumentParser, top: bool = True) -> None:
+def finish_subcommands(parser: argparse.ArgumentParser, top: bool = True) -> None:
     """Options only as written in full, in every subcommand: argparse would otherwise take
     ``finetune --seed 3`` for ``--seeds 3`` (a run per seed, not one run with seed 3). And
     ``-v`` after a subcommand as well as before it (SUPPRESS: not given there, it leaves the
@@ -664,10 +664,10 @@ def _finish_subcommands(parser: argparse.ArgumentParser, top: bool = True) -> No
     parser.allow_abbrev = False
     children = [child for action in parser._actions if isinstance(action, argparse._SubParsersAction)
                 for child in action.choices.values()]
-    if not top and not children:
+    if not top:
         parser.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS, help="debug logging")
-    for child in children:
-        _finish_subcommands(child, top=False)
+    for child in dict.fromkeys(children):  # an alias would list a parser twice
+        finish_subcommands(child, top=False)
 
 
 def _add_corpus_parsers(sub: argparse._SubParsersAction) -> None:
@@ -828,8 +828,8 @@ def _add_transfer_parsers(sub: argparse._SubParsersAction) -> None:
 
     e = sub.add_parser("evaluate", help="score a fine-tuned model on a task split")
     _add_task_args(e, example="max_eval_examples=500",
-                   model="the fine-tuned task directory (muppets finetune's best/ or final/); a pretrained model "
-                         "without the task's trained head is refused")
+                   model="the fine-tuned task directory (muppets finetune's best/, multitask's tasks/NAME/best); "
+                         "a pretrained model without the task's trained head is refused")
     e.add_argument("--split", default="dev", help="split to score (default: dev)")
     e.add_argument("--predictions", help="also write the predictions to this jsonl file")
     e.set_defaults(func=_evaluate)

@@ -193,7 +193,7 @@ class TaskModel(nn.Module):
     """A backbone (anything returning ``Encoded``) + one task head."""
 
     lm_orderings = 0  # an auxiliary LM term reads the first of every N input rows (0 = no such term; GPT)
-    fresh_head: list[str] = []  # head parameters initialised fresh on loading (not in the weights read)
+    fresh_head: list[str] = []  # on loading: why head parameters started fresh, one line each (empty: all were read)
 
     def __init__(self, backbone: nn.Module, head: nn.Module, kind: str) -> None:
         super().__init__()

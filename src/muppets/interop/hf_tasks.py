@@ -120,16 +120,17 @@ def _kind_from_config(data: dict, directory: Path) -> str:
 
 
 def _load_weights(model: TaskModel, cfg: BertConfig, kind: str, directory: Path) -> list[str]:
-    """Load ``directory``'s weights into ``model``; returns the head parameters it did not
-    have (freshly initialised: a pretrained encoder, or another label set)."""
+    """Load ``directory``'s weights into ``model``; returns why head parameters start fresh, one
+    line each (a pretrained encoder has none; another label set has other shapes)."""
     heads, _ = TASK_HEADS[kind]
     own = model.state_dict()
     heads = {ours: hf for ours, hf in heads.items() if f"{ours}.weight" in own}  # pool=mean: no pooler
     state, absent = from_hf_state(read_weights(directory), cfg, str(directory), heads, {})
+    reshaped = []
     for name in [k for k in state if k.startswith("head.")]:
         if state[name].shape != own[name].shape:  # e.g. another label set: keep the fresh head
-            log.info("%s: %s has shape %s, the head needs %s; starting it fresh", directory, name,
-                     tuple(state[name].shape), tuple(own[name].shape))
+            reshaped.append(f"{name} has shape {tuple(state[name].shape)}, the head needs {tuple(own[name].shape)}")
+            log.info("%s: %s; starting it fresh", directory, reshaped[-1])
             del state[name]
     for name, tensor in state.items():
         if tensor.shape != own[name].shape:
@@ -141,4 +142,5 @@ def _load_weights(model: TaskModel, cfg: BertConfig, kind: str, directory: Path)
     if fresh:
         log.info("%s: new head parameters %s", directory, fresh)
     model.load_state_dict(state, strict=False)
-    return fresh
+    absent_names = [k for k in fresh if not any(r.startswith(k + " ") for r in reshaped)]
+    return reshaped + ([f"{', '.join(absent_names)} not in its weights"] if absent_names else [])

@@ -87,10 +87,15 @@ def main(argv: list[str] | None = None) -> int:
     """``python -m muppets.serve.cli MODEL_DIR …`` (the same as ``muppets serve``)."""
     import logging
 
+    from muppets.cli import finish_subcommands
+
     parser = argparse.ArgumentParser(prog="muppets")
+    parser.set_defaults(verbose=False)
     add_parser(parser.add_subparsers(dest="command", required=True))
+    finish_subcommands(parser)  # as `muppets serve` parses: options in full, -v
     args = parser.parse_args(["serve", *(sys.argv[1:] if argv is None else argv)])
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     return args.func(args)
 
 

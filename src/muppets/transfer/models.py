@@ -67,9 +67,10 @@ def load_task_model(directory: str | Path, kind: str | None = None,
         return load_gpt_task_model(directory)
     model = load_hf_task_model(directory, kind=kind, num_labels=num_labels)
     if model.fresh_head:
-        raise CheckpointError(f"{directory}: has no trained {model.kind} head for this task ({', '.join(model.fresh_head)} "
-                              f"{'is' if len(model.fresh_head) == 1 else 'are'} not in its weights): a fine-tuned task "
-                              "directory is needed (muppets finetune's best/ or final/), not a pretrained model")
+        hint = ("it was fine-tuned for another label set" if any("has shape" in r for r in model.fresh_head) else
+                "a fine-tuned task directory is needed (muppets finetune's best/), not a pretrained model")
+        raise CheckpointError(f"{directory}: has no trained {model.kind} head for this task "
+                              f"({'; '.join(model.fresh_head)}): {hint}")
     return model
 
 
