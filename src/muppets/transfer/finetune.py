@@ -638,7 +638,10 @@ def evaluate_model(task: TaskSection, model: str, split: str = "dev", cfg: Finet
                           f"{data.spec.name!r} has {data.spec.labels}")
     if saved is not None:
         cfg = dataclasses.replace(cfg, orderings=saved.orderings)
+    if cfg.threads > 0:  # as a fine-tuning run reads its settings
+        torch.set_num_threads(cfg.threads)
     net = load_task_model(model_dir, kind=data.spec.kind, num_labels=data.spec.num_labels or None)
+    net.to(task_device(cfg.device, 0))
     check_length(cfg, net)
     examples = _limit(data[split], cfg.max_eval_examples)
     preds, metrics = predict_and_score(net, load_tokenizer(model_dir), data.spec, examples, cfg)
