@@ -679,8 +679,9 @@ def _add_corpus_parsers(sub: argparse._SubParsersAction) -> None:
     t = tok.add_parser("train", help="train a WordPiece vocabulary on a corpus")
     t.add_argument("--input", nargs="+", required=True, help="files/dirs; data:… = shared data dir")
     t.add_argument("--out", required=True, help="directory to write (HF-compatible; not replaced unless --overwrite)")
-    t.add_argument("--vocab-size", type=int, default=30522)
-    t.add_argument("--min-frequency", type=non_negative_int, default=2)
+    t.add_argument("--vocab-size", type=int, default=30522, help="vocabulary size (default 30522, BERT's)")
+    t.add_argument("--min-frequency", type=non_negative_int, default=2,
+                   help="a merged piece must occur this often (default 2)")
     t.add_argument("--limit-alphabet", type=at_least(1), default=1000,
                    help="characters the vocabulary can hold, the most frequent first; the rest become [UNK] "
                         "(Chinese needs thousands)")
@@ -689,30 +690,34 @@ def _add_corpus_parsers(sub: argparse._SubParsersAction) -> None:
                    help="convert Chinese text to one script first (OpenCC), now and whenever the tokenizer is used")
     t.add_argument("--format", default="auto", choices=CORPUS_FORMATS,
                    help="how to read the inputs (auto: by name and content)")
-    t.add_argument("--errors", default="strict", choices=["strict", "skip", "replace"])
+    t.add_argument("--errors", default="strict", choices=["strict", "skip", "replace"],
+                   help="bad input (undecodable bytes, a malformed line, an empty file): strict = stop, naming file and line; skip = count and leave out; replace = as skip, but bad bytes become U+FFFD and the line stays")
     t.add_argument("--overwrite", action="store_true", help="replace the tokenizer already in --out")
     t.set_defaults(func=_tokenizer_train)
 
     data = sub.add_parser("data", help="corpus tools").add_subparsers(dest="action", required=True)
     d = data.add_parser("prepare", help="tokenize a raw corpus into memory-mapped shards")
-    d.add_argument("--input", nargs="+", required=True)
+    d.add_argument("--input", nargs="+", required=True, help="files/dirs; data:… = shared data dir")
     d.add_argument("--tokenizer", required=True, help="tokenizer directory or vocab.txt")
     d.add_argument("--chinese-script", default="", choices=SCRIPTS[1:],
                    help="convert Chinese text to this script first (a tokenizer that converts already keeps its own)")
-    d.add_argument("--out", required=True)
+    d.add_argument("--out", required=True,
+                   help="the corpus directory to write (an existing one only with --overwrite)")
     d.add_argument("--format", default="auto", choices=CORPUS_FORMATS,
                    help="how to read the inputs (auto: by name and content)")
     d.add_argument("--workers", type=non_negative_int, default=None,
                    help="tokenizer processes (default or 0: the usable CPUs; 1: in this process)")
-    d.add_argument("--errors", default="strict", choices=["strict", "skip", "replace"])
-    d.add_argument("--overwrite", action="store_true")
+    d.add_argument("--errors", default="strict", choices=["strict", "skip", "replace"],
+                   help="bad input (undecodable bytes, a malformed line, an empty file): strict = stop, naming file and line; skip = count and leave out; replace = as skip, but bad bytes become U+FFFD and the line stays")
+    d.add_argument("--overwrite", action="store_true",
+                   help="replace a prepared corpus (or fill an empty directory) at --out; nothing else is replaced")
     d.set_defaults(func=_data_prepare)
     t = data.add_parser("task-text", help="a task split's text without labels, as a jsonl corpus "
                         "(task-adaptive pretraining: continue MLM on it, then fine-tune)")
     t.add_argument("task", help="a registered task (e.g. sst2, conll2003)")
     t.add_argument("--out", required=True, help="the jsonl file to write (not overwritten unless --overwrite)")
     t.add_argument("--split", default="train", help="the split to read (default train; never the one you report)")
-    t.add_argument("--overwrite", action="store_true")
+    t.add_argument("--overwrite", action="store_true", help="replace the file at --out")
     t.set_defaults(func=_data_task_text)
     lx = data.add_parser("lexicon", help="an entity lexicon for entity masking (corpus.entity_lexicon): "
                          "a corpus's Wikipedia article titles, or a tagging task's entities")
@@ -722,7 +727,7 @@ def _add_corpus_parsers(sub: argparse._SubParsersAction) -> None:
     src.add_argument("--task", help="a registered tagging task (e.g. msra-ner); see --split")
     lx.add_argument("--split", default="train", help="with --task: the split to read (never the one you report)")
     lx.add_argument("--out", required=True, help="the lexicon file (one entity<TAB>type per line)")
-    lx.add_argument("--overwrite", action="store_true")
+    lx.add_argument("--overwrite", action="store_true", help="replace the file at --out")
     lx.set_defaults(func=_data_lexicon)
 
 
@@ -749,12 +754,12 @@ def _add_weak_parser(sub: argparse._SubParsersAction) -> None:
             w.add_argument("--no-gold", action="store_true", help="ignore the split's labels")
         else:
             from muppets.weak import MODELS
-            w.add_argument("--model", choices=MODELS, default="snorkel")
+            w.add_argument("--model", choices=MODELS, default="snorkel", help="the label model (default snorkel)")
             w.add_argument("--class-balance", default="learned",
                            help="snorkel model: learned | uniform | shares such as 0.46,0.54 | "
                                 "from:SPLIT (the label shares of a labelled split, e.g. from:dev)")
             w.add_argument("--out", required=True, help="the jsonl file to write")
-            w.add_argument("--overwrite", action="store_true")
+            w.add_argument("--overwrite", action="store_true", help="replace the file at --out")
 
 
 def _add_pretraining_parsers(sub: argparse._SubParsersAction) -> None:
@@ -788,11 +793,11 @@ def _add_vectors_parser(sub: argparse._SubParsersAction) -> None:
                              ("convert", _vectors_convert, "rewrite in the word2vec text or binary format")):
         v = vec.add_parser(name, help=text)
         if name == "similar":
-            v.add_argument("words", nargs="+")
+            v.add_argument("words", nargs="+", help="words whose vectors are added")
             v.add_argument("--negative", nargs="*", default=[], help="words to subtract")
         if name == "analogy":
             for letter in "abc":
-                v.add_argument(letter)
+                v.add_argument(letter, help=f"{letter} in a : b :: c : ?")
         if name in ("similar", "analogy"):
             v.add_argument("--topn", type=at_least(1), default=10, help="how many words to list (default 10)")
         if name == "evaluate":
@@ -801,7 +806,8 @@ def _add_vectors_parser(sub: argparse._SubParsersAction) -> None:
             v.add_argument("--to", choices=["text", "binary"], required=True, help="word2vec's text or binary format")
             v.add_argument("--out", required=True, help="the vector file to write")
         v.add_argument("--vectors", required=True, help="vector file")
-        v.add_argument("--format", default="auto", choices=["auto", "word2vec-text", "word2vec-binary", "glove"])
+        v.add_argument("--format", default="auto", choices=["auto", "word2vec-text", "word2vec-binary", "glove"],
+                       help="the vector file's format (auto: from its first bytes)")
         v.add_argument("--limit", type=non_negative_int, default=0, help="read only the first N vectors (0 = all)")
         if name != "convert":
             v.add_argument("--restrict", type=non_negative_int, default=300_000,
@@ -869,14 +875,14 @@ def _add_gpt_parsers(sub: argparse._SubParsersAction) -> None:
 
     z = sub.add_parser("zeroshot", help="prompt a GPT model with no training: hellaswag (LM "
                        "likelihood), squad (Q/A), translate (few-shot en=fr), summarize (TL;DR:)")
-    z.add_argument("task", choices=["hellaswag", "squad", "translate", "summarize"])
+    z.add_argument("task", choices=["hellaswag", "squad", "translate", "summarize"], help="what to prompt for")
     z.add_argument("--model", required=True, help="HF GPT-2 directory, or a muppets GPT pretraining run (its final/)")
     z.add_argument("--limit", type=non_negative_int, default=0, help="score the first N items (0 = all)")
     z.add_argument("--shots", type=non_negative_int, default=0, help="solved examples in the prompt (squad, translate)")
-    z.add_argument("--seed", type=int, default=0)
+    z.add_argument("--seed", type=int, default=0, help="which solved examples --shots draws (squad, translate) and, for translate, which items --limit takes (default 0)")
     z.add_argument("--input", help="summarize: text file (default: standard input)")
     z.add_argument("--out", help="write the metrics JSON here")
-    z.add_argument("--threads", type=non_negative_int, default=0)
+    z.add_argument("--threads", type=non_negative_int, default=0, help="torch CPU threads (0 = default)")
     z.set_defaults(func=_zeroshot)
 
 
@@ -897,8 +903,8 @@ def _add_representation_parsers(sub: argparse._SubParsersAction) -> None:
                     "model's limit, if it has one)")
     em.add_argument("--truncate", action="store_true", help="cut a longer line to its longest word prefix that "
                     "fits (its words past that get no vectors; the output's offsets show it) instead of an error")
-    em.add_argument("--batch-size", type=int, default=32)
-    em.add_argument("--device", default="cpu")
+    em.add_argument("--batch-size", type=int, default=32, help="texts per forward pass (default 32)")
+    em.add_argument("--device", default="cpu", help="cpu (default) or cuda:N")
     em.add_argument("--threads", type=non_negative_int, default=0, help="torch CPU threads (0 = default)")
     em.set_defaults(func=_embed)
 
@@ -913,8 +919,8 @@ def _add_representation_parsers(sub: argparse._SubParsersAction) -> None:
                     help="sub-word models (auto: the last piece for GPT, the first for BERT)")
     po.add_argument("--show", type=non_negative_int, default=3, help="contexts printed per group")
     po.add_argument("--out", help="sense-set scores: write the JSON here")
-    po.add_argument("--device", default="cpu")
-    po.add_argument("--threads", type=non_negative_int, default=0)
+    po.add_argument("--device", default="cpu", help="cpu (default) or cuda:N")
+    po.add_argument("--threads", type=non_negative_int, default=0, help="torch CPU threads (0 = default)")
     po.set_defaults(func=_polysemy)
 
 

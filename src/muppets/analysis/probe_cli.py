@@ -63,7 +63,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
     p.add_argument("--max-eval-sentences", type=non_negative_int, default=0, help="the same for dev and test (0 = all)")
     p.add_argument("--data-dir", default="", help="the shared data folder (default: the usual one)")
     p.add_argument("--threads", type=non_negative_int, default=0, help="torch threads (0: leave the default)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="one seed for the sentence samples, control tasks, random encoder and probes (default 0)")
     p.set_defaults(func=run)
     return p
 

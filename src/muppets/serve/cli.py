@@ -51,7 +51,8 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
                    help="unit-length embeddings (default: as the model's config says)")
     s.add_argument("--shutdown-timeout", type=float, default=d.shutdown_timeout,
                    help="seconds a graceful shutdown waits for requests in flight")
-    s.add_argument("--log-level", default=d.log_level, choices=["critical", "error", "warning", "info", "debug"])
+    s.add_argument("--log-level", default=d.log_level, choices=["critical", "error", "warning", "info", "debug"],
+                   help=f"the server's log level (default {d.log_level})")
     s.set_defaults(func=run)
     return s
 
