@@ -142,3 +142,22 @@ def test_verbose_goes_before_or_after_the_subcommand():
                           (["finetune", "sst2"], False)):
         args, extra = parser.parse_known_args(argv)
         assert (args.verbose, extra) == (verbose, []), argv
+
+
+def test_every_option_of_every_command_says_what_it_does():
+    import argparse
+
+    from muppets import cli
+
+    silent = []
+
+    def walk(parser, path):
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for name, child in action.choices.items():
+                    walk(child, [*path, name])
+            elif not action.help and not isinstance(action, argparse._HelpAction):
+                silent.append(" ".join([*path, *(action.option_strings or [action.dest])]))
+
+    walk(cli.build_parser(), ["muppets"])
+    assert not silent, silent
