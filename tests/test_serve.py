@@ -25,7 +25,7 @@ from muppets.interop.hf_bert import load_hf_bert  # noqa: E402
 from muppets.interop.hf_gpt import load_hf_gpt  # noqa: E402
 from muppets.serve import ServeConfig, running_server  # noqa: E402
 from muppets.serve.batcher import Work  # noqa: E402
-from muppets.serve.engines import EMBED, Engine  # noqa: E402
+from muppets.serve.engines import EMBED, Engine, load_engine  # noqa: E402
 from muppets.tokenizers import ByteLevelBPETokenizer, WordPieceTokenizer  # noqa: E402
 from muppets.transfer import Predictor  # noqa: E402
 from muppets.transfer.models import load_tokenizer, new_task_model, save_task_model  # noqa: E402
@@ -534,3 +534,6 @@ def test_embeddings_of_word_models_and_gpt_equal_offline(kind, gpt_dir, tmp_path
     else:  # the mean of the top layer's word vectors
         offline = np.stack([v[-1].mean(0) for v in embed(source, [t.split() for t in texts], layers=[-1])])
     assert cosines(served, offline).min() >= 0.9999
+    if kind != "gpt":  # a pooling they cannot do is refused, not ignored
+        with pytest.raises(ConfigError, match="word-level model .* mean of its words' vectors"):
+            load_engine(ServeConfig(str(source), pooling="cls"))

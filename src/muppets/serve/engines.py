@@ -229,7 +229,7 @@ class LMEngine(SentenceEncoder):
         self.model = load_hf_gpt(source).eval()
         self.tok = ByteLevelBPETokenizer.load(source)
         self.positions = self.model.cfg.max_position_embeddings
-        super().__init__(source, self.model.backbone, read_pooling(source, cfg.pooling or "mean", cfg.normalize),
+        super().__init__(source, self.model.backbone, read_pooling(source, cfg.pooling, cfg.normalize),
                          self.positions, self.tok.pad_id)
 
     def token_ids(self, texts: Sequence[str], truncate: bool) -> list[list[int]]:
@@ -259,6 +259,9 @@ class WordEngine(Engine):
     def __init__(self, source: str | Path, cfg: ServeConfig) -> None:
         from muppets.transfer.embedders import load_embedder
 
+        if cfg.pooling not in ("", "mean"):  # it would be ignored: say so
+            raise ConfigError(f"--pooling {cfg.pooling}: {source} is a word-level model (ELMo, NNLM or word "
+                              "vectors), whose sentence vector is the mean of its words' vectors")
         self.embedder = load_embedder(source, "auto")
         super().__init__(self.embedder.source)
         self.kind, self.dim = self.embedder.kind, self.embedder.dim
