@@ -246,6 +246,8 @@ def test_command_writes_page_pngs_shares_and_pronoun_case(tmp_path, capsys):
     (["TEXT", "--png", "1-2", "x.png"], "expected LAYER:HEAD"),
     (["TEXT", "--png", "5:0", "x.png"], "layer 5, head 0"),
     (["TEXT", "--pronoun", "she"], "go together"),
+    (["TEXT", "--out", "p.html", "--pronoun-json", "c.json"], "write the --pronoun case"),
+    (["TEXT", "--out", "p.html", "--texts", "t.txt"], "--texts is read for --shares"),
     (["--out", "p.html"], "give a TEXT"),
     (["TEXT", "--out", "p.html", "--heads", "a"], "--heads 'a'"),
     (["  ", "--out", "p.html"], "may not be empty"),

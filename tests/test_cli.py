@@ -161,3 +161,10 @@ def test_every_option_of_every_command_says_what_it_does():
 
     walk(cli.build_parser(), ["muppets"])
     assert not silent, silent
+
+
+def test_polysemy_refuses_out_with_a_word_before_loading_anything(capsys):
+    from muppets import cli
+
+    assert cli.main(["polysemy", "bank", "--model", "no-such-model", "--out", "scores.json"]) == 2
+    assert "--out writes the sense set's scores" in capsys.readouterr().err

@@ -565,6 +565,8 @@ def _polysemy(args: argparse.Namespace) -> int:
     from muppets.transfer.embed import parse_layers
     from muppets.transfer.embedders import load_embedder
 
+    if args.word is not None and args.out:
+        raise ConfigError("polysemy: --out writes the sense set's scores; with a WORD the occurrences are printed")
     _set_threads(args.threads)
     embedder, layers = load_embedder(args.model, args.pooling, args.device), parse_layers(args.layers)
     if args.word is None:

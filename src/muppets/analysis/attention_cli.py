@@ -80,6 +80,11 @@ def _check_args(args: argparse.Namespace) -> None:
                           "--shares-plot PNG or --pronoun WORD --candidates A,B")
     if bool(args.pronoun) != bool(args.candidates):
         raise ConfigError("attention: --pronoun and --candidates go together")
+    if (args.pronoun_json or args.pronoun_plot) and not args.pronoun:
+        raise ConfigError("attention: --pronoun-json and --pronoun-plot write the --pronoun case: give --pronoun WORD "
+                          "--candidates A,B")
+    if args.texts and not (args.shares or args.shares_plot):
+        raise ConfigError("attention: --texts is read for --shares / --shares-plot: give one of them")
     args.png = [(*_layer_head(spec), file) for spec, file in args.png]
 
 
