@@ -168,3 +168,13 @@ def test_polysemy_refuses_out_with_a_word_before_loading_anything(capsys):
 
     assert cli.main(["polysemy", "bank", "--model", "no-such-model", "--out", "scores.json"]) == 2
     assert "--out writes the sense set's scores" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv, named", [(["summarize", "--out", "m.json"], "--out does not apply"),
+                                         (["hellaswag", "--shots", "2"], "--shots does not apply"),
+                                         (["squad", "--input", "t.txt", "--limit", "5"], "--input does not apply")])
+def test_zeroshot_refuses_options_its_task_would_ignore(argv, named, capsys):
+    from muppets import cli
+
+    assert cli.main(["zeroshot", *argv, "--model", "no-such-model"]) == 2  # before any loading
+    assert named in capsys.readouterr().err

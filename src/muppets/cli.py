@@ -361,13 +361,21 @@ def _zeroshot(args: argparse.Namespace) -> int:
     from muppets.interop.hf_gpt import load_hf_gpt
     from muppets.paths import resolve_model_path
     from muppets.tokenizers import ByteLevelBPETokenizer
+    from muppets.errors import ConfigError
     from muppets.transfer import zeroshot
 
+    summarize = args.task == "summarize"
+    unused = [flag for flag, given, used in (("--out", args.out, not summarize), ("--limit", args.limit, not summarize),
+                                             ("--shots", args.shots, args.task in ("squad", "translate")),
+                                             ("--input", args.input, summarize)) if given and not used]
+    if unused:  # they would be ignored: say so
+        raise ConfigError(f"zeroshot {args.task}: {', '.join(unused)} {'does' if len(unused) == 1 else 'do'} not apply "
+                          "(--input: summarize; --shots: squad, translate; --out, --limit: the scored tasks)")
     if args.threads:
         torch.set_num_threads(args.threads)
     model_dir = resolve_model_path(args.model)
     model, tok = load_hf_gpt(model_dir).eval(), ByteLevelBPETokenizer.load(model_dir)
-    if args.task == "summarize":
+    if summarize:
         text = Path(args.input).read_text(encoding="utf-8") if args.input else sys.stdin.read()
         print(zeroshot.summarize(model, tok, [text], seed=args.seed)[0])
         return 0
