@@ -283,6 +283,7 @@ def test_cumulative_scoring_needs_the_mix_and_the_layers_from_zero(tmp_path):
         probe_model(_cfg(model, tmp_path, cumulative=True, mix=False), corpus)
     with pytest.raises(ConfigError, match="0..l"):
         probe_model(_cfg(model, tmp_path, cumulative=True, layers="0,2"), corpus)
+    assert not list((tmp_path / "cache").glob("probe-*"))  # refused before any corpus was embedded
 
 
 def test_probe_command_writes_json_and_plots(tmp_path, capsys):

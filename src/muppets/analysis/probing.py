@@ -32,6 +32,7 @@ Everything is seeded from ``seed``: the same command gives the same numbers on C
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
@@ -448,6 +449,12 @@ def probe_model(cfg: ProbeConfig, corpora: Mapping[str, ProbeCorpus]) -> dict:
                           "that layer would be fitted by another estimator than the mixes (use linear)")
     if cfg.cumulative and not cfg.mix:
         raise ConfigError("cumulative scoring is made of mix probes: it needs mix (drop --no-mix)")
+    if cfg.cumulative and cfg.layers.strip() not in ("", "all"):  # before any embedding, not after the first corpus
+        with contextlib.suppress(ValueError):  # not numbers: choose_layers names the problem
+            numbers = sorted({int(part) for part in cfg.layers.split(",")})
+            if numbers != list(range(len(numbers))):
+                raise ConfigError(f"cumulative scoring mixes layers 0..l: layers={cfg.layers!r}; use all layers "
+                                  "or 0,1,…,l")
     report: dict = {"model": cfg.model, "config": dataclasses.asdict(cfg), "encoders": {}, "data": {},
                     "tasks": _task_headers(tasks, corpora)}
     encoders = [("pretrained", None)] + ([("random_encoder", cfg.seed)] if cfg.random_baseline else [])
