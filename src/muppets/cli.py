@@ -889,7 +889,8 @@ def _add_gpt_parsers(sub: argparse._SubParsersAction) -> None:
     z.add_argument("--model", required=True, help="HF GPT-2 directory, or a muppets GPT pretraining run (its final/)")
     z.add_argument("--limit", type=non_negative_int, default=0, help="score the first N items (0 = all)")
     z.add_argument("--shots", type=non_negative_int, default=0, help="solved examples in the prompt (squad, translate)")
-    z.add_argument("--seed", type=int, default=0, help="which solved examples --shots draws (squad, translate) and, for translate, which items --limit takes (default 0)")
+    z.add_argument("--seed", type=int, default=0, help="which solved examples --shots draws (squad, translate), which items --limit takes (translate), "
+                        "and summarize's sampling (default 0; hellaswag draws nothing)")
     z.add_argument("--input", help="summarize: text file (default: standard input)")
     z.add_argument("--out", help="write the metrics JSON here")
     z.add_argument("--threads", type=non_negative_int, default=0, help="torch CPU threads (0 = default)")

@@ -452,7 +452,8 @@ def probe_model(cfg: ProbeConfig, corpora: Mapping[str, ProbeCorpus]) -> dict:
     if cfg.cumulative and cfg.layers.strip() not in ("", "all"):  # before any embedding, not after the first corpus
         with contextlib.suppress(ValueError):  # not numbers: choose_layers names the problem
             numbers = sorted({int(part) for part in cfg.layers.split(",")})
-            if numbers != list(range(len(numbers))):
+            # a negative number counts from the top: known once the model is read, and checked then
+            if numbers[0] >= 0 and numbers != list(range(len(numbers))):
                 raise ConfigError(f"cumulative scoring mixes layers 0..l: layers={cfg.layers!r}; use all layers "
                                   "or 0,1,…,l")
     report: dict = {"model": cfg.model, "config": dataclasses.asdict(cfg), "encoders": {}, "data": {},
