@@ -248,6 +248,8 @@ def test_command_writes_page_pngs_shares_and_pronoun_case(tmp_path, capsys):
     (["TEXT", "--pronoun", "she"], "go together"),
     (["TEXT", "--out", "p.html", "--pronoun-json", "c.json"], "write the --pronoun case"),
     (["TEXT", "--out", "p.html", "--texts", "t.txt"], "--texts is read for --shares"),
+    (["TEXT", "--png", "0:0", "x.png", "--layer", "1"], "--layer and --heads choose what the page opens on"),
+    (["TEXT", "--out", "p.html", "--png-kind", "heatmap"], "--png-kind draws --png"),
     (["--out", "p.html"], "give a TEXT"),
     (["TEXT", "--out", "p.html", "--heads", "a"], "--heads 'a'"),
     (["  ", "--out", "p.html"], "may not be empty"),

@@ -168,6 +168,8 @@ def test_polysemy_refuses_out_with_a_word_before_loading_anything(capsys):
 
     assert cli.main(["polysemy", "bank", "--model", "no-such-model", "--out", "scores.json"]) == 2
     assert "--out writes the sense set's scores" in capsys.readouterr().err
+    assert cli.main(["polysemy", "--model", "no-such-model", "--corpus", "text.txt"]) == 2
+    assert "--corpus is searched for a WORD's occurrences" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("argv, named", [(["summarize", "--out", "m.json"], "--out does not apply"),

@@ -239,6 +239,9 @@ def test_predict_equals_predictor_for_every_kind(kind, family, bert_dir, gpt_dir
         wrong = post(url + "/predict", {"inputs": [{"nonsense": 1}]})
     assert status == 200, body
     assert health["routes"] == ["/predict"] and health["task"] == kind
+    if kind == "classify" and family == "bert":  # embedding settings a task model would ignore are refused
+        with pytest.raises(ConfigError, match="fine-tuned task model"):
+            load_engine(cfg(tmp_path, pooling="cls"))
     got = body["predictions"]
     if kind == "regress":
         assert np.allclose(got, expected, atol=1e-5)

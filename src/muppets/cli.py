@@ -575,6 +575,8 @@ def _polysemy(args: argparse.Namespace) -> int:
 
     if args.word is not None and args.out:
         raise ConfigError("polysemy: --out writes the sense set's scores; with a WORD the occurrences are printed")
+    if args.word is None and args.corpus:
+        raise ConfigError("polysemy: --corpus is searched for a WORD's occurrences: give the WORD")
     _set_threads(args.threads)
     embedder, layers = load_embedder(args.model, args.pooling, args.device), parse_layers(args.layers)
     if args.word is None:

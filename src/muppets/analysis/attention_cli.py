@@ -83,6 +83,10 @@ def _check_args(args: argparse.Namespace) -> None:
     if (args.pronoun_json or args.pronoun_plot) and not args.pronoun:
         raise ConfigError("attention: --pronoun-json and --pronoun-plot write the --pronoun case: give --pronoun WORD "
                           "--candidates A,B")
+    if not args.out and (args.layer != 0 or args.heads):
+        raise ConfigError("attention: --layer and --heads choose what the page opens on: give --out PAGE")
+    if not args.png and args.png_kind != "lines":
+        raise ConfigError("attention: --png-kind draws --png: give --png LAYER:HEAD FILE")
     if args.texts and not (args.shares or args.shares_plot):
         raise ConfigError("attention: --texts is read for --shares / --shares-plot: give one of them")
     args.png = [(*_layer_head(spec), file) for spec, file in args.png]

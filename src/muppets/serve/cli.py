@@ -46,7 +46,8 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     s.add_argument("--max-body-bytes", type=int, default=d.max_body_bytes, help="request body size limit")
     s.add_argument("--max-new-tokens", type=int, default=d.max_new_tokens, help="largest max_tokens of a completion")
     s.add_argument("--pooling", choices=POOLINGS, default=None,
-                   help="embeddings' pooling (default: as the model's config says, else mean)")
+                   help="embeddings' pooling, for BERT and GPT encoders (default: as the model's config says, else mean; "
+                        "word-level models take only mean; a fine-tuned task model, none)")
     s.add_argument("--normalize", action=argparse.BooleanOptionalAction, default=None,
                    help="unit-length embeddings (default: as the model's config says)")
     s.add_argument("--shutdown-timeout", type=float, default=d.shutdown_timeout,

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from muppets.errors import MuppetsError
+from muppets.errors import ConfigError, MuppetsError
 from muppets.serve.batcher import Work
 from muppets.serve.config import ServeConfig
 from muppets.serve.engines import PREDICT, Engine
@@ -52,6 +52,9 @@ class TaskEngine(Engine):
     routes = (PREDICT,)
 
     def __init__(self, source: Path, cfg: ServeConfig) -> None:
+        if cfg.pooling or cfg.normalize is not None:  # they would be ignored: say so
+            raise ConfigError(f"--pooling / --normalize shape embeddings; {source} is a fine-tuned task model, served "
+                              "at /predict with its own head")
         super().__init__(source)
         self.predictor = Predictor(source, batch_size=cfg.max_batch_size)
         self.kind = self.predictor.kind
