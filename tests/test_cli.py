@@ -180,3 +180,15 @@ def test_zeroshot_refuses_options_its_task_would_ignore(argv, named, capsys):
 
     assert cli.main(["zeroshot", *argv, "--model", "no-such-model"]) == 2  # before any loading
     assert named in capsys.readouterr().err
+
+
+def test_print_config_with_seeds_says_so_and_still_loads_back(tmp_path, capsys):
+    from muppets import cli
+    from muppets.transfer.finetune import FinetuneConfig
+    from muppets.config import load_typed
+
+    assert cli.main(["finetune", "sst2", "--seeds", "1,2", "--print-config"]) == 0
+    text = capsys.readouterr().out
+    assert text.startswith("# with --seeds 1,2: one run per seed")
+    (tmp_path / "c.yaml").write_text(text)
+    assert load_typed(FinetuneConfig, tmp_path / "c.yaml", []).task.name == "sst2"

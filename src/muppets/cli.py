@@ -274,7 +274,7 @@ def _finetune(args: argparse.Namespace) -> int:
 
     cfg = _finetune_config(args)
     if args.print_config:
-        return _print_config(cfg)
+        return _print_config(cfg, args.seeds)
     if args.seeds:
         summary = finetune.run_seeds(cfg, _seed_list(args.seeds), resume=not args.fresh)
         if dist_info().is_main:
@@ -501,7 +501,7 @@ def _features(args: argparse.Namespace) -> int:
                               layers=args.layers or cfg.layers, static=args.static or cfg.static)
     cfg = with_overrides(cfg, args.overrides)
     if args.print_config:
-        return _print_config(cfg)
+        return _print_config(cfg, args.seeds)
     if args.seeds:
         s = feature_based.run_seeds(cfg, _seed_list(args.seeds), resume=not args.fresh)
         print(f"\n{s['task']} ({cfg.model}, layers={cfg.layers}): {len(s['seeds'])} seeds (mean ± sample std)")
@@ -636,12 +636,16 @@ def _add_print_config(p: argparse.ArgumentParser) -> None:
     p.add_argument("--print-config", action="store_true", help=PRINT_CONFIG_HELP)
 
 
-def _print_config(cfg) -> int:
-    """``cfg`` in full as YAML (a config file of its own; tuples as lists)."""
+def _print_config(cfg, seeds: str | None = None) -> int:
+    """``cfg`` in full as YAML (a config file of its own; tuples as lists). ``--seeds`` is not a
+    setting of the file: it is printed as a comment above it, so the output still says it."""
     import yaml
 
     from muppets.config import to_dict
 
+    if seeds:
+        print(f"# with --seeds {','.join(map(str, _seed_list(seeds)))}: one run per seed in run_dir/seed-N "
+              "(its seed replaces the seed below), then summary.json")
     print(yaml.safe_dump(json.loads(json.dumps(to_dict(cfg))), sort_keys=False, allow_unicode=True), end="")
     return 0
 
