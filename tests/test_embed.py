@@ -263,11 +263,14 @@ def test_truncate_to_the_models_own_limit_and_in_the_cli(models, tmp_path, capsy
     assert [v.shape[1] for v in load_embeddings(out).sentences] == [2, 62]  # [CLS] + 62 words + [SEP]
     assert meta["truncated"] == 1 and meta["max_positions"] == 64
     assert main(["embed", "--model", str(models["bert"]), "--input", str(src), "--out", str(out),
-                 "--max-positions", "10", "--truncate"]) == 0
+                 "--max-positions", "10", "--truncate"]) == 2  # v.npy and v.json exist
+    assert "v.npy, " in capsys.readouterr().err
+    assert main(["embed", "--model", str(models["bert"]), "--input", str(src), "--out", str(out),
+                 "--max-positions", "10", "--truncate", "--overwrite"]) == 0
     assert [v.shape[1] for v in load_embeddings(out).sentences] == [2, 8]  # "short line" is exactly 10 positions here: kept whole
     assert "1 lines cut to the words that fit in 10 positions" in capsys.readouterr().out
     assert main(["embed", "--model", str(models["bert"]), "--input", str(src), "--out", str(out),
-                 "--max-positions", "0"]) == 2
+                 "--max-positions", "0", "--overwrite"]) == 2
     assert "--max-positions 0: must be >= 1" in capsys.readouterr().err
     one_long_word = [["river" * 15, "bank"]]  # a first word of 43 pieces, which cannot fit: still an error
     embedder = load_embedder(models["bert"])
@@ -288,7 +291,7 @@ def test_cli_embed_and_its_errors(models, tmp_path, capsys):
     assert "2 sentences, 5 words" in printed and "out of vocabulary: 1 of 5 words" in printed
     assert [v.shape for v in load_embeddings(out).sentences] == [(1, 3, 8), (1, 2, 8)]
     assert main(["embed", "--model", str(models["gpt"]), "--input", str(src), "--out", str(out),
-                 "--layers", "0,7"]) == 2
+                 "--layers", "0,7", "--overwrite"]) == 2
     assert "layer 7 does not exist" in capsys.readouterr().err
 
 

@@ -131,7 +131,7 @@ def test_label_refuses_its_output_and_a_bad_balance_before_any_lf_runs(tmp_path,
 
     monkeypatch.setattr(muppets.weak, "apply_lfs", never)
     assert main(["weak", "label", str(lfs), "--task", str(texts), "--out", str(out)]) == 2
-    assert "exists; choose another path or pass --overwrite" in capsys.readouterr().err
+    assert "labels.jsonl exists: pass --overwrite" in capsys.readouterr().err
     assert main(["weak", "label", str(lfs), "--task", str(texts), "--out", str(tmp_path / "new.jsonl"),
                  "--class-balance", "0.2"]) == 2
     assert "need 2 positive finite shares" in capsys.readouterr().err

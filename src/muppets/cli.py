@@ -32,7 +32,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from muppets.cliargs import at_least, non_negative_int
+from muppets.cliargs import at_least, non_negative_int, refuse_existing
 from muppets.errors import MuppetsError, TrainingInterrupted
 
 
@@ -146,6 +146,7 @@ def _weak_matrix(args: argparse.Namespace, before: Callable[[Any], Any] = lambda
 def _weak_analyze(args: argparse.Namespace) -> int:
     from muppets.weak import lf_summary, plot_lf_summary
 
+    refuse_existing(args.plot, overwrite=args.overwrite)
     lfs, weak, L, _ = _weak_matrix(args)
     gold = None if args.no_gold else weak.gold
     summary = lf_summary(L, gold, [lf.name for lf in lfs])
@@ -164,10 +165,7 @@ def _weak_label(args: argparse.Namespace) -> int:
     from muppets.weak import make_label_model
     from muppets.weak.pipeline import class_balance, write_labels
 
-    from muppets.errors import ConfigError
-
-    if Path(args.out).exists() and not args.overwrite:
-        raise ConfigError(f"{args.out} exists; choose another path or pass --overwrite")
+    refuse_existing(args.out, overwrite=args.overwrite)
     _, weak, L, balance = _weak_matrix(args, lambda weak: class_balance(args.class_balance, args.task,
                                                                          weak.cardinality))
     model = make_label_model(args.model, weak.cardinality, balance).fit(L)
@@ -304,6 +302,7 @@ def _seed_list(text: str) -> list[int]:
 def _evaluate(args: argparse.Namespace) -> int:
     from muppets.transfer import finetune
 
+    refuse_existing(args.predictions, overwrite=args.overwrite)
     cfg = _finetune_config(args)
     metrics = finetune.evaluate_model(cfg.task, cfg.model, args.split, cfg, args.predictions)
     _print_metrics({args.split: metrics})
@@ -368,6 +367,7 @@ def _zeroshot(args: argparse.Namespace) -> int:
     unused = [flag for flag, given, used in (("--out", args.out, not summarize), ("--limit", args.limit, not summarize),
                                              ("--shots", args.shots, args.task in ("squad", "translate")),
                                              ("--input", args.input, summarize)) if given and not used]
+    refuse_existing(args.out if not summarize else None, overwrite=args.overwrite)
     if unused:  # they would be ignored: say so
         raise ConfigError(f"zeroshot {args.task}: {', '.join(unused)} {'does' if len(unused) == 1 else 'do'} not apply "
                           "(--input: summarize; --shots: squad, translate; --out, --limit: the scored tasks)")
@@ -451,6 +451,7 @@ def _vectors_analogy(args: argparse.Namespace) -> int:
 def _vectors_evaluate(args: argparse.Namespace) -> int:
     from muppets.evaluation.word_vectors import evaluate_standard
 
+    refuse_existing(args.out, overwrite=args.overwrite)
     scores = evaluate_standard(_load_vectors(args), restrict_vocab=args.restrict or None)
     _print_vector_scores(scores)
     if args.out:
@@ -461,6 +462,7 @@ def _vectors_evaluate(args: argparse.Namespace) -> int:
 
 
 def _vectors_convert(args: argparse.Namespace) -> int:
+    refuse_existing(args.out, overwrite=args.overwrite)
     wv = _load_vectors(args)
     path = wv.save(args.out, binary=args.to == "binary")
     print(f"{len(wv):,} x {wv.vector_size} vectors -> {path} (word2vec {args.to})")
@@ -470,6 +472,8 @@ def _vectors_convert(args: argparse.Namespace) -> int:
 def _embed(args: argparse.Namespace) -> int:
     from muppets.transfer.embed import embed_file, parse_layers
 
+    out = Path(args.out)
+    refuse_existing(out, out.with_suffix(".json") if out.suffix == ".npy" else None, overwrite=args.overwrite)
     _set_threads(args.threads)
     m = embed_file(args.model, args.input, args.out, parse_layers(args.layers), args.pooling, args.batch_size,
                    args.device, args.oov, progress=sys.stderr.isatty(), max_positions=args.max_positions,
@@ -577,6 +581,7 @@ def _polysemy(args: argparse.Namespace) -> int:
         raise ConfigError("polysemy: --out writes the sense set's scores; with a WORD the occurrences are printed")
     if args.word is None and args.corpus:
         raise ConfigError("polysemy: --corpus is searched for a WORD's occurrences: give the WORD")
+    refuse_existing(args.out, overwrite=args.overwrite)
     _set_threads(args.threads)
     embedder, layers = load_embedder(args.model, args.pooling, args.device), parse_layers(args.layers)
     if args.word is None:
@@ -767,6 +772,7 @@ def _add_weak_parser(sub: argparse._SubParsersAction) -> None:
         w.set_defaults(func=func)
         if name == "analyze":
             w.add_argument("--plot", default="", help="a PNG of the summary to write (none unless given)")
+            w.add_argument("--overwrite", action="store_true", help="replace the file at --plot")
             w.add_argument("--no-gold", action="store_true", help="ignore the split's labels")
         else:
             from muppets.weak import MODELS
@@ -818,9 +824,11 @@ def _add_vectors_parser(sub: argparse._SubParsersAction) -> None:
             v.add_argument("--topn", type=at_least(1), default=10, help="how many words to list (default 10)")
         if name == "evaluate":
             v.add_argument("--out", help="write the scores JSON here")
+            v.add_argument("--overwrite", action="store_true", help="replace the file at --out")
         if name == "convert":
             v.add_argument("--to", choices=["text", "binary"], required=True, help="word2vec's text or binary format")
             v.add_argument("--out", required=True, help="the vector file to write")
+            v.add_argument("--overwrite", action="store_true", help="replace the file at --out")
         v.add_argument("--vectors", required=True, help="vector file")
         v.add_argument("--format", default="auto", choices=["auto", "word2vec-text", "word2vec-binary", "glove"],
                        help="the vector file's format (auto: from its first bytes)")
@@ -854,6 +862,7 @@ def _add_transfer_parsers(sub: argparse._SubParsersAction) -> None:
                          "a pretrained model without the task's trained head is refused")
     e.add_argument("--split", default="dev", help="split to score (default: dev)")
     e.add_argument("--predictions", help="also write the predictions to this jsonl file")
+    e.add_argument("--overwrite", action="store_true", help="replace the file at --predictions")
     e.set_defaults(func=_evaluate)
 
     fb = sub.add_parser("features", help="feature-based transfer: frozen backbone + ScalarMix + BiLSTM task model")
@@ -899,6 +908,7 @@ def _add_gpt_parsers(sub: argparse._SubParsersAction) -> None:
                         "and summarize's sampling (default 0; hellaswag draws nothing)")
     z.add_argument("--input", help="summarize: text file (default: standard input)")
     z.add_argument("--out", help="write the metrics JSON here")
+    z.add_argument("--overwrite", action="store_true", help="replace the file at --out")
     z.add_argument("--threads", type=non_negative_int, default=0, help="torch CPU threads (0 = default)")
     z.set_defaults(func=_zeroshot)
 
@@ -910,6 +920,7 @@ def _add_representation_parsers(sub: argparse._SubParsersAction) -> None:
                     help="HF BERT/GPT dir, 'minilm', ELMo/NNLM/word2vec run, or a vector file")
     em.add_argument("--input", required=True, help="one sentence per line, words separated by spaces")
     em.add_argument("--out", required=True, help="FILE.npy (+ FILE.json) or FILE.safetensors")
+    em.add_argument("--overwrite", action="store_true", help="replace the files at --out")
     em.add_argument("--layers", default="all", help="'all' or layer numbers, e.g. 0,-1 (-1 = top)")
     em.add_argument("--pooling", default="auto", choices=["auto", "first", "mean", "last"],
                     help="sub-word models: a word's first piece, the mean of its pieces, or its last piece "
@@ -936,6 +947,7 @@ def _add_representation_parsers(sub: argparse._SubParsersAction) -> None:
                     help="sub-word models (auto: the last piece for GPT, the first for BERT)")
     po.add_argument("--show", type=non_negative_int, default=3, help="contexts printed per group")
     po.add_argument("--out", help="sense-set scores: write the JSON here")
+    po.add_argument("--overwrite", action="store_true", help="replace the file at --out")
     po.add_argument("--device", default="cpu", help="cpu (default) or cuda:N")
     po.add_argument("--threads", type=non_negative_int, default=0, help="torch CPU threads (0 = default)")
     po.set_defaults(func=_polysemy)

@@ -32,3 +32,19 @@ def at_least(least: int):
 
     parse.__name__ = f"integer >= {least}"
     return parse
+
+
+def refuse_existing(*paths: object, overwrite: bool) -> None:
+    """Refuse, before any work, to replace an output file the user named unless ``--overwrite``
+    (as every writer of the command line does). ``None`` entries (outputs not asked for) are skipped.
+
+    >>> refuse_existing(None, "no-such-file.json", overwrite=False)
+    """
+    import os
+
+    from muppets.errors import ConfigError
+
+    taken = [str(p) for p in paths if p and os.path.lexists(str(p))]
+    if taken and not overwrite:
+        raise ConfigError(f"{', '.join(taken)} {'exists' if len(taken) == 1 else 'exist'}: pass --overwrite to replace "
+                          f"{'it' if len(taken) == 1 else 'them'}, or choose another output")

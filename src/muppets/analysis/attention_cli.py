@@ -16,7 +16,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from muppets.cliargs import non_negative_int
+from muppets.cliargs import non_negative_int, refuse_existing
 from muppets.config import read_utf8
 from muppets.errors import ConfigError
 
@@ -43,6 +43,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
     p.add_argument("--pronoun-json", metavar="JSON", help="write the pronoun case's result")
     p.add_argument("--pronoun-plot", metavar="PNG", help="plot the pronoun case per layer")
     p.add_argument("--threads", type=non_negative_int, default=0, help="torch threads (0: leave the default)")
+    p.add_argument("--overwrite", action="store_true", help="replace output files that exist")
     p.set_defaults(func=run)
     return p
 
@@ -90,6 +91,8 @@ def _check_args(args: argparse.Namespace) -> None:
     if args.texts and not (args.shares or args.shares_plot):
         raise ConfigError("attention: --texts is read for --shares / --shares-plot: give one of them")
     args.png = [(*_layer_head(spec), file) for spec, file in args.png]
+    refuse_existing(args.out, *(file for _, _, file in args.png), args.shares, args.shares_plot, args.pronoun_json,
+                    args.pronoun_plot, overwrite=args.overwrite)
 
 
 def _layer_head(spec: str) -> tuple[int, int]:
