@@ -192,3 +192,32 @@ def test_print_config_with_seeds_says_so_and_still_loads_back(tmp_path, capsys):
     assert text.startswith("# with --seeds 1,2: one run per seed")
     (tmp_path / "c.yaml").write_text(text)
     assert load_typed(FinetuneConfig, tmp_path / "c.yaml", []).task.name == "sst2"
+
+
+@pytest.mark.parametrize("argv", [
+    ["vectors", "convert", "--vectors", "v.txt", "--to", "text", "--out", "OUT"],
+    ["vectors", "evaluate", "--vectors", "v.txt", "--out", "OUT"],
+    ["evaluate", "sst2", "--model", "no-such-model", "--predictions", "OUT"],
+    ["zeroshot", "hellaswag", "--model", "no-such-model", "--out", "OUT"],
+    ["polysemy", "--model", "no-such-model", "--out", "OUT"],
+    ["attention", "no-such-model", "the bank", "--out", "OUT"],
+    ["weak", "analyze", "lfs.py", "--task", "texts.txt", "--plot", "OUT"],
+    ["embed", "--model", "no-such-model", "--input", "in.txt", "--out", "OUT.npy"],
+])
+def test_a_file_that_exists_is_replaced_only_with_overwrite_and_refused_before_any_work(argv, tmp_path, capsys):
+    from muppets import cli
+
+    out = tmp_path / ("OUT.json" if argv[0] == "embed" else "OUT")  # embed's .npy comes with a .json
+    out.write_text("mine")
+    argv = [str(tmp_path / a) if a.startswith("OUT") else a for a in argv]
+    assert cli.main(argv) == 2  # nothing loaded: the model, vectors and inputs named do not exist
+    assert f"{out} exists: pass --overwrite" in capsys.readouterr().err and out.read_text() == "mine"
+    assert cli.main([*argv, "--overwrite"]) == 2  # now it gets as far as the missing input
+    assert "exists: pass --overwrite" not in capsys.readouterr().err
+
+
+def test_seeds_must_name_a_seed(capsys):
+    from muppets import cli
+
+    assert cli.main(["finetune", "sst2", "--seeds", ",", "--print-config"]) == 2
+    assert "--seeds ',': no seed given" in capsys.readouterr().err

@@ -294,9 +294,12 @@ def _seed_list(text: str) -> list[int]:
     from muppets.errors import ConfigError
 
     try:
-        return [int(s) for s in text.split(",") if s.strip()]
+        seeds = [int(s) for s in text.split(",") if s.strip()]
     except ValueError:
         raise ConfigError(f"--seeds: expected comma-separated integers, got {text!r}") from None
+    if not seeds:
+        raise ConfigError(f"--seeds {text!r}: no seed given")
+    return seeds
 
 
 def _evaluate(args: argparse.Namespace) -> int:
@@ -472,7 +475,12 @@ def _vectors_convert(args: argparse.Namespace) -> int:
 def _embed(args: argparse.Namespace) -> int:
     from muppets.transfer.embed import embed_file, parse_layers
 
+    from muppets.errors import ConfigError
+    from muppets.transfer.embed import OUTPUT_SUFFIXES
+
     out = Path(args.out)
+    if out.suffix not in OUTPUT_SUFFIXES:  # before sending anyone to --overwrite for a name that cannot be used
+        raise ConfigError(f"--out {out}: the file must end in {' or '.join(OUTPUT_SUFFIXES)}")
     refuse_existing(out, out.with_suffix(".json") if out.suffix == ".npy" else None, overwrite=args.overwrite)
     _set_threads(args.threads)
     m = embed_file(args.model, args.input, args.out, parse_layers(args.layers), args.pooling, args.batch_size,

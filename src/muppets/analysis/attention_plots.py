@@ -35,7 +35,7 @@ def _figure(width: float, height: float):
 def _save(fig, path: str | Path, dpi: int = 120) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=dpi)
+    fig.savefig(path, dpi=dpi, format="png")  # at the path given: matplotlib would add .png to a bare name
     return path
 
 
