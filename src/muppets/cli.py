@@ -475,13 +475,9 @@ def _vectors_convert(args: argparse.Namespace) -> int:
 def _embed(args: argparse.Namespace) -> int:
     from muppets.transfer.embed import embed_file, parse_layers
 
-    from muppets.errors import ConfigError
-    from muppets.transfer.embed import OUTPUT_SUFFIXES
+    from muppets.transfer.embed import output_files
 
-    out = Path(args.out)
-    if out.suffix not in OUTPUT_SUFFIXES:  # before sending anyone to --overwrite for a name that cannot be used
-        raise ConfigError(f"--out {out}: the file must end in {' or '.join(OUTPUT_SUFFIXES)}")
-    refuse_existing(out, out.with_suffix(".json") if out.suffix == ".npy" else None, overwrite=args.overwrite)
+    refuse_existing(*output_files(args.out), overwrite=args.overwrite)  # a bad name first, then what exists
     _set_threads(args.threads)
     m = embed_file(args.model, args.input, args.out, parse_layers(args.layers), args.pooling, args.batch_size,
                    args.device, args.oov, progress=sys.stderr.isatty(), max_positions=args.max_positions,

@@ -233,13 +233,21 @@ def split_rows(matrix: np.ndarray, offsets: np.ndarray) -> list[np.ndarray]:
     return [matrix[:, offsets[s]: offsets[s + 1]] for s in range(len(offsets) - 1)]
 
 
+def output_files(out: str | Path) -> list[Path]:
+    """The files an embeddings output ``out`` is written as (``.npy`` + ``.json``, or
+    ``.safetensors``); any other name is a :class:`ConfigError`."""
+    out = Path(out)
+    if out.suffix not in OUTPUT_SUFFIXES:
+        raise ConfigError(f"--out {out}: the file must end in {' or '.join(OUTPUT_SUFFIXES)}")
+    return [out, out.with_suffix(".json")] if out.suffix == ".npy" else [out]
+
+
 def save_embeddings(path: str | Path, vectors: Sequence[np.ndarray], metadata: dict | None = None,
                     dtype: str = "float32") -> Path:
     """Write per-sentence vectors (as ``dtype``: float32 or float16) to ``.safetensors`` or
     ``.npy`` (+ ``.json``), atomically."""
     path = Path(path)
-    if path.suffix not in OUTPUT_SUFFIXES:
-        raise ConfigError(f"--out {path}: the file must end in {' or '.join(OUTPUT_SUFFIXES)}")
+    output_files(path)
     if dtype not in ("float32", "float16"):
         raise ConfigError(f"dtype {dtype!r}: embeddings are stored as float32 or float16")
     matrix, offsets = flatten(vectors)
@@ -280,8 +288,7 @@ def embed_file(model: str | Path, input_path: str | Path, out: str | Path, layer
                progress: bool = False, max_positions: int | None = None, truncate: bool = False) -> dict:
     """Embed every line of ``input_path`` and write ``out``; returns the metadata written (with
     ``truncate``, the offsets say how many words of each line have vectors)."""
-    if Path(out).suffix not in OUTPUT_SUFFIXES:  # before any work
-        raise ConfigError(f"--out {out}: the file must end in {' or '.join(OUTPUT_SUFFIXES)}")
+    output_files(out)  # before any work
     if max_positions is not None and max_positions < 1:
         raise ConfigError(f"--max-positions {max_positions}: must be >= 1")
     sentences = read_sentences(input_path)
