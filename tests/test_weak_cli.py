@@ -25,6 +25,7 @@ def test_analyze_and_label_a_text_file(tmp_path, capsys) -> None:
     assert main(["weak", "analyze", str(lfs), "--task", str(texts), "--plot", str(png)]) == 0
     out = capsys.readouterr().out
     assert "4 examples, 3 LFs" in out and "kw_song" in out and png.stat().st_size > 1000
+    assert "one-sided" in out and "--class-balance" in out  # each LF votes one class
     labels = tmp_path / "labels.jsonl"
     for model in ("majority", "dawid-skene", "snorkel"):
         argv = ["weak", "label", str(lfs), "--task", str(texts), "--model", model,
@@ -70,9 +71,19 @@ def test_label_with_a_fixed_or_labelled_class_balance(tmp_path, capsys) -> None:
         rows = [json.loads(line) for line in labels.read_text(encoding="utf-8").splitlines()]
         shares[spec] = rows[2]["probs"]["1"]  # a comment both keyword LFs vote on, in conflict
     assert shares["0.2,0.8"] > shares["uniform"]  # the prior moves a conflicted vote
+    texts.write_text("check my channel now\nnice song\nlove this song my friend\nno keyword in this one\n",
+                     encoding="utf-8")
+    for model in ("majority", "dawid-skene"):  # every label model takes a fixed balance
+        assert main(["weak", "label", str(lfs), "--task", str(texts), "--model", model,
+                     "--class-balance", "0.2,0.8", "--out", str(labels), "--overwrite"]) == 0
+        rows = [json.loads(line) for line in labels.read_text(encoding="utf-8").splitlines()]
+        assert rows[3]["votes"] == 0 and rows[3]["label"] == "1"
+        if model == "majority":  # no vote: the given balance (Dawid-Skene also reads the abstains)
+            assert rows[3]["probs"] == {"0": 0.2, "1": 0.8}
     assert main(["weak", "label", str(lfs), "--task", str(texts), "--model", "majority",
-                 "--class-balance", "uniform", "--out", str(labels), "--overwrite"]) == 2
-    assert "snorkel label model" in capsys.readouterr().err
+                 "--out", str(labels), "--overwrite"]) == 0
+    rows = [json.loads(line) for line in labels.read_text(encoding="utf-8").splitlines()]
+    assert rows[3]["label"] is None and "no label 25.0%" in capsys.readouterr().out  # no vote: no label
     assert np.allclose(class_balance("1,3", "x"), [0.25, 0.75])
     assert np.allclose(class_balance("from:dev", "spam"), [0.46, 0.54])  # the tutorial's 100 labelled comments
     for bad in ("0.5", "a,b", "0,1", "nan,1", "inf,1"):

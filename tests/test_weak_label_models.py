@@ -56,15 +56,53 @@ def test_majority_vote_probabilities_ties_and_empty_rows() -> None:
     unfitted = MajorityVote(3)
     assert unfitted.predict_proba(L).tolist() == [
         [1, 0, 0], [.5, .5, 0], [1 / 3, 1 / 3, 1 / 3], [0, 0, 1], [0, 1, 0]]
-    assert unfitted.predict(L).tolist() == [0, 0, 0, 2, 1]  # uniform prior: lowest index
+    assert unfitted.predict(L).tolist() == [0, 0, -1, 2, 1]  # ties: lowest index; no vote: abstain
     assert unfitted.predict(L, tie_break="abstain").tolist() == [0, -1, -1, 2, 1]
-    fitted = MajorityVote(3).fit(L)  # decisive rows: 0, 2, 1 -> prior (2, 2, 2) / 6
-    assert fitted.class_balance_.tolist() == pytest.approx([1 / 3] * 3)
-    fitted.fit(np.array([[1, 1], [1, -1], [0, -1], [2, 2]]))  # decisive 1, 1, 0, 2
-    assert fitted.class_balance_.tolist() == pytest.approx([2 / 7, 3 / 7, 2 / 7])
-    assert fitted.predict(L).tolist() == [0, 1, 1, 2, 1]  # ties and the empty row -> class 1
-    assert fitted.predict_proba(L)[2].tolist() == pytest.approx([2 / 7, 3 / 7, 2 / 7])
-    assert fitted.score(L, np.array([0, 1, 1, 2, -1])) == 1.0  # unknown gold skipped
+    fitted = MajorityVote(3).fit(np.array([[1, 1], [1, -1], [0, -1], [2, 2]]))
+    assert fitted.class_balance_.tolist() == pytest.approx([1 / 3] * 3)  # nothing learned from votes
+    assert fitted.predict(L).tolist() == [0, 0, -1, 2, 1]
+    assert fitted.score(L, np.array([0, 0, 1, 2, -1])) == 0.75  # unknown gold skipped, abstain wrong
+    given = MajorityVote(3, class_balance=[0.2, 0.5, 0.3]).fit(L)
+    assert given.predict(L).tolist() == [0, 1, 1, 2, 1]  # ties and the empty row -> the likelier class
+    assert given.predict_proba(L)[2].tolist() == pytest.approx([0.2, 0.5, 0.3])
+
+
+def imbalanced_one_sided(n=5000, seed=0):
+    """Issue 47's matrix: 10% positives; three LFs vote 1 (fire on 60% of positives, 10% of
+    negatives), one votes 0 (5% / 1%). Each LF beats random per class, yet the three
+    positive LFs vote 1 more often on negatives (0.9 * 0.1 > 0.1 * 0.6)."""
+    rng = np.random.default_rng(seed)
+    y = (rng.random(n) < 0.1).astype(int)
+    specs = [(1, .6, .1)] * 3 + [(0, .05, .01)]
+    L = np.full((n, 4), -1)
+    for j, (label, hit, false_alarm) in enumerate(specs):
+        L[:, j] = np.where(rng.random(n) < np.where(y == label, hit, false_alarm), label, -1)
+    return L, y
+
+
+def test_imbalanced_one_sided_lfs_are_not_inverted() -> None:
+    L, y = imbalanced_one_sided()
+    always_negative = float((y == 0).mean())  # 0.895
+    ds = DawidSkene(2).fit(L)
+    assert ds.score(L, y) > 0.93 and ds.class_balance_[0] > 0.85  # the inverted fit scored 0.063
+    assert ds.theta_[0, 1, 2] > 0.5 > 0.2 > ds.theta_[0, 0, 2]  # P(vote 1 | 1) ~0.6, P(vote 1 | 0) ~0.1
+    fixed = LabelModel(2, class_balance=[0.9, 0.1]).fit(L)
+    assert fixed.class_balance_.tolist() == [0.9, 0.1] and fixed.score(L, y) > 0.93
+    given = DawidSkene(2, class_balance=[0.9, 0.1]).fit(L)
+    assert given.class_balance_.tolist() == [0.9, 0.1] and given.score(L, y) > 0.93
+    assert ds.score(L, y) > always_negative + 0.03
+    # learned balance: at least Snorkel's LabelModel on this matrix (0.44, issue 47)
+    assert LabelModel(2).fit(L).score(L, y) > 0.6
+
+
+def test_majority_vote_gives_uncovered_rows_no_class_of_a_biased_prior() -> None:
+    L, y = imbalanced_one_sided()
+    uncovered = (L == -1).all(axis=1)
+    labels = MajorityVote(2).fit(L).predict(L)
+    assert (labels[uncovered] == -1).all()  # abstains, as Snorkel's MajorityLabelVoter
+    assert (labels[~uncovered] >= 0).all()  # every row an LF votes on gets its majority
+    given = MajorityVote(2, class_balance=[0.9, 0.1]).fit(L).predict(L)
+    assert (given[uncovered] == 0).all()  # the old learned prior gave them all class 1
 
 
 # --- parameter recovery ----------------------------------------------------------------------
@@ -110,6 +148,39 @@ def test_align_classes_undoes_an_inverted_solution() -> None:
     fixed, balance, perm = align_classes(flipped, prior[::-1].copy())
     assert perm == (1, 0) and np.allclose(fixed, theta) and np.allclose(balance, prior)
     assert align_classes(theta, prior)[2] == (0, 1)
+
+
+def test_align_classes_reads_class_conditional_rates_not_balance_weighted_ones() -> None:
+    # theta[j, y, o] of issue 47's LFs, outcome 0 = abstain, 1 = votes 0, 2 = votes 1
+    theta = np.array([[[.9, 0, .1], [.4, 0, .6]]] * 3 + [[[.95, .05, 0], [.99, .01, 0]]])
+    balance = np.array([0.9, 0.1])
+    # identity: 0.05 + 3 * 0.6 = 1.85 against the renaming's 3 * 0.1 + 0.01 = 0.31; weighted by
+    # the balance the renaming won: 0.9 * 0.3 + 0.1 * 0.01 = 0.271 against 0.9 * 0.05 + 0.1 * 1.8 = 0.225
+    assert align_classes(theta, balance)[2] == (0, 1)
+    renamed, new_balance, perm = align_classes(theta[:, ::-1].copy(), balance[::-1].copy())
+    assert perm == (1, 0) and np.allclose(renamed, theta) and new_balance.tolist() == [0.9, 0.1]
+
+
+def test_a_fixed_class_balance_is_never_reordered() -> None:
+    theta = np.array([[[.9, 0, .1], [.4, 0, .6]]] * 3)
+    flipped = theta[:, ::-1].copy()
+    kept, balance, perm = align_classes(flipped, np.array([0.9, 0.1]), fixed=True)
+    assert perm == (0, 1) and balance.tolist() == [0.9, 0.1] and np.array_equal(kept, flipped)
+    # a uniform fixed balance is the same under every renaming: the guard still works
+    assert align_classes(flipped, np.array([0.5, 0.5]), fixed=True)[2] == (1, 0)
+
+
+def test_one_sided_lfs_without_a_balance_are_warned_about(caplog) -> None:
+    L, _ = imbalanced_one_sided(n=500)
+    with caplog.at_level("WARNING", logger="muppets.weak.base"):
+        LabelModel(2, class_balance=[0.9, 0.1]).fit(L)
+        MajorityVote(2).fit(L)
+        DawidSkene(2).fit(symmetric_lfs(n=500)[0])  # two-sided LFs
+    assert "one-sided" not in caplog.text
+    with caplog.at_level("WARNING", logger="muppets.weak.base"):
+        LabelModel(2).fit(L)
+        DawidSkene(2).fit(L)
+    assert caplog.text.count("one-sided") == 2 and "--class-balance" in caplog.text
 
 
 def test_no_lf_fitted_worse_than_random() -> None:
@@ -158,8 +229,9 @@ def test_errors() -> None:
         DawidSkene(2).predict_proba(np.array([[0, 1]]))
     with pytest.raises(ConfigError, match="fitted on 2 LFs"):
         DawidSkene(2).fit(np.array([[0, 1], [1, 1]])).predict(np.array([[0, 1, 1]]))
-    with pytest.raises(ConfigError, match="class_balance"):
-        LabelModel(2, class_balance=np.array([0.2, 0.2]))
+    for name in ("majority", "dawid-skene", "snorkel"):
+        with pytest.raises(ConfigError, match="class_balance"):
+            make_label_model(name, 2, class_balance=np.array([0.2, 0.2]))
     for name in ("majority", "dawid-skene", "snorkel"):
         with pytest.raises(ConfigError, match="empty label matrix"):
             make_label_model(name, 2).fit(np.zeros((0, 3), dtype=int))

@@ -127,6 +127,32 @@ def test_keyword_resources_key_the_cache_apart() -> None:
     assert keyword_lf("k", ["my"], 1).cache_key() != keyword_lf("k", ["plz"], 1).cache_key()
 
 
+SET_RESOURCE_KEY = """
+from muppets.weak import LabelingFunction
+def vote(x, words, table):
+    return 1 if words & set(x.text.split()) else -1
+lf = LabelingFunction("kw", vote, {"words": {"buy", "now", "cheap", "plz", "sub", "free", "win"},
+                                  "table": {"b": frozenset({"x", "y", "z"}), "a": [{"q", "r", "s"}]}})
+print(lf.cache_key())
+"""
+
+
+def test_a_set_resource_keys_the_cache_alike_in_every_process(tmp_path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    script = tmp_path / "key.py"
+    script.write_text(SET_RESOURCE_KEY, encoding="utf-8")
+    keys = {subprocess.run([sys.executable, str(script)], capture_output=True, text=True, check=True,
+                           env={**os.environ, "PYTHONHASHSEED": str(seed)}).stdout.strip()
+            for seed in (0, 1, 2, 3)}
+    assert len(keys) == 1 and len(next(iter(keys))) == 64
+    from muppets.weak.lf import _resource_repr
+    assert _resource_repr({"b": 1, "a": {3, 1, 2}}) == _resource_repr({"a": {2, 3, 1}, "b": 1})
+    assert _resource_repr({"a", "b"}) != _resource_repr({"a", "c"})
+
+
 def test_parallel_equals_sequential_and_errors_cross_processes() -> None:
     lfs = [keyword_lf("kw_my", ["my"], 1), length_lf("short", 0, below=3)]
     data = examples(TEXTS * 7)

@@ -170,6 +170,42 @@ def test_prototype_lf_votes_the_closest_class_by_margin(model_dir):
         prototype_lf("proto", model_dir, {0: ["bad"]})
 
 
+class FixedPredictor:
+    """A stand-in Predictor whose probabilities are written by hand."""
+
+    def __init__(self, labels, rows):
+        self.labels, self.rows = labels, rows
+
+    def predict_proba(self, inputs):
+        assert len(inputs) == len(self.rows)
+        return self.rows
+
+
+def test_vote_rules_on_fixed_scores_give_fixed_labels(clf_dir, tag_dir, model_dir):
+    """The threshold and margin rules against hand-written scores and hand-written votes
+    (the tests above check the rules on real model outputs, but with the rules' own formula)."""
+    from muppets.weak.model_lfs import _vote_by_margin
+
+    scores = np.array([[0.1, 0.5], [0.3, 0.2], [0.4, 0.4], [0.9, 0.1]])
+    assert _vote_by_margin(scores, [0, 1], 0.15) == [1, ABSTAIN, ABSTAIN, 0]
+    assert _vote_by_margin(scores, [0, 1], 0.0) == [1, 0, ABSTAIN, 0]  # a tie abstains
+    assert _vote_by_margin(np.array([[1.0, 2.0, 3.0], [3.0, 2.9, 0.0]]), [0, 3, 7], 0.5) == [7, ABSTAIN]
+    rows = np.array([[0.95, 0.05], [0.2, 0.8], [0.5, 0.5], [0.08, 0.92]])
+    pos = predictor_lf("positive", clf_dir, {"pos": 1}, threshold=0.9)
+    pos.__dict__["predictor"] = FixedPredictor(["neg", "pos"], rows)
+    assert pos.label_batch(examples(TEXTS[:4])) == [ABSTAIN, ABSTAIN, ABSTAIN, 1]
+    both = predictor_lf("both", clf_dir, {"neg": 0, "pos": 1}, threshold=0.6)
+    both.__dict__["predictor"] = FixedPredictor(["neg", "pos"], rows)
+    assert both.label_batch(examples(TEXTS[:4])) == [0, 1, ABSTAIN, 1]
+    per = tagger_lf("has_person", tag_dir, "PER", 0, threshold=0.7, max_words=5)
+    words = [np.array([[0.9, 0.05, 0.05, 0, 0], [0.2, 0.5, 0.3, 0, 0]]),  # PER 0.8 on "went": votes
+             np.array([[0.4, 0.3, 0.2, 0.1, 0.0]] * 3)]  # PER 0.5 at best: abstains
+    per.__dict__["predictor"] = FixedPredictor(TAGS, words)
+    # texts of 2 and 3 words (under max_words), one of 6 words (over: abstains without the model)
+    texts = ["mary went", "the plot thickens", "really quite a lovely story and"]
+    assert per.label_batch(examples(texts)) == [0, ABSTAIN, ABSTAIN]
+
+
 def test_applier_runs_a_model_lf_once_and_caches_its_column(clf_dir, tmp_path, monkeypatch):
     lf = predictor_lf("positive", clf_dir, {"pos": 1}, threshold=0.5)
     calls = []

@@ -145,6 +145,7 @@ def _weak_matrix(args: argparse.Namespace, before: Callable[[Any], Any] = lambda
 
 def _weak_analyze(args: argparse.Namespace) -> int:
     from muppets.weak import lf_summary, plot_lf_summary
+    from muppets.weak.matrix import ONE_SIDED_ADVICE, one_sided
 
     refuse_existing(args.plot, overwrite=args.overwrite)
     lfs, weak, L, _ = _weak_matrix(args)
@@ -154,6 +155,8 @@ def _weak_analyze(args: argparse.Namespace) -> int:
           f"{(L != -1).any(axis=1).mean():.1%} labelled by at least one"
           + ("" if gold is None else "; gold labels used for correct/incorrect/emp.acc"))
     print(summary.format())
+    if one_sided(L):
+        print(f"note: {ONE_SIDED_ADVICE}")
     if args.plot:
         print(f"plot: {plot_lf_summary(summary, args.plot, title=weak.description)}")
     return 0
@@ -172,6 +175,8 @@ def _weak_label(args: argparse.Namespace) -> int:
     probs, labels = model.predict_proba(L), model.predict(L)
     n = write_labels(args.out, weak, probs, labels, L, overwrite=args.overwrite)
     shares = ", ".join(f"{name} {np.mean(labels == k):.1%}" for k, name in enumerate(weak.label_names))
+    if (labels == -1).any():
+        shares += f", no label {np.mean(labels == -1):.1%} (no LF votes; --class-balance gives them one)"
     print(f"wrote {n} labels ({args.model}) of {weak.description} to {args.out}: {shares}")
     if weak.gold is not None and (weak.gold != -1).any():
         print(f"accuracy against the split's own labels: {model.score(L, weak.gold):.2%}")
@@ -782,7 +787,8 @@ def _add_weak_parser(sub: argparse._SubParsersAction) -> None:
             from muppets.weak import MODELS
             w.add_argument("--model", choices=MODELS, default="snorkel", help="the label model (default snorkel)")
             w.add_argument("--class-balance", default="learned",
-                           help="snorkel model: learned | uniform | shares such as 0.46,0.54 | "
+                           help="the prior of every label model: learned (majority vote: none, rows "
+                                "without a vote get no label) | uniform | shares such as 0.46,0.54 | "
                                 "from:SPLIT (the label shares of a labelled split, e.g. from:dev)")
             w.add_argument("--out", required=True, help="the jsonl file to write")
             w.add_argument("--overwrite", action="store_true", help="replace the file at --out")

@@ -42,14 +42,11 @@ def __getattr__(name: str) -> Any:
 
 def make_label_model(name: str, cardinality: int, class_balance: Any = None) -> Any:
     """A fresh label model by CLI name: ``majority`` (:class:`MajorityVote`), ``dawid-skene``
-    (:class:`DawidSkene`), ``snorkel`` (:class:`LabelModel`, the Snorkel-style model, which
-    alone takes a fixed ``class_balance``; None = learned)."""
+    (:class:`DawidSkene`), ``snorkel`` (:class:`LabelModel`, the Snorkel-style model); each
+    takes a fixed ``class_balance`` (None: learned by the latent-class models, unused by
+    majority vote, which then abstains on rows no LF labels)."""
     from muppets.errors import ConfigError
     homes = {"majority": "MajorityVote", "dawid-skene": "DawidSkene", "snorkel": "LabelModel"}
     if name not in homes:
         raise ConfigError(f"unknown label model {name!r}; choose one of {MODELS}")
-    if class_balance is None:
-        return __getattr__(homes[name])(cardinality)
-    if name != "snorkel":
-        raise ConfigError(f"a fixed class balance is a setting of the snorkel label model, not {name!r}")
-    return __getattr__("LabelModel")(cardinality, class_balance=class_balance)
+    return __getattr__(homes[name])(cardinality, class_balance=class_balance)

@@ -8,9 +8,20 @@ row's maximum, the one with the larger learned class balance wins, then the lowe
 
 **Label alignment** (the identifiability guard): a latent-class model fits the data equally
 well with its classes renamed (e.g. every LF "inverted" on a binary task, snorkel issue
-#1422). After fitting we pick the renaming under which the LFs vote the class they are modelled
-to vote most often — LFs are assumed better than random on average, the assumption weak
-supervision rests on — and log it when it is not the identity.
+#1422). After fitting we pick the renaming under which the LFs vote each class more often
+when it is the truth than when it is not — LFs better than random *per class*, the assumption
+weak supervision rests on: the renaming ``p`` maximises ``sum_j sum_y P(LF j votes p[y] | y)``,
+the class-conditional vote rates, **not** weighted by the class balance (weighting by it lets a
+common class's false alarms outvote a rare class's hits: three LFs that fire on 60% of the 10%
+positives and 10% of the negatives vote "positive" more often on negatives, yet are good
+LFs). Ties keep the identity; a renaming is logged. A class balance the user fixed is never
+reordered: only renamings that leave it unchanged are considered (with a uniform fixed
+balance, all of them).
+
+**Class balance**: every label model takes ``class_balance`` (``(K,)`` positive shares summing
+to 1, in label order) to fix the prior instead of learning it. With one-sided LFs (each votes
+one class only: spam, fraud, rare entities) the balance is barely identifiable from their
+agreements; give it from labelled data or domain knowledge (``weak label --class-balance``).
 """
 
 from __future__ import annotations
@@ -21,9 +32,10 @@ import logging
 import numpy as np
 
 from muppets.errors import ConfigError
-from muppets.weak.matrix import accuracy, check_gold, check_label_matrix, vote_counts
+from muppets.weak.matrix import (ONE_SIDED_ADVICE, accuracy, check_gold, check_label_matrix, one_sided,
+                                 vote_counts)
 
-__all__ = ["LabelModelBase", "majority_posteriors", "outcome_one_hot", "align_classes"]
+__all__ = ["LabelModelBase", "majority_posteriors", "outcome_one_hot", "align_classes", "check_balance"]
 
 logger = logging.getLogger(__name__)
 
@@ -34,11 +46,20 @@ class LabelModelBase:
     """Shared API. Subclasses set ``class_balance_`` in ``fit`` and implement
     ``predict_proba``."""
 
-    def __init__(self, cardinality: int = 2) -> None:
+    learns_balance = True  # fit estimates the class balance unless one is given
+
+    def __init__(self, cardinality: int = 2, class_balance: object = None) -> None:
         if cardinality < 2:
             raise ConfigError(f"cardinality must be >= 2, got {cardinality}")
         self.cardinality = cardinality
+        # (K,) the prior the user fixed, in label order; None = learned (module docstring)
+        self.fixed_balance = None if class_balance is None else check_balance(class_balance, cardinality)
         self.class_balance_: np.ndarray | None = None  # (K,) once fitted
+
+    def _align(self, theta: np.ndarray, balance: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``theta`` and ``balance`` with the latent classes renamed onto the labels."""
+        theta, balance, _ = align_classes(theta, balance, fixed=self.fixed_balance is not None)
+        return theta, balance
 
     def _check(self, L: object) -> np.ndarray:
         return check_label_matrix(L, self.cardinality)
@@ -49,6 +70,8 @@ class LabelModelBase:
         if L.shape[0] == 0 or L.shape[1] == 0:
             raise ConfigError(f"{type(self).__name__}: cannot fit on an empty label matrix "
                               f"{L.shape}")
+        if self.learns_balance and self.fixed_balance is None and one_sided(L):
+            logger.warning("%s: %s", type(self).__name__, ONE_SIDED_ADVICE)
         return L
 
     def _fitted_outcomes(self, L: object, theta: np.ndarray | None) -> np.ndarray:
@@ -105,24 +128,38 @@ def outcome_one_hot(L: np.ndarray, cardinality: int) -> np.ndarray:
     return (L[:, :, None] + 1 == np.arange(cardinality + 1)[None, None, :]).astype(np.float64)
 
 
-def align_classes(theta: np.ndarray, balance: np.ndarray, max_classes: int = 7
-                  ) -> tuple[np.ndarray, np.ndarray, tuple[int, ...]]:
-    """Rename latent classes so LFs vote their modelled class most (see module docstring).
+def check_balance(values: object, cardinality: int) -> np.ndarray:
+    """``values`` as a ``(K,)`` float64 class balance, or a :class:`ConfigError` naming them."""
+    arr = np.asarray(values, dtype=np.float64)
+    if arr.shape != (cardinality,) or not np.isfinite(arr).all() or (arr <= 0).any() \
+            or abs(arr.sum() - 1) > 1e-6:
+        raise ConfigError(f"class_balance must be {cardinality} positive numbers summing to 1, "
+                          f"got {values!r}")
+    return arr
+
+
+def align_classes(theta: np.ndarray, balance: np.ndarray, fixed: bool = False,
+                  max_classes: int = 7) -> tuple[np.ndarray, np.ndarray, tuple[int, ...]]:
+    """Rename latent classes so that the LFs beat random per class (see module docstring).
 
     ``theta`` is ``(m, K, K+1)`` = P(LF j outputs o | latent y), outcome 0 = abstain;
     returns the renamed ``theta``, ``balance`` and the permutation ``p`` (latent y → label
-    ``p[y]``). With more than ``max_classes`` classes the identity is kept (K! renamings).
+    ``p[y]``). ``fixed``: ``balance`` was given by the user, so only renamings that leave it
+    unchanged are allowed. With more than ``max_classes`` classes the identity is kept (K!
+    renamings).
     """
     K = balance.shape[0]
+    identity = tuple(range(K))
     if K > max_classes:
-        return theta, balance, tuple(range(K))
-    # agree[y, c] = P(Y=y) * sum_j P(LF j votes c | Y=y)
-    agree = balance[:, None] * theta[:, :, 1:].sum(axis=0)
-    best = max(itertools.permutations(range(K)),
-               key=lambda p: (sum(agree[y, p[y]] for y in range(K)), p == tuple(range(K))))
-    if best == tuple(range(K)):
+        return theta, balance, identity
+    # rate[y, c] = sum_j P(LF j votes c | Y = y): class-conditional, not weighted by P(Y = y)
+    rate = theta[:, :, 1:].sum(axis=0)
+    allowed = [p for p in itertools.permutations(range(K))
+               if not fixed or np.allclose(balance[list(p)], balance)]
+    best = max(allowed, key=lambda p: (sum(rate[y, p[y]] for y in range(K)), p == identity))
+    if best == identity:
         return theta, balance, best
-    logger.info("label model: latent classes renamed %s so that LFs beat random on average", best)
+    logger.info("label model: latent classes renamed %s so that the LFs beat random per class", best)
     new_theta, new_balance = np.empty_like(theta), np.empty_like(balance)
     for y, label in enumerate(best):
         new_theta[:, label, :] = theta[:, y, :]

@@ -11,6 +11,8 @@ EM from majority vote: the first M-step uses the majority-vote posteriors (ties 
 rows uniform); every M-step adds ``smoothing`` pseudo-counts to each confusion cell and to
 each class count (a symmetric Dirichlet MAP, which keeps rare outcomes off zero). Iterates
 until the largest parameter change is below ``tol``. No randomness: the seed is not needed.
+A ``class_balance`` given to the constructor is kept fixed through EM (``pi`` is not
+re-estimated).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import logging
 import numpy as np
 
 from muppets.errors import ConfigError
-from muppets.weak.base import (LabelModelBase, align_classes, majority_posteriors,
+from muppets.weak.base import (LabelModelBase, majority_posteriors,
                                outcome_one_hot, posterior)
 
 __all__ = ["DawidSkene", "confusion_from_posteriors"]
@@ -49,8 +51,8 @@ class DawidSkene(LabelModelBase):
     """
 
     def __init__(self, cardinality: int = 2, smoothing: float = 1.0, max_iter: int = 200,
-                 tol: float = 1e-6) -> None:
-        super().__init__(cardinality)
+                 tol: float = 1e-6, class_balance: np.ndarray | None = None) -> None:
+        super().__init__(cardinality, class_balance)
         if smoothing < 0 or max_iter < 1 or tol <= 0:
             raise ConfigError(f"DawidSkene: need smoothing >= 0, max_iter >= 1, tol > 0; got "
                               f"{smoothing}, {max_iter}, {tol}")
@@ -62,19 +64,23 @@ class DawidSkene(LabelModelBase):
         """EM on ``L`` (n, m); see the module docstring."""
         L = self._check_fit(L)
         outcomes = outcome_one_hot(L, self.cardinality)
-        theta, pi = confusion_from_posteriors(
-            outcomes, majority_posteriors(L, self.cardinality), self.smoothing)
+        theta, pi = self._m_step(outcomes, majority_posteriors(L, self.cardinality))
         for step in range(1, self.max_iter + 1):
             q = posterior(np.log(pi), np.log(theta), outcomes)  # E-step, (n, K)
-            new_theta, new_pi = confusion_from_posteriors(outcomes, q, self.smoothing)
+            new_theta, new_pi = self._m_step(outcomes, q)
             change = max(np.abs(new_theta - theta).max(), np.abs(new_pi - pi).max())
             theta, pi, self.n_iter_ = new_theta, new_pi, step
             if change < self.tol:
                 break
         else:
             logger.info("Dawid-Skene: stopped after %d EM steps (last change %.2e)", step, change)
-        self.theta_, self.class_balance_, _ = align_classes(theta, pi)
+        self.theta_, self.class_balance_ = self._align(theta, pi)
         return self
+
+    def _m_step(self, outcomes: np.ndarray, q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``theta`` and ``pi`` from soft labels ``q``; a fixed class balance stays as given."""
+        theta, pi = confusion_from_posteriors(outcomes, q, self.smoothing)
+        return theta, (pi if self.fixed_balance is None else self.fixed_balance)
 
     def predict_proba(self, L: np.ndarray) -> np.ndarray:
         """``(n, K)`` P(Y | the LFs' outcomes, abstains included)."""

@@ -26,7 +26,8 @@ What differs from Snorkel 0.10's ``LabelModel``, each against a failure its user
   quasi-Newton solver (L-BFGS, float64): no learning rate, epochs or seed to tune; the fit is a
   deterministic function of ``L``.
 * **Identifiability guard**: :func:`~muppets.weak.base.align_classes` maps latent classes to
-  labels so that the LFs beat random on average.
+  labels so that the LFs beat random per class (class-conditional vote rates, not weighted
+  by the balance; a fixed ``class_balance`` is never reordered).
 * **Every LF better than random** (``better_than_random=True``): for each LF ``j`` and each
   class ``l``, ``P(LF j votes l | Y = l) >= P(LF j votes l | Y = y)`` for every other ``y``,
   held by a squared-hinge penalty of weight ``penalty``. Under the independence assumption
@@ -68,7 +69,7 @@ import numpy as np
 import torch
 
 from muppets.errors import ConfigError
-from muppets.weak.base import (LabelModelBase, align_classes, majority_posteriors,
+from muppets.weak.base import (LabelModelBase, majority_posteriors,
                                outcome_one_hot, posterior)
 from muppets.weak.dawid_skene import confusion_from_posteriors
 
@@ -110,26 +111,17 @@ class LabelModel(LabelModelBase):
                  class_balance: np.ndarray | None = None, abstain_evidence: bool = False,
                  better_than_random: bool = True, penalty: float = 100.0,
                  clip: float = 0.01) -> None:
-        super().__init__(cardinality)
+        super().__init__(cardinality, class_balance)
         if l2 < 0 or max_iter < 1 or not 0 <= clip < 0.5:
             raise ConfigError(f"LabelModel: need l2 >= 0, max_iter >= 1, 0 <= clip < 0.5; got "
                               f"{l2}, {max_iter}, {clip}")
         self.l2, self.max_iter, self.clip = l2, max_iter, clip
         self.abstain_evidence = abstain_evidence
         self.penalty = penalty if better_than_random else 0.0
-        self.fixed_balance = None if class_balance is None else self._balance(class_balance)
         self.theta_: np.ndarray | None = None  # (m, K, K+1) P(outcome | class)
         self.loss_: float | None = None
         self.fit_residual_: float | None = None  # ||M2 - O2|| / ||O2|| over LF pairs
         self.worst_pair_: tuple[int, int] | None = None  # the LF pair whose co-votes fit worst
-
-    def _balance(self, values: np.ndarray) -> np.ndarray:
-        arr = np.asarray(values, dtype=np.float64)
-        if arr.shape != (self.cardinality,) or not np.isfinite(arr).all() or (arr <= 0).any() \
-                or abs(arr.sum() - 1) > 1e-6:
-            raise ConfigError(f"class_balance must be {self.cardinality} positive numbers "
-                              f"summing to 1, got {values!r}")
-        return arr
 
     def fit(self, L: np.ndarray) -> LabelModel:
         """Match the moments of ``L`` (n, m) from the majority-vote start."""
@@ -140,7 +132,9 @@ class LabelModel(LabelModelBase):
         if self.fixed_balance is not None:
             pi0 = self.fixed_balance
         theta, pi = self._solve(outcomes, theta0, pi0)
-        self.theta_, self.class_balance_, _ = align_classes(theta, pi)
+        if self.fixed_balance is not None:
+            pi = self.fixed_balance  # exactly as given (softmax of its log rounds it)
+        self.theta_, self.class_balance_ = self._align(theta, pi)
         self._check_independence(outcomes)
         return self
 

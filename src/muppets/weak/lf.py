@@ -109,10 +109,23 @@ def _module_source(func: Callable[..., Any]) -> str:
 
 
 def _resource_repr(value: Any) -> str:
+    """A text for the cache key that is the same in every process: sets and dicts are written
+    in sorted order of their items' texts (``repr`` of a set of strings follows the process's
+    hash seed, so the key would change on every run), recursively through lists and tuples."""
     if isinstance(value, re.Pattern):
         return f"re({value.pattern!r}, {value.flags})"
     key = getattr(value, "cache_key", None)
-    return key() if callable(key) else repr(value)
+    if callable(key):
+        return key()
+    if isinstance(value, (set, frozenset)):
+        return "{" + ", ".join(sorted(_resource_repr(v) for v in value)) + "}"
+    if isinstance(value, Mapping):
+        items = sorted(f"{_resource_repr(k)}: {_resource_repr(v)}" for k, v in value.items())
+        return "{" + ", ".join(items) + "}"
+    if isinstance(value, (list, tuple)):
+        inner = ", ".join(_resource_repr(v) for v in value)
+        return f"[{inner}]" if isinstance(value, list) else f"({inner})"
+    return repr(value)
 
 
 def labeling_function(name: str | None = None,

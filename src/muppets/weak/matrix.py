@@ -10,7 +10,12 @@ import numpy as np
 
 from muppets.errors import ConfigError
 
-__all__ = ["check_label_matrix", "check_gold", "vote_counts", "one_hot_votes", "accuracy"]
+__all__ = ["check_label_matrix", "check_gold", "vote_counts", "one_hot_votes", "accuracy", "one_sided",
+           "ONE_SIDED_ADVICE"]
+
+ONE_SIDED_ADVICE = ("every LF votes one class only (one-sided LFs): the class balance is barely identifiable "
+                    "from their agreements; give one from labelled data or domain knowledge "
+                    "(--class-balance from:SPLIT or shares such as 0.9,0.1)")
 
 
 def check_label_matrix(L: object, cardinality: int | None = None) -> np.ndarray:
@@ -63,3 +68,11 @@ def accuracy(pred: np.ndarray, gold: np.ndarray) -> float:
     if not keep.any():
         raise ConfigError("no gold labels to score against")
     return float((pred[keep] == gold[keep]).mean())
+
+
+def one_sided(L: np.ndarray) -> bool:
+    """True when every LF that votes at all votes one class only (and some LF votes): the case
+    where a label model's learned class balance cannot be trusted (:data:`ONE_SIDED_ADVICE`)."""
+    classes = [np.unique(column[column >= 0]) for column in L.T]
+    voting = [c for c in classes if len(c)]
+    return bool(voting) and all(len(c) == 1 for c in voting)

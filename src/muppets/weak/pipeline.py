@@ -11,7 +11,9 @@ Inputs (``--task``):
 Output of :func:`write_labels`: one JSON object per example, ``{"id", "text", "probs",
 "label", "votes"}`` — ``probs`` as ``{label name: probability}`` (what ``muppets finetune``
 reads as soft labels from such a file, with no label list to pass), ``label`` the model's prediction
-(most probable, ties broken as the model states), ``votes`` how many LFs did not abstain (0: the label model's prior alone).
+(most probable, ties broken as the model states; ``null`` where the model abstains: majority vote
+on a row no LF labels, unless a class balance is given), ``votes`` how many LFs did not abstain
+(0: the label model's prior alone).
 """
 
 from __future__ import annotations
@@ -103,7 +105,7 @@ def write_labels(path: str | Path, weak: WeakInput, probs: np.ndarray, labels: n
             fh.write(json.dumps({
                 "id": ex.id, "text": ex.text,
                 "probs": {name: round(float(p), 6) for name, p in zip(weak.label_names, row)},
-                "label": weak.label_names[int(label)], "votes": int(n_votes)},
+                "label": weak.label_names[int(label)] if label >= 0 else None, "votes": int(n_votes)},
                 ensure_ascii=False) + "\n")
     return len(weak.examples)
 
