@@ -68,8 +68,8 @@ from muppets.weak.matrix import accuracy
 from muppets.weak.pipeline import weak_task_data
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from weak_runs import (Job, common_arguments, lf_report, paired, run_jobs, setup,  # noqa: E402
-                       table, write_json)
+from weak_runs import (Job, common_arguments, hard_targets, lf_report, paired, run_jobs,  # noqa: E402
+                       setup, table, write_json)
 
 ROOT = Path(__file__).resolve().parents[1]
 LABELS = ["0", "1"]  # 0 = ham, 1 = spam
@@ -78,6 +78,8 @@ logger = logging.getLogger("weak_end_model")
 
 
 def build_lfs(args: argparse.Namespace) -> list:
+    if args.no_model_lfs:
+        return load_lfs(ROOT / "examples/weak/spam_lfs.py")
     spec = importlib.util.spec_from_file_location("spam_model_lfs",
                                                   ROOT / "examples/weak/spam_model_lfs.py")
     module = importlib.util.module_from_spec(spec)
@@ -103,7 +105,7 @@ def label_models(L: np.ndarray, balance_gold: np.ndarray) -> dict[str, object]:
     """The candidate label models, fitted on train's matrix ``L``: ours with the class balance
     learned, assumed uniform (Snorkel's default), or estimated from the labelled selection rows
     ``balance_gold`` (the tutorial's 100 labelled dev comments); and majority vote."""
-    share = float(np.clip(balance_gold.mean(), 0.05, 0.95))
+    share = float(np.clip(balance_gold.mean(), 0.05, 0.95)) if len(balance_gold) else 0.5  # --quick: no dev
     return {"learned": LabelModel(2).fit(L),
             "uniform": LabelModel(2, class_balance=np.array([0.5, 0.5])).fit(L),
             "labelled-balance": LabelModel(2, class_balance=np.array([1 - share, share])).fit(L),
@@ -127,7 +129,7 @@ def weak_rows(train: list, L: np.ndarray, evaluate: dict, keep_uncovered: bool,
     chosen, sel_scores = choose(models, *selection)
     keep = None if keep_uncovered else (L != -1).any(axis=1)
     soft = weak_task_data("spam-weak", LABELS, train, lm.predict_proba(L), evaluate, keep)
-    majority = weak_task_data("spam-majority", LABELS, train, np.eye(2)[mv.predict(L)], evaluate, keep)
+    majority = weak_task_data("spam-majority", LABELS, train, hard_targets(mv, L), evaluate, keep)
     selected = weak_task_data("spam-selected", LABELS, train, models[chosen].predict_proba(L), evaluate, keep)
     g = gold(train)
     info = {"train_kept": int(len(train) if keep is None else keep.sum()),
@@ -191,6 +193,8 @@ def main() -> None:
                         choices=["soft", "soft-selected", "supervised"])
     parser.add_argument("--keep-uncovered", action="store_true")
     parser.add_argument("--zero-shot", action="store_true", help="add the zero-shot GPT LF")
+    parser.add_argument("--no-model-lfs", action="store_true",
+                        help="the tutorial's 7 deterministic LFs only (no fine-tuned model needed)")
     parser.add_argument("--sst2-model", default=str(ROOT / "runs/ft-sst2-minilm-sel/seed-1/best"))
     parser.add_argument("--ner-model", default=str(ROOT / "runs/ft-conll2003-minilm-unsorted/seed-1/best"))
     parser.add_argument("--gpt-model", default=str(ROOT / "runs/gpt-mini/final"))

@@ -145,6 +145,15 @@ def lf_report(lfs: Sequence[Any], L: np.ndarray, gold: np.ndarray) -> list[dict[
     return out
 
 
+def hard_targets(model: Any, L: np.ndarray) -> np.ndarray:
+    """``(n, K)`` one-hot targets of ``model.predict(L)``; a row the model abstains on (-1:
+    majority vote on a row no LF labels) keeps ``predict_proba``'s row instead of becoming a
+    one-hot of the last class (numpy's ``eye[-1]``)."""
+    labels = model.predict(L)
+    probs = model.predict_proba(L)
+    return np.where(labels[:, None] >= 0, np.eye(probs.shape[1])[labels], probs)
+
+
 def write_json(path: str | Path, obj: Any) -> None:
     from muppets.config import write_json_atomic
     write_json_atomic(Path(path), obj)

@@ -51,8 +51,8 @@ from muppets.weak.matrix import accuracy
 from muppets.weak.pipeline import weak_task_data
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from weak_runs import (Job, common_arguments, lf_report, paired, run_jobs, setup,  # noqa: E402
-                       table, write_json)
+from weak_runs import (Job, common_arguments, hard_targets, lf_report, paired, run_jobs,  # noqa: E402
+                       setup, table, write_json)
 
 ROOT = Path(__file__).resolve().parents[1]
 NEG, POS = 0, 1
@@ -126,7 +126,7 @@ def main() -> None:
     covered = (L_train != -1).any(axis=1)
     evaluate = {"dev": dev}
     sets = {"soft": weak_task_data("sst2-weak", LABELS, train, lm.predict_proba(L_train), evaluate, covered),
-            "majority": weak_task_data("sst2-majority", LABELS, train, np.eye(2)[mv.predict(L_train)],
+            "majority": weak_task_data("sst2-majority", LABELS, train, hard_targets(mv, L_train),
                                        evaluate, covered),
             "soft-uniform": weak_task_data("sst2-weak-uniform", LABELS, train, uniform.predict_proba(L_train),
                                            evaluate, covered)}
