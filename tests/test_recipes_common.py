@@ -78,6 +78,60 @@ def test_a_corpus_prepared_from_other_inputs_is_an_error_not_reused(tmp_path: Pa
     assert prepare_once(same, vocab, tmp_path / "run").directory == out  # the same file, spelled otherwise
 
 
+def test_a_relative_input_is_recorded_resolved(tmp_path: Path, monkeypatch) -> None:
+    here, there = tmp_path / "here", tmp_path / "there"
+    for folder, text in ((here, TEXT), (there, "A wholly different text.\n")):
+        folder.mkdir()
+        (folder / "raw.txt").write_text(text, encoding="utf-8")
+    vocab, run = _vocabs()[0], tmp_path / "run"
+    monkeypatch.chdir(here)
+    prepare_once(CorpusSection(inputs=["raw.txt"], workers=1), vocab, run)
+    meta = json.loads((run / "corpus" / "meta.json").read_text())
+    assert meta["sources"] == [str(here / "raw.txt")]
+    assert [f["path"] for f in meta["source_files"]] == [str(here / "raw.txt")]
+    before = _files(run / "corpus")
+    monkeypatch.chdir(there)  # the same relative name is another file here
+    moved = f"prepared from .*'{here / 'raw.txt'}'.*but corpus.inputs names .*'{there / 'raw.txt'}'"
+    with pytest.raises(ConfigError, match=moved):
+        prepare_once(CorpusSection(inputs=["raw.txt"], workers=1), vocab, run)
+    assert _files(run / "corpus") == before
+    named = CorpusSection(inputs=[str(here / "raw.txt")], workers=1)  # the original file, named absolutely
+    assert prepare_once(named, vocab, run).directory == run / "corpus"
+
+
+def test_an_edited_input_is_an_error_not_reused(tmp_path: Path) -> None:
+    vocab, run, folder = _vocabs()[0], tmp_path / "run", tmp_path / "in"
+    folder.mkdir()
+    raw = folder / "raw.txt"
+    raw.write_text(TEXT, encoding="utf-8")
+    sec = CorpusSection(inputs=[str(folder)], workers=1)
+    prepare_once(sec, vocab, run)
+    before = _files(run / "corpus")
+    mtime = raw.stat().st_mtime_ns
+    raw.write_text(TEXT + "One more line was added.\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match=f"was prepared from {raw}, which changed since"):
+        prepare_once(sec, vocab, run)
+    raw.write_text(TEXT, encoding="utf-8")
+    os.utime(raw, ns=(mtime, mtime))  # as it was; but a file was added
+    assert prepare_once(sec, vocab, run).directory == run / "corpus"
+    (folder / "more.txt").write_text("A new file.\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match=f"prepared without .*{folder / 'more.txt'}.*, which the inputs now hold"):
+        prepare_once(sec, vocab, run)
+    assert _files(run / "corpus") == before
+
+
+def test_an_older_meta_without_source_files_is_reused(tmp_path: Path, raw: Path) -> None:
+    vocab, run = _vocabs()[0], tmp_path / "run"
+    sec = CorpusSection(inputs=[str(raw)], workers=1)
+    prepare_once(sec, vocab, run)
+    meta_path = run / "corpus" / "meta.json"
+    meta = json.loads(meta_path.read_text())
+    del meta["source_files"]
+    meta_path.write_text(json.dumps(meta))
+    raw.write_text(TEXT + "Edited.\n", encoding="utf-8")  # not recorded: not checked
+    assert prepare_once(sec, vocab, run).directory == run / "corpus"
+
+
 def test_a_named_directory_that_is_no_corpus_is_an_error(tmp_path: Path, raw: Path) -> None:
     named = tmp_path / "my-notes"
     named.mkdir()

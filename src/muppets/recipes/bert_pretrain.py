@@ -19,7 +19,7 @@ from typing import Any, ClassVar
 import numpy as np
 from torch import nn
 
-from muppets.data.shards import TokenCorpus
+from muppets.data.shards import TokenCorpus, corpus_meta
 from muppets.errors import ConfigError
 from muppets.interop import hf_bert
 from muppets.interop.hf_bert import config_from_hf, load_hf_bert, save_hf_bert
@@ -29,7 +29,7 @@ from muppets.objectives.mlm import IGNORE
 from muppets.objectives.mlm_nsp import BertPretrainingData, PretrainDataConfig, SpecialIds
 from muppets.paths import resolve_model_path
 from muppets.recipes import multilingual
-from muppets.recipes.common import (PretrainedModelSection, RunSection, TokenizerSection, prepared_meta,
+from muppets.recipes.common import (PretrainedModelSection, RunSection, TokenizerSection,
                                     checkpoint_tokenizer, config_loader, corpus_texts, load_pretrained, open_inputs,
                                     prepare_once, seeded_model, tokenizer_stage)
 from muppets.recipes.pretraining import (Pretraining, held_out, held_out_evaluator, train_and_export,
@@ -218,7 +218,7 @@ def check_masking_units(cfg: PretrainConfig) -> None:
     corpus, so ``corpus.segmenter`` (and for entities ``corpus.entity_lexicon``) must be set,
     unless the prepared corpus already stores them (checked in full once it is open)."""
     levels = cfg.data.masking.unit_levels()
-    meta = prepared_meta(Path(cfg.corpus.prepared) if cfg.corpus.prepared else Path(cfg.run_dir) / "corpus")
+    meta = corpus_meta(Path(cfg.corpus.prepared) if cfg.corpus.prepared else Path(cfg.run_dir) / "corpus")
     if (meta or {}).get("units") or not levels:
         return
     if not cfg.corpus.segmenter:

@@ -26,9 +26,10 @@ import torch
 from torch import nn
 
 from muppets.config import load_typed
-from muppets.data.prepare import SPECIALS_AS_TEXT, CorpusTokenizer, prepare_corpus, reads_specials_as_text
+from muppets.data.prepare import (SPECIALS_AS_TEXT, CorpusTokenizer, prepare_corpus, reads_specials_as_text,
+                                  source_difference)
 from muppets.data.readers import iter_documents
-from muppets.data.shards import TokenCorpus, tokenizer_fingerprint
+from muppets.data.shards import TokenCorpus, corpus_meta, tokenizer_fingerprint
 from muppets.data.units import UnitSpec
 from muppets.errors import ConfigError, MuppetsError
 from muppets.paths import resolve_data_path, resolve_model_path
@@ -253,8 +254,8 @@ def prepare_once(sec: CorpusSection, tok: CorpusTokenizer, run_dir: Path) -> Tok
     out = Path(sec.prepared) if sec.prepared else own
     fingerprint = tokenizer_fingerprint(tok.to_json())
     units = sec.units()
-    meta = prepared_meta(out)
-    _check_sources(out, meta, sec.inputs)
+    meta = corpus_meta(out)
+    _check_sources(out, meta, sec)
     found = meta.get("tokenizer_sha256") if meta is not None else None
     old_text = found == fingerprint and not reads_specials_as_text(meta, tok)
     other_units = units is not None and meta is not None and not units.matches(meta.get("units"))
@@ -272,32 +273,26 @@ def prepare_once(sec: CorpusSection, tok: CorpusTokenizer, run_dir: Path) -> Tok
     return TokenCorpus(out)
 
 
-def _check_sources(out: Path, meta: dict | None, inputs: Sequence[str]) -> None:
-    """A prepared corpus is only ever reused for the inputs it was prepared from (compared as
-    resolved paths; a corpus whose meta.json names no sources, or a config naming no inputs, is
-    not checked): other inputs raise :class:`ConfigError`, and the directory is left as it is."""
-    if not meta or not meta.get("sources") or not inputs:
+def _check_sources(out: Path, meta: dict | None, sec: CorpusSection) -> None:
+    """A prepared corpus is only ever reused for the inputs it was prepared from, as they were
+    then (:func:`~muppets.data.prepare.source_difference`: resolved paths, and each file's size
+    and modification time where meta.json records them; a corpus whose meta.json names no
+    sources, or a config naming no inputs, is not checked): other inputs raise
+    :class:`ConfigError` naming the file that differs, and the directory is left as it is."""
+    if not meta or not meta.get("sources") or not sec.inputs:
         return
-    old = sorted(str(Path(p).resolve()) for p in meta["sources"])
-    new = sorted(str(resolve_data_path(p).resolve()) for p in inputs)
-    if old != new:
-        raise ConfigError(f"{out} was prepared from {old}, but corpus.inputs names {new}; it is left as it is: "
-                          "give the run a new run_dir (or corpus.prepared a new directory), or delete it to "
-                          "prepare it again")
+    differs = source_difference(meta, [resolve_data_path(p) for p in sec.inputs], sec.format)
+    if differs:
+        raise ConfigError(f"{out} was {differs}; it is left as it is: give the run a new run_dir (or "
+                          "corpus.prepared a new directory), or delete it to prepare it again")
 
 
 _BEFORE_TEXT = (f"before special-token strings in its text were encoded as text (its meta.json has no "
                 f"{SPECIALS_AS_TEXT}: a literal [MASK] or <|endoftext|> may be a special id there)")
 
 
-def prepared_meta(directory: Path) -> dict | None:
-    """A prepared corpus's ``meta.json`` (None: no corpus there)."""
-    meta = directory / "meta.json"
-    return json.loads(meta.read_text(encoding="utf-8")) if meta.is_file() else None
-
-
 def _not_reusable(out: Path, found: str | None, fingerprint: str, old_text: bool, other_units: bool = False) -> str:
-    why = ("is not a prepared corpus (no meta.json)" if found is None else
+    why = ("is not a prepared corpus (no meta.json that says so)" if found is None else
            f"was prepared {_BEFORE_TEXT}" if old_text else
            f"was prepared with another tokenizer (fingerprint {found}; this one's is {fingerprint})"
            if found != fingerprint else
