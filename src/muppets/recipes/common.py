@@ -17,7 +17,8 @@ from __future__ import annotations
 import json
 import logging
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
@@ -25,16 +26,17 @@ from typing import Any, ClassVar, TypeVar
 import torch
 from torch import nn
 
-from muppets.config import load_typed
+from muppets.config import load_typed, to_dict, write_json_atomic
 from muppets.data.prepare import (SPECIALS_AS_TEXT, CorpusTokenizer, prepare_corpus, reads_specials_as_text,
                                   source_difference)
 from muppets.data.readers import iter_documents
 from muppets.data.shards import TokenCorpus, corpus_meta, tokenizer_fingerprint
 from muppets.data.units import UnitSpec
-from muppets.errors import ConfigError, MuppetsError
+from muppets.errors import ConfigError, MuppetsError, RunDirError
 from muppets.paths import resolve_data_path, resolve_model_path
 from muppets.train import TrainConfig
 from muppets.train.distributed import any_rank, dist_info, init_distributed
+from muppets.train.rundir import changed_settings, check_start, describe, run_lock
 
 log = logging.getLogger(__name__)
 
@@ -186,20 +188,64 @@ def corpus_texts(sec: CorpusSection, max_documents: int = 0) -> Iterator[str]:
         yield from doc.paragraphs
 
 
-def tokenizer_stage(path: str, run_dir: Path, load: Callable[[Path], T], train: Callable[[], T]) -> T:
-    """``load(path)`` when a tokenizer is configured (``data:`` paths resolve); else the one an
-    earlier run trained into ``<run_dir>/tokenizer``; else ``train()``'s, saved there."""
-    if path:
-        return load(resolve_data_path(path))
+TOKENIZER_SETTINGS = "build.json"  # <run_dir>/tokenizer/: the tokenizer section it was trained with
+
+
+def tokenizer_stage(sec: TokenizerSection, run_dir: Path, load: Callable[[Path], T], train: Callable[[], T]) -> T:
+    """``load(sec.path)`` when a tokenizer is configured (``data:`` paths resolve); else the one
+    an earlier run trained into ``<run_dir>/tokenizer`` with these settings (``sec``, recorded
+    beside it as :data:`TOKENIZER_SETTINGS`; other ones raise :class:`RunDirError` naming both);
+    else ``train()``'s, saved there with its settings."""
+    if sec.path:
+        return load(resolve_data_path(sec.path))
     out = Path(run_dir) / "tokenizer"
+    settings = {k: v for k, v in to_dict(sec).items() if k != "path"}
     if (out / "tokenizer.json").is_file():
+        _check_tokenizer_settings(out, settings)
         return load(out)
     tok = train()
     tok.save(out)
+    write_json_atomic(out / TOKENIZER_SETTINGS, settings)
     return tok
 
 
+def _check_tokenizer_settings(out: Path, settings: dict[str, Any]) -> None:
+    """Refuse reusing the tokenizer in ``out`` when it was trained with other ``settings``; one
+    trained before they were recorded is reused as it is, with a warning."""
+    try:
+        saved = json.loads((out / TOKENIZER_SETTINGS).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        log.warning("%s records no settings (trained by an older muppets): reused as it is, whatever tokenizer.* "
+                    "now says", out)
+        return
+    changed = changed_settings({"tokenizer": saved}, {"tokenizer": settings})
+    if changed:
+        raise RunDirError(f"{out} was trained with other settings than this run's ({describe(changed)}); it is left "
+                          "as it is: run with its settings, or delete that directory (and the run's corpus is "
+                          "prepared again) to train a new one, or choose another run_dir")
+
+
 # ----------------------------------------------------------------------------- corpus stage
+
+
+INPUT_SETTINGS = ("tokenizer.", "vocab.")  # what turns text into ids: a checkpoint resumes only with its own
+
+
+@contextmanager
+def pretraining_run(cfg: RunSection, resume: bool = True) -> Iterator[None]:
+    """A pretraining run's hold on ``cfg.run_dir``, from before its tokenizer and corpus stages to
+    its last write: rank 0 locks the directory (:func:`~muppets.train.rundir.run_lock`) and
+    decides there whether the run may start (:func:`~muppets.train.rundir.check_start`) before
+    any stage writes, so that a refusal destroys nothing; its error reaches every rank."""
+    run_dir, dist = Path(cfg.run_dir), init_distributed()
+    with ExitStack() as held:
+        def start() -> None:
+            if dist.is_main:
+                held.enter_context(run_lock(run_dir))
+                check_start(run_dir, to_dict(cfg), cfg.train.steps, resume, INPUT_SETTINGS)
+
+        rank_zero_first(start)
+        yield
 
 
 def open_inputs(run_dir: str | Path, corpus: CorpusSection, tokenizer: Callable[[Path], Tok],
