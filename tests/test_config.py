@@ -172,6 +172,40 @@ def test_string_overrides_keep_the_literal_text(text):
     assert apply_overrides(Typed(), [f"run_dir={text}"]).run_dir == text
 
 
+@dataclass
+class Labelled:
+    name: str = ""
+    labels: list[str] = field(default_factory=list)
+    note: str | None = None
+
+
+@dataclass
+class WithTask:
+    run_dir: str = "runs"
+    model: str = ""
+    task: Labelled = field(default_factory=Labelled)
+    steps: int = 10
+    lr: float = 1e-3
+    extra: dict = field(default_factory=dict)
+
+
+@pytest.mark.parametrize("suffix", [".yaml", ".json"])
+def test_string_settings_in_a_file_keep_their_text(tmp_path, suffix):
+    text = ('run_dir: 010\nmodel: 1.10\ntask:\n  name: 12:30\n  labels: ["1.0", 1.10]\n  note: 0x1F\n'
+            'steps: 20\nlr: 1.50\nextra: {1: 2.50}\n' if suffix == ".yaml" else
+            '{"run_dir": 10, "model": 1.10, "task": {"name": 1e3, "labels": ["1.0", 1.10], "note": 7}, '
+            '"steps": 20, "lr": 1.50, "extra": {"a": 2.50}}')
+    path = tmp_path / f"c{suffix}"
+    path.write_text(text)
+    cfg = load_typed(WithTask, path, [])
+    assert (cfg.run_dir, cfg.model) == ("010" if suffix == ".yaml" else "10", "1.10")
+    assert (cfg.task.name, cfg.task.labels) == ("12:30" if suffix == ".yaml" else "1e3", ["1.0", "1.10"])
+    assert cfg.task.note == ("0x1F" if suffix == ".yaml" else "7")
+    assert (cfg.steps, cfg.lr) == (20, 1.5) and type(cfg.steps) is int and type(cfg.lr) is float  # numbers stay numbers
+    assert all(type(v) is float for v in cfg.extra.values())
+    assert yaml.safe_dump(to_dict(cfg))  # nothing of the loader's own types is left to dump
+
+
 @pytest.mark.parametrize("text, expected", [("1e3", 1000), ("010", 10), ("1.0", 1), ("-7", -7), ("2.5e1", 25),
                                             ("12345678901234567890123", 12345678901234567890123)])
 def test_integer_overrides_accept_exactly_integral_numbers(text, expected):

@@ -347,6 +347,27 @@ def test_overwrite_replaces_only_a_prepared_corpus(tmp_path: Path) -> None:
     assert TokenCorpus(tmp_path / "empty").num_tokens == 1
 
 
+@pytest.mark.parametrize("meta", ['{"author": "me"}', "{not json", '["a list"]', '{"format": "my-own"}'])
+def test_overwrite_refuses_a_folder_whose_meta_json_is_no_corpus(tmp_path: Path, meta: str) -> None:
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "meta.json").write_text(meta)
+    (mine / "thesis.tex").write_text("years of work")
+    with pytest.raises(DataError, match="not a prepared corpus"):
+        with ShardWriter(mine, vocab_size=10, overwrite=True) as writer:
+            writer.add_document([[1, 2]])
+    assert (mine / "thesis.tex").read_text() == "years of work" and (mine / "meta.json").read_text() == meta
+
+
+def test_a_file_reached_twice_is_listed_once(tmp_path: Path) -> None:
+    write(tmp_path / "d" / "a.txt", "one\n")
+    write(tmp_path / "d" / "b.txt", "two\n")
+    (tmp_path / "d" / "link.txt").symlink_to(tmp_path / "d" / "a.txt")
+    files = list_files([tmp_path / "d", tmp_path / "d" / "b.txt"])
+    assert files == [tmp_path / "d" / "a.txt", tmp_path / "d" / "b.txt"]
+    assert docs_of(tmp_path / "d") == [["one"], ["two"]]
+
+
 def test_leftovers_of_a_killed_write_are_removed_by_the_next(tmp_path: Path) -> None:
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()  # a pid that no longer runs

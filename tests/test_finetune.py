@@ -4,6 +4,8 @@ BERT, early stopping (and the Trainer's ``should_stop``), HF parity of ``best/``
 
 from __future__ import annotations
 
+import dataclasses
+
 import json
 import logging
 import sys
@@ -363,6 +365,32 @@ def test_early_stopping_stops_and_keeps_the_best(model_dir, tmp_path):
     assert state["best_step"] == 1 == summary["best_step"] and state["since_best"] == 2
     again = run(cfg, data=text_task("classify", n=32))  # a rerun sees it stopped: no training
     assert again["steps"] == 3 and again["dev"] == summary["dev"]
+
+
+def test_a_run_that_stopped_early_refuses_other_settings(model_dir, tmp_path):
+    from muppets.errors import RunDirError
+
+    cfg = cfg_for(model_dir, tmp_path, epochs=3, lr=0.0, patience=2, eval_every=1)
+    data = text_task("classify", n=32)
+    run(cfg, data=data)
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()}
+    for changed, shown in (({"lr": 1e-3}, "lr: 0.0 -> 0.001"), ({"max_seq_len": 40}, "max_seq_len: 48 -> 40")):
+        with pytest.raises(RunDirError, match=f"finished at step 3.*{shown}"):
+            run(dataclasses.replace(cfg, **changed), data=data)
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()} == before  # metrics.json untouched
+    assert run(dataclasses.replace(cfg, log_every=5), data=data)["steps"] == 3  # pacing may change
+
+
+def test_best_keeper_chosen_on_another_metric_is_a_one_line_error(tmp_path):
+    from muppets.errors import RunDirError
+    from muppets.transfer.finetune import BestKeeper
+
+    path = tmp_path / "early_stopping.json"
+    path.write_text(json.dumps({"history": [{"step": 1, "accuracy": 0.5}, {"step": 2, "accuracy": 0.6}]}))
+    with pytest.raises(RunDirError, match="chose its model on 'accuracy', and this command on 'f1'") as err:
+        BestKeeper(path, "f1", 2, lambda: None, is_main=True)
+    assert "\n" not in str(err.value)
+    assert BestKeeper(path, "f1", 2, lambda: None, is_main=True, fresh=True).state["history"] == []
 
 
 def test_trainer_should_stop_checkpoints_and_returns(tmp_path):

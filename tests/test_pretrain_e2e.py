@@ -248,6 +248,22 @@ def test_recipe_trains_tokenizer_and_prepares_corpus_itself(pipeline: Pipeline) 
     assert len(_losses(run_dir, 3)) == 3
 
 
+def _tree(run_dir: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(run_dir)): p.read_bytes() for p in sorted(run_dir.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.parametrize("steps", [2, 4], ids=["finished", "unfinished"])
+def test_a_refused_run_destroys_nothing(pipeline: Pipeline, steps: int) -> None:
+    from muppets.errors import RunDirError
+
+    run_dir = pipeline.root / f"refused-{steps}"
+    pipeline.run(run_dir, "corpus.prepared=", "train.steps=2")  # its own corpus, of the configured tokenizer
+    before = _tree(run_dir)
+    with pytest.raises(RunDirError, match=r"tokenizer\.path: '.*' -> ''"):  # another tokenizer: trained, then used
+        pipeline.run(run_dir, "corpus.prepared=", "tokenizer.path=", f"train.steps={steps}")
+    assert _tree(run_dir) == before  # neither a tokenizer trained nor the corpus prepared again
+
+
 # ----------------------------------------------------------------------------- 2. kill -9 and resume
 
 # `muppets pretrain`, slowed down (sleeping, not computing) after every step from step 4 on, so

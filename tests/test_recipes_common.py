@@ -78,6 +78,127 @@ def test_a_corpus_prepared_from_other_inputs_is_an_error_not_reused(tmp_path: Pa
     assert prepare_once(same, vocab, tmp_path / "run").directory == out  # the same file, spelled otherwise
 
 
+def test_a_relative_input_is_recorded_resolved(tmp_path: Path, monkeypatch) -> None:
+    here, there = tmp_path / "here", tmp_path / "there"
+    for folder, text in ((here, TEXT), (there, "A wholly different text.\n")):
+        folder.mkdir()
+        (folder / "raw.txt").write_text(text, encoding="utf-8")
+    vocab, run = _vocabs()[0], tmp_path / "run"
+    monkeypatch.chdir(here)
+    prepare_once(CorpusSection(inputs=["raw.txt"], workers=1), vocab, run)
+    meta = json.loads((run / "corpus" / "meta.json").read_text())
+    assert meta["sources"] == [str(here / "raw.txt")]
+    assert [f["path"] for f in meta["source_files"]] == [str(here / "raw.txt")]
+    before = _files(run / "corpus")
+    monkeypatch.chdir(there)  # the same relative name is another file here
+    moved = f"prepared from .*'{here / 'raw.txt'}'.*but corpus.inputs names .*'{there / 'raw.txt'}'"
+    with pytest.raises(ConfigError, match=moved):
+        prepare_once(CorpusSection(inputs=["raw.txt"], workers=1), vocab, run)
+    assert _files(run / "corpus") == before
+    named = CorpusSection(inputs=[str(here / "raw.txt")], workers=1)  # the original file, named absolutely
+    assert prepare_once(named, vocab, run).directory == run / "corpus"
+
+
+def test_an_edited_input_is_an_error_not_reused(tmp_path: Path) -> None:
+    vocab, run, folder = _vocabs()[0], tmp_path / "run", tmp_path / "in"
+    folder.mkdir()
+    raw = folder / "raw.txt"
+    raw.write_text(TEXT, encoding="utf-8")
+    sec = CorpusSection(inputs=[str(folder)], workers=1)
+    prepare_once(sec, vocab, run)
+    before = _files(run / "corpus")
+    mtime = raw.stat().st_mtime_ns
+    raw.write_text(TEXT + "One more line was added.\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match=f"was prepared from {raw}, which changed since"):
+        prepare_once(sec, vocab, run)
+    raw.write_text(TEXT, encoding="utf-8")
+    os.utime(raw, ns=(mtime, mtime))  # as it was; but a file was added
+    assert prepare_once(sec, vocab, run).directory == run / "corpus"
+    (folder / "more.txt").write_text("A new file.\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match=f"prepared without .*{folder / 'more.txt'}.*, which the inputs now hold"):
+        prepare_once(sec, vocab, run)
+    assert _files(run / "corpus") == before
+
+
+def test_an_older_meta_without_source_files_is_reused(tmp_path: Path, raw: Path) -> None:
+    vocab, run = _vocabs()[0], tmp_path / "run"
+    sec = CorpusSection(inputs=[str(raw)], workers=1)
+    prepare_once(sec, vocab, run)
+    meta_path = run / "corpus" / "meta.json"
+    meta = json.loads(meta_path.read_text())
+    del meta["source_files"]
+    meta_path.write_text(json.dumps(meta))
+    raw.write_text(TEXT + "Edited.\n", encoding="utf-8")  # not recorded: not checked
+    assert prepare_once(sec, vocab, run).directory == run / "corpus"
+
+
+class _CountTok:
+    """A stand-in tokenizer: what it saves is its size."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+
+    def save(self, out: Path) -> None:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "tokenizer.json").write_text(str(self.size))
+
+    @staticmethod
+    def load(out: Path) -> "_CountTok":
+        return _CountTok(int((out / "tokenizer.json").read_text()))
+
+
+def test_the_runs_tokenizer_is_not_reused_with_other_settings(tmp_path: Path, caplog) -> None:
+    from muppets.errors import RunDirError
+    from muppets.recipes.common import TokenizerSection, tokenizer_stage
+
+    run = tmp_path / "run"
+    assert tokenizer_stage(TokenizerSection(vocab_size=100), run, _CountTok.load, lambda: _CountTok(100)).size == 100
+    assert tokenizer_stage(TokenizerSection(vocab_size=100), run, _CountTok.load, lambda: _CountTok(7)).size == 100
+    for sec, shown in ((TokenizerSection(vocab_size=200), "tokenizer.vocab_size: 100 -> 200"),
+                       (TokenizerSection(vocab_size=100, min_frequency=5), "tokenizer.min_frequency: 2 -> 5")):
+        with pytest.raises(RunDirError, match=f"{run / 'tokenizer'} was trained with other settings .*{shown}"):
+            tokenizer_stage(sec, run, _CountTok.load, lambda: _CountTok(200))
+    assert (run / "tokenizer" / "tokenizer.json").read_text() == "100"
+    (run / "tokenizer" / "build.json").unlink()  # trained by an older muppets: reused, with a warning
+    assert tokenizer_stage(TokenizerSection(vocab_size=200), run, _CountTok.load, lambda: _CountTok(200)).size == 100
+    assert "records no settings" in caplog.text
+
+
+_HOLD = """
+import sys, time
+from muppets.train.rundir import run_lock
+with run_lock(sys.argv[1]):
+    print("locked", flush=True)
+    time.sleep(60)
+"""
+
+
+def test_one_run_at_a_time_in_a_run_directory(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    from muppets.errors import RunDirError
+    from muppets.train.rundir import LOCK_FILE, run_lock
+
+    run = tmp_path / "run"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    other = subprocess.Popen([sys.executable, "-c", _HOLD, str(run)], stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        assert other.stdout.readline().strip() == "locked"
+        with pytest.raises(RunDirError, match=f"{run} is in use by another run \\(process {other.pid} "):
+            with run_lock(run):
+                pass
+    finally:
+        other.kill()  # SIGKILL: its lock file stays, but the lock went with the process
+        other.wait()
+    assert (run / LOCK_FILE).exists()
+    with run_lock(run):
+        with run_lock(run):  # held once by one process: nested holds take nothing more
+            pass
+        assert (run / LOCK_FILE).exists()
+    assert not (run / LOCK_FILE).exists()
+
+
 def test_a_named_directory_that_is_no_corpus_is_an_error(tmp_path: Path, raw: Path) -> None:
     named = tmp_path / "my-notes"
     named.mkdir()

@@ -323,6 +323,24 @@ def test_fresh_refuses_an_earlier_runs_checkpoints_and_leaves_them(tmp_path: Pat
     assert _snapshot(tmp_path) == before
 
 
+@pytest.mark.parametrize("left", ["log.jsonl", "final", "summary.json"])
+def test_a_trained_run_whose_checkpoints_were_deleted_is_not_started_again(tmp_path: Path, left: str) -> None:
+    import shutil
+
+    from muppets.errors import RunDirError
+
+    _train(tmp_path, steps=6, checkpoint_every=3)
+    shutil.rmtree(tmp_path / "checkpoints")
+    if left != "log.jsonl":  # the log alone, or what a finished pretraining run leaves beside an empty log
+        (tmp_path / "log.jsonl").write_text("")
+        (tmp_path / left).mkdir() if left == "final" else (tmp_path / left).write_text("{}")
+    before = _snapshot(tmp_path)
+    for resume in (True, False):
+        with pytest.raises(RunDirError, match=f"holds what an earlier run trained .*{left}"):
+            Trainer(ToyModel(), ToyData(8, 2), toy_config(steps=6, lr=5e-3), tmp_path).train(resume=resume)
+    assert _snapshot(tmp_path) == before and not list(tmp_path.glob("config.step-*"))
+
+
 def test_a_run_stopped_before_its_first_checkpoint_starts_again(tmp_path: Path) -> None:
     trainer = Trainer(ToyModel(), ToyData(8, 2), toy_config(steps=3, checkpoint_every=0), tmp_path)
     trainer._prepare(True)  # config.json and log.jsonl written, then the process "dies"

@@ -11,7 +11,9 @@ keeps the literal text (``run_dir=010`` stays ``"010"``, not YAML's octal 8; ``1
 ``1:30`` stay as typed), an ``int`` field takes plain integers and exactly integral numbers
 (``steps=1e3``), a ``bool`` field true/false/1/0/yes/no, and only lists, mappings, sections and
 ``Any`` go through YAML. Float fields reject nan and ±inf (from files too) unless the field
-opts in with ``field(..., metadata=ALLOW_NONFINITE)``.
+opts in with ``field(..., metadata=ALLOW_NONFINITE)``. In a config file, too, a ``str`` setting
+(or an item of a ``list[str]``) written as a number keeps the text it was written as
+(``run_dir: 010`` is ``"010"``, ``labels: [1.10]`` is ``["1.10"]``), in YAML and in JSON.
 """
 
 from __future__ import annotations
@@ -63,11 +65,15 @@ def _finite(field: dataclasses.Field) -> bool:
 
 def _check_value(value: Any, annotation: Any, key: str, finite: bool = True) -> Any:
     """Return ``value`` converted to ``annotation`` or raise :class:`ConfigError` naming ``key``."""
+    if annotation is str and isinstance(value, _Written):  # a number in a file, as it was written
+        return value.text
     origin = typing.get_origin(annotation)
-    if annotation is Any:
-        return value
     if origin in (typing.Union, types.UnionType):
         return _check_union(value, typing.get_args(annotation), key, finite)
+    if origin not in (list, tuple) and not dataclasses.is_dataclass(annotation):  # (their items are checked)
+        value = _plain(value)
+    if annotation is Any:
+        return value
     if origin is typing.Literal:
         if value not in typing.get_args(annotation):
             raise ConfigError(f"{key}: {value!r} is not one of {list(typing.get_args(annotation))}", key=key)
@@ -328,6 +334,38 @@ def _key_line(path: str | Path, key: str | None) -> int | None:
     return line
 
 
+class _Written:
+    """A number read from a config file that keeps the text it was written as (``010``, ``1.10``,
+    ``12:30``): a ``str`` setting takes that text, not the number YAML (or JSON) made of it."""
+
+    text: str
+
+
+class _WrittenInt(int, _Written):
+    pass
+
+
+class _WrittenFloat(float, _Written):
+    pass
+
+
+def _written(kind: type, value: Any, text: str) -> Any:
+    out = kind(value)
+    out.text = text
+    return out
+
+
+def _plain(value: Any) -> Any:
+    """``value`` with every :class:`_Written` number in it (keys and items too) a plain one."""
+    if isinstance(value, _Written):
+        return (int if isinstance(value, int) else float)(value)
+    if isinstance(value, dict):
+        return {_plain(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    return value
+
+
 class _UniqueKeyLoader(yaml.SafeLoader):
     """YAML's safe loader, except that a key written twice in one mapping is an error: YAML keeps
     the last silently, so a second ``train:`` section would drop every setting of the first.
@@ -346,6 +384,22 @@ class _UniqueKeyLoader(yaml.SafeLoader):
                     key_node.start_mark)
             seen[key_node.value] = key_node.start_mark.line + 1
         return node
+
+
+class _TextKeepingLoader(_UniqueKeyLoader):
+    """The config files' loader: numbers keep their text (:class:`_Written`), so ``run_dir: 010``
+    is the directory ``010``, not YAML 1.1's octal 8."""
+
+
+def _keep_text(kind: type, construct: Callable[[yaml.SafeLoader, yaml.Node], Any]) -> Callable:
+    def constructor(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> Any:
+        return _written(kind, construct(loader, node), node.value)
+    return constructor
+
+
+_TextKeepingLoader.add_constructor("tag:yaml.org,2002:int", _keep_text(_WrittenInt, yaml.SafeLoader.construct_yaml_int))
+_TextKeepingLoader.add_constructor("tag:yaml.org,2002:float",
+                                   _keep_text(_WrittenFloat, yaml.SafeLoader.construct_yaml_float))
 
 
 def _json_as_yaml(text: str) -> str:
@@ -371,7 +425,9 @@ def _load_json_config(text: str, path: Path) -> Any:
     """``text`` of the JSON config ``path``, refusing a repeated key; an error names the line
     (``json`` does not know where a repeated key is, so YAML's parser finds it)."""
     try:
-        return json.loads(text, object_pairs_hook=_unique_json_object)
+        return json.loads(text, object_pairs_hook=_unique_json_object,
+                          parse_int=lambda t: _written(_WrittenInt, int(t), t),
+                          parse_float=lambda t: _written(_WrittenFloat, float(t), t))
     except json.JSONDecodeError as err:
         raise ConfigError(f"{path}:{err.lineno}: not valid JSON: {err.msg} (column {err.colno})") from None
     except _RepeatedJsonKey as err:
@@ -396,7 +452,7 @@ def load_file(path: str | Path) -> dict[str, Any]:
         raise ConfigError(f"{err}; save the config as UTF-8" if err.line else str(err)) from None
     try:
         data = (_load_json_config(text, path) if path.suffix == ".json"
-                else yaml.load(text, Loader=_UniqueKeyLoader))
+                else yaml.load(text, Loader=_TextKeepingLoader))
     except yaml.MarkedYAMLError as err:  # one line: where, and what (YAML's own text spans four)
         mark = err.problem_mark or err.context_mark
         where = f"{path}:{mark.line + 1}" if mark is not None else str(path)

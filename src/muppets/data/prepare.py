@@ -40,13 +40,15 @@ from muppets.data.readers import ReadStats, iter_documents, list_files
 from muppets.data.sentences import split_sentences
 from muppets.data.shards import ShardWriter, tokenizer_fingerprint
 from muppets.data.units import UnitMarker, UnitSpec
-from muppets.errors import ConfigError
+from muppets.errors import ConfigError, DataError
 
-__all__ = ["CorpusTokenizer", "PrepareSummary", "prepare_corpus", "SPECIALS_AS_TEXT", "reads_specials_as_text"]
+__all__ = ["CorpusTokenizer", "PrepareSummary", "prepare_corpus", "SPECIALS_AS_TEXT", "reads_specials_as_text",
+           "SOURCE_FILES", "source_files", "source_difference"]
 
 logger = logging.getLogger(__name__)
 
 SPECIALS_AS_TEXT = "special_strings_as_text"  # meta.json: special-token strings in the text were encoded as text
+SOURCE_FILES = "source_files"  # meta.json: [{path (resolved), size, mtime_ns}] of every input file read
 Chunk = list[list[str]]  # documents, each a list of paragraphs
 Encoded = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]  # tokens (T,), lengths (S,), counts (D,), units (T,)
 
@@ -125,7 +127,8 @@ def prepare_corpus(
     started = time.perf_counter()
     inputs = [inputs] if isinstance(inputs, (str, Path)) else list(inputs)
     files = list_files(inputs, fmt)
-    total_bytes = sum(f.stat().st_size for f in files)
+    sources = source_files(files)
+    total_bytes = sum(f["size"] for f in sources)
     workers = workers or _usable_cpus()
     stats = ReadStats()
     documents = iter_documents(files, fmt, errors=errors, text_field=text_field, stats=stats)
@@ -135,19 +138,65 @@ def prepare_corpus(
         raise ConfigError(f"masking units (corpus.segmenter={units.segmenter}) need a WordPiece tokenizer, "
                           f"not {type(tokenizer).__name__}")
     with ShardWriter(out_dir, vocab_size=tokenizer.vocab_size,
-                     sources=[str(p) for p in inputs],
+                     sources=[str(Path(p).resolve()) for p in inputs],
                      tokenizer_sha256=tokenizer_fingerprint(tokenizer_json),
                      overwrite=overwrite, units=units is not None) as writer:
         with _encoder(tokenizer, tokenizer_json, tokenizer_factory, workers, units) as encode_all:
             _write_all(writer, encode_all(chunks), stats, total_bytes, progress)
         extra = {} if units is None else {"units": units.describe()}
         writer.finish({"skipped": _skipped(stats), "files": stats.files,
-                       "input_bytes": total_bytes, "input_format": fmt, SPECIALS_AS_TEXT: True, **extra})
+                       "input_bytes": total_bytes, "input_format": fmt, SPECIALS_AS_TEXT: True,
+                       SOURCE_FILES: sources, **extra})
     summary = _summarize(writer, stats, total_bytes, time.perf_counter() - started)
     logger.info("prepared %s: %d files, %d documents, %d sentences, %d tokens in %.1f s "
                 "(%.0f tokens/s)", summary.out_dir, summary.files, summary.documents,
                 summary.sentences, summary.tokens, summary.seconds, summary.tokens_per_second)
     return summary
+
+
+def source_files(files: Iterable[Path]) -> list[dict[str, Any]]:
+    """What ``meta.json`` records of each input file (:data:`SOURCE_FILES`): its resolved path,
+    size and modification time (ns), so that an edited input is not taken for the same."""
+    out = []
+    for path in files:
+        stat = path.stat()
+        out.append({"path": str(path.resolve()), "size": stat.st_size, "mtime_ns": stat.st_mtime_ns})
+    return out
+
+
+def source_difference(meta: dict[str, Any], inputs: Iterable[str | Path], fmt: str = "auto") -> str | None:
+    """How ``inputs`` differ from what the corpus of ``meta`` was prepared from, as words that
+    follow "the corpus was" (None: they do not):
+    its ``sources`` as resolved paths (an older ``meta.json`` holds them as typed, resolved here),
+    then, where it records them, every file's path, size and modification time."""
+    old = {str(Path(p).resolve()) for p in meta.get("sources") or []}
+    new = {str(Path(p).resolve()) for p in inputs}
+    if old != new:
+        return f"prepared from {sorted(old)}, but corpus.inputs names {sorted(new)}"
+    if SOURCE_FILES not in meta:
+        return None
+    try:
+        now = {f["path"]: f for f in source_files(list_files(sorted(new), fmt))}
+    except (DataError, OSError) as err:
+        logger.warning("cannot compare the inputs with those the corpus was prepared from (%s); reusing it", err)
+        return None
+    then = {f["path"]: f for f in meta[SOURCE_FILES]}
+    changed = sorted(p for p in set(now) & set(then) if now[p] != then[p])
+    if changed:
+        f, g = then[changed[0]], now[changed[0]]
+        return (f"prepared from {changed[0]}, which changed since (size {f['size']} -> {g['size']} bytes, modified "
+                f"{_when(f['mtime_ns'])} -> {_when(g['mtime_ns'])})"
+                + (f", and {len(changed) - 1} more files" if len(changed) > 1 else ""))
+    added, gone = sorted(set(now) - set(then)), sorted(set(then) - set(now))
+    if added:
+        return f"prepared without {added[:3]}, which the inputs now hold ({len(added)} files)"
+    if gone:
+        return f"prepared from {gone[:3]} too, which the inputs no longer hold ({len(gone)} files)"
+    return None
+
+
+def _when(mtime_ns: int) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(mtime_ns / 1e9)) + f".{mtime_ns % 10**9:09d}"
 
 
 def reads_specials_as_text(meta: dict[str, Any], tokenizer: CorpusTokenizer) -> bool:

@@ -124,7 +124,10 @@ def list_files(paths: Iterable[str | Path] | str | Path, fmt: str = "auto") -> l
     Directories are walked recursively, top-down in sorted order (a directory's files before
     its subdirectories), following symlinks; hidden entries, ``MANIFEST.tsv`` and
     files whose suffix is not a text suffix (``.txt``, ``.text``, ``.jsonl``, none; plus
-    ``.json`` when ``fmt="jsonl"``) are skipped. Files named explicitly are always kept.
+    ``.json`` when ``fmt="jsonl"``) are skipped. Files named explicitly are always kept. A file
+    reached twice (a directory and a file in it, a symbolic link to a file already listed) is
+    listed once, where it is first reached: read twice, its documents could land on both sides of
+    a held-out split.
     """
     _check_choice("fmt", fmt, FORMATS)
     if isinstance(paths, (str, Path)):
@@ -144,7 +147,17 @@ def list_files(paths: Iterable[str | Path] | str | Path, fmt: str = "auto") -> l
             raise DataError("no such file or directory", path=path)
     if not files:
         raise DataError("no input paths given")
-    return files
+    return _unique_files(files)
+
+
+def _unique_files(files: list[Path]) -> list[Path]:
+    """``files`` without those whose real path (links resolved) an earlier one has."""
+    seen: dict[str, Path] = {}
+    for path in files:
+        first = seen.setdefault(os.path.realpath(path), path)
+        if first is not path:
+            logger.info("%s is the file %s, listed already: read once", path, first)
+    return list(seen.values())
 
 
 def _walk(directory: Path, fmt: str) -> list[Path]:

@@ -36,7 +36,7 @@ import numpy as np
 from muppets.config import begin_dir, replace_dir
 from muppets.errors import DataError
 
-__all__ = ["FORMAT_NAME", "FORMAT_VERSION", "token_dtype", "tokenizer_fingerprint",
+__all__ = ["FORMAT_NAME", "FORMAT_VERSION", "token_dtype", "tokenizer_fingerprint", "corpus_meta",
            "ShardWriter", "TokenCorpus", "TokenStream", "FramedTokens", "DocumentStream"]
 
 logger = logging.getLogger(__name__)
@@ -112,9 +112,9 @@ class ShardWriter:
         if not out.is_dir():
             raise DataError("is a file, not a corpus directory; it is left as it is: choose another output",
                             path=out)
-        if not (out / META_FILE).is_file() and any(out.iterdir()):
-            raise DataError(f"holds files but is not a prepared corpus (no {META_FILE}), so it is not replaced: "
-                            "choose another output directory", path=out)
+        if corpus_meta(out) is None and any(out.iterdir()):
+            raise DataError(f"holds files but is not a prepared corpus (no {META_FILE} whose format is "
+                            f"{FORMAT_NAME}), so it is not replaced: choose another output directory", path=out)
 
     def add_document(self, sentences: Sequence[Sequence[int]]) -> bool:
         """Append one document given as token-id lists; False if it was empty (not written)."""
@@ -521,6 +521,17 @@ class DocumentStream(TokenStream):
     def counts(self, minlength: int = 0) -> np.ndarray:
         """int64 occurrences of every id in the stream (see :meth:`FramedTokens.counts`)."""
         return self.framed.counts(self.docs, minlength)
+
+
+def corpus_meta(directory: str | Path) -> dict[str, Any] | None:
+    """The ``meta.json`` of the prepared corpus in ``directory``; None where there is none: no
+    such file, one that is not JSON, or JSON that does not say it is a corpus (``format``) —
+    a user's own ``meta.json`` beside their files."""
+    try:
+        meta = json.loads((Path(directory) / META_FILE).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError):
+        return None
+    return meta if isinstance(meta, dict) and meta.get("format") == FORMAT_NAME else None
 
 
 def _read_meta(directory: Path) -> dict[str, Any]:

@@ -19,7 +19,7 @@ from typing import Any, ClassVar
 import numpy as np
 from torch import nn
 
-from muppets.data.shards import TokenCorpus
+from muppets.data.shards import TokenCorpus, corpus_meta
 from muppets.errors import ConfigError
 from muppets.interop import hf_bert
 from muppets.interop.hf_bert import config_from_hf, load_hf_bert, save_hf_bert
@@ -29,9 +29,9 @@ from muppets.objectives.mlm import IGNORE
 from muppets.objectives.mlm_nsp import BertPretrainingData, PretrainDataConfig, SpecialIds
 from muppets.paths import resolve_model_path
 from muppets.recipes import multilingual
-from muppets.recipes.common import (PretrainedModelSection, RunSection, TokenizerSection, prepared_meta,
+from muppets.recipes.common import (PretrainedModelSection, RunSection, TokenizerSection,
                                     checkpoint_tokenizer, config_loader, corpus_texts, load_pretrained, open_inputs,
-                                    prepare_once, seeded_model, tokenizer_stage)
+                                    prepare_once, pretraining_run, seeded_model, tokenizer_stage)
 from muppets.recipes.pretraining import (Pretraining, held_out, held_out_evaluator, train_and_export,
                                          unigram_scores)
 from muppets.tokenizers.wordpiece import WordPieceTokenizer
@@ -90,7 +90,7 @@ def ensure_tokenizer(cfg: PretrainConfig, run_dir: Path) -> WordPieceTokenizer:
         return tok.with_chinese_script(script, path)
 
     return (checkpoint_tokenizer(cfg.model, cfg.tokenizer.path, load)
-            or tokenizer_stage(cfg.tokenizer.path, run_dir, load, lambda: _train_tokenizer(cfg)))
+            or tokenizer_stage(cfg.tokenizer, run_dir, load, lambda: _train_tokenizer(cfg)))
 
 
 def _train_tokenizer(cfg: PretrainConfig) -> WordPieceTokenizer:
@@ -218,7 +218,7 @@ def check_masking_units(cfg: PretrainConfig) -> None:
     corpus, so ``corpus.segmenter`` (and for entities ``corpus.entity_lexicon``) must be set,
     unless the prepared corpus already stores them (checked in full once it is open)."""
     levels = cfg.data.masking.unit_levels()
-    meta = prepared_meta(Path(cfg.corpus.prepared) if cfg.corpus.prepared else Path(cfg.run_dir) / "corpus")
+    meta = corpus_meta(Path(cfg.corpus.prepared) if cfg.corpus.prepared else Path(cfg.run_dir) / "corpus")
     if (meta or {}).get("units") or not levels:
         return
     if not cfg.corpus.segmenter:
@@ -234,8 +234,13 @@ def check_masking_units(cfg: PretrainConfig) -> None:
 def run(cfg: PretrainConfig, resume: bool = True) -> dict:
     """Tokenizer -> corpus -> pretraining -> ``<run_dir>/final`` (HF format). Returns a summary."""
     check_masking_units(cfg)
-    if cfg.corpus.languages:  # one corpus per language, language-balanced batches
-        return multilingual.run(cfg, resume)
+    with pretraining_run(cfg, resume):  # the run directory is this run's, and it may start there
+        if cfg.corpus.languages:  # one corpus per language, language-balanced batches
+            return multilingual.run(cfg, resume)
+        return _run(cfg, resume)
+
+
+def _run(cfg: PretrainConfig, resume: bool) -> dict:
     tok, corpus = open_inputs(cfg.run_dir, cfg.corpus, partial(ensure_tokenizer, cfg))
     model = seeded_model(cfg, lambda: build_model(cfg, tok))
     dropout = export_dropout(cfg)  # read now: init_from's directory may change during a long run

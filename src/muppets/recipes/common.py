@@ -17,7 +17,8 @@ from __future__ import annotations
 import json
 import logging
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
@@ -25,15 +26,17 @@ from typing import Any, ClassVar, TypeVar
 import torch
 from torch import nn
 
-from muppets.config import load_typed
-from muppets.data.prepare import SPECIALS_AS_TEXT, CorpusTokenizer, prepare_corpus, reads_specials_as_text
+from muppets.config import load_typed, to_dict, write_json_atomic
+from muppets.data.prepare import (SPECIALS_AS_TEXT, CorpusTokenizer, prepare_corpus, reads_specials_as_text,
+                                  source_difference)
 from muppets.data.readers import iter_documents
-from muppets.data.shards import TokenCorpus, tokenizer_fingerprint
+from muppets.data.shards import TokenCorpus, corpus_meta, tokenizer_fingerprint
 from muppets.data.units import UnitSpec
-from muppets.errors import ConfigError, MuppetsError
+from muppets.errors import ConfigError, MuppetsError, RunDirError
 from muppets.paths import resolve_data_path, resolve_model_path
 from muppets.train import TrainConfig
 from muppets.train.distributed import any_rank, dist_info, init_distributed
+from muppets.train.rundir import changed_settings, check_start, describe, run_lock
 
 log = logging.getLogger(__name__)
 
@@ -185,20 +188,64 @@ def corpus_texts(sec: CorpusSection, max_documents: int = 0) -> Iterator[str]:
         yield from doc.paragraphs
 
 
-def tokenizer_stage(path: str, run_dir: Path, load: Callable[[Path], T], train: Callable[[], T]) -> T:
-    """``load(path)`` when a tokenizer is configured (``data:`` paths resolve); else the one an
-    earlier run trained into ``<run_dir>/tokenizer``; else ``train()``'s, saved there."""
-    if path:
-        return load(resolve_data_path(path))
+TOKENIZER_SETTINGS = "build.json"  # <run_dir>/tokenizer/: the tokenizer section it was trained with
+
+
+def tokenizer_stage(sec: TokenizerSection, run_dir: Path, load: Callable[[Path], T], train: Callable[[], T]) -> T:
+    """``load(sec.path)`` when a tokenizer is configured (``data:`` paths resolve); else the one
+    an earlier run trained into ``<run_dir>/tokenizer`` with these settings (``sec``, recorded
+    beside it as :data:`TOKENIZER_SETTINGS`; other ones raise :class:`RunDirError` naming both);
+    else ``train()``'s, saved there with its settings."""
+    if sec.path:
+        return load(resolve_data_path(sec.path))
     out = Path(run_dir) / "tokenizer"
+    settings = {k: v for k, v in to_dict(sec).items() if k != "path"}
     if (out / "tokenizer.json").is_file():
+        _check_tokenizer_settings(out, settings)
         return load(out)
     tok = train()
     tok.save(out)
+    write_json_atomic(out / TOKENIZER_SETTINGS, settings)
     return tok
 
 
+def _check_tokenizer_settings(out: Path, settings: dict[str, Any]) -> None:
+    """Refuse reusing the tokenizer in ``out`` when it was trained with other ``settings``; one
+    trained before they were recorded is reused as it is, with a warning."""
+    try:
+        saved = json.loads((out / TOKENIZER_SETTINGS).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        log.warning("%s records no settings (trained by an older muppets): reused as it is, whatever tokenizer.* "
+                    "now says", out)
+        return
+    changed = changed_settings({"tokenizer": saved}, {"tokenizer": settings})
+    if changed:
+        raise RunDirError(f"{out} was trained with other settings than this run's ({describe(changed)}); it is left "
+                          "as it is: run with its settings, or delete that directory (and the run's corpus is "
+                          "prepared again) to train a new one, or choose another run_dir")
+
+
 # ----------------------------------------------------------------------------- corpus stage
+
+
+INPUT_SETTINGS = ("tokenizer.", "vocab.")  # what turns text into ids: a checkpoint resumes only with its own
+
+
+@contextmanager
+def pretraining_run(cfg: RunSection, resume: bool = True) -> Iterator[None]:
+    """A pretraining run's hold on ``cfg.run_dir``, from before its tokenizer and corpus stages to
+    its last write: rank 0 locks the directory (:func:`~muppets.train.rundir.run_lock`) and
+    decides there whether the run may start (:func:`~muppets.train.rundir.check_start`) before
+    any stage writes, so that a refusal destroys nothing; its error reaches every rank."""
+    run_dir, dist = Path(cfg.run_dir), init_distributed()
+    with ExitStack() as held:
+        def start() -> None:
+            if dist.is_main:
+                held.enter_context(run_lock(run_dir))
+                check_start(run_dir, to_dict(cfg), cfg.train.steps, resume, INPUT_SETTINGS)
+
+        rank_zero_first(start)
+        yield
 
 
 def open_inputs(run_dir: str | Path, corpus: CorpusSection, tokenizer: Callable[[Path], Tok],
@@ -253,8 +300,8 @@ def prepare_once(sec: CorpusSection, tok: CorpusTokenizer, run_dir: Path) -> Tok
     out = Path(sec.prepared) if sec.prepared else own
     fingerprint = tokenizer_fingerprint(tok.to_json())
     units = sec.units()
-    meta = prepared_meta(out)
-    _check_sources(out, meta, sec.inputs)
+    meta = corpus_meta(out)
+    _check_sources(out, meta, sec)
     found = meta.get("tokenizer_sha256") if meta is not None else None
     old_text = found == fingerprint and not reads_specials_as_text(meta, tok)
     other_units = units is not None and meta is not None and not units.matches(meta.get("units"))
@@ -272,32 +319,26 @@ def prepare_once(sec: CorpusSection, tok: CorpusTokenizer, run_dir: Path) -> Tok
     return TokenCorpus(out)
 
 
-def _check_sources(out: Path, meta: dict | None, inputs: Sequence[str]) -> None:
-    """A prepared corpus is only ever reused for the inputs it was prepared from (compared as
-    resolved paths; a corpus whose meta.json names no sources, or a config naming no inputs, is
-    not checked): other inputs raise :class:`ConfigError`, and the directory is left as it is."""
-    if not meta or not meta.get("sources") or not inputs:
+def _check_sources(out: Path, meta: dict | None, sec: CorpusSection) -> None:
+    """A prepared corpus is only ever reused for the inputs it was prepared from, as they were
+    then (:func:`~muppets.data.prepare.source_difference`: resolved paths, and each file's size
+    and modification time where meta.json records them; a corpus whose meta.json names no
+    sources, or a config naming no inputs, is not checked): other inputs raise
+    :class:`ConfigError` naming the file that differs, and the directory is left as it is."""
+    if not meta or not meta.get("sources") or not sec.inputs:
         return
-    old = sorted(str(Path(p).resolve()) for p in meta["sources"])
-    new = sorted(str(resolve_data_path(p).resolve()) for p in inputs)
-    if old != new:
-        raise ConfigError(f"{out} was prepared from {old}, but corpus.inputs names {new}; it is left as it is: "
-                          "give the run a new run_dir (or corpus.prepared a new directory), or delete it to "
-                          "prepare it again")
+    differs = source_difference(meta, [resolve_data_path(p) for p in sec.inputs], sec.format)
+    if differs:
+        raise ConfigError(f"{out} was {differs}; it is left as it is: give the run a new run_dir (or "
+                          "corpus.prepared a new directory), or delete it to prepare it again")
 
 
 _BEFORE_TEXT = (f"before special-token strings in its text were encoded as text (its meta.json has no "
                 f"{SPECIALS_AS_TEXT}: a literal [MASK] or <|endoftext|> may be a special id there)")
 
 
-def prepared_meta(directory: Path) -> dict | None:
-    """A prepared corpus's ``meta.json`` (None: no corpus there)."""
-    meta = directory / "meta.json"
-    return json.loads(meta.read_text(encoding="utf-8")) if meta.is_file() else None
-
-
 def _not_reusable(out: Path, found: str | None, fingerprint: str, old_text: bool, other_units: bool = False) -> str:
-    why = ("is not a prepared corpus (no meta.json)" if found is None else
+    why = ("is not a prepared corpus (no meta.json that says so)" if found is None else
            f"was prepared {_BEFORE_TEXT}" if old_text else
            f"was prepared with another tokenizer (fingerprint {found}; this one's is {fingerprint})"
            if found != fingerprint else

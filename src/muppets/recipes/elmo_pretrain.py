@@ -36,7 +36,8 @@ from muppets.config import atomic_dir, from_dict, to_dict, write_json_atomic
 from muppets.interop.safetensors_io import read_model_dir, write_weights
 from muppets.models.elmo import ElmoConfig, ElmoLanguageModel
 from muppets.objectives.bilm import BiLMData, BiLMDataConfig
-from muppets.recipes.common import ModelSection, RunSection, config_loader, open_inputs, seeded_model
+from muppets.recipes.common import (ModelSection, RunSection, config_loader, open_inputs, pretraining_run,
+                                    seeded_model)
 from muppets.recipes.pretraining import (Pretraining, held_out, held_out_evaluator, perplexity_of,
                                          train_and_export, unigram_scores)
 from muppets.recipes.word_vocab import WordVocabSection, ensure_word_vocab
@@ -148,6 +149,11 @@ load_config = config_loader(ElmoPretrainConfig)  # what `muppets` calls: load_co
 
 def run(cfg: ElmoPretrainConfig, resume: bool = True) -> dict:
     """Vocabulary -> corpus -> biLM pretraining -> ``<run_dir>/final``. Returns a summary."""
+    with pretraining_run(cfg, resume):  # the run directory is this run's, and it may start there
+        return _run(cfg, resume)
+
+
+def _run(cfg: ElmoPretrainConfig, resume: bool) -> dict:
     vocab, corpus = open_inputs(cfg.run_dir, cfg.corpus, partial(ensure_vocab, cfg))
     model = seeded_model(cfg, lambda: build_model(cfg, vocab))
     data = BiLMData(corpus, vocab, cfg.data, cfg.train.batch_size, cfg.train.accumulation, cfg.train.seed,

@@ -25,8 +25,8 @@ from muppets.interop.hf_gpt import load_hf_gpt, save_hf_gpt
 from muppets.models.gpt import GPTConfig, GPTLanguageModel
 from muppets.objectives.clm import CausalLMData, CLMDataConfig
 from muppets.recipes.common import (PretrainedModelSection, RunSection, TokenizerSection, checkpoint_tokenizer,
-                                    config_loader, corpus_texts, load_pretrained, open_inputs, seeded_model,
-                                    tokenizer_stage)
+                                    config_loader, corpus_texts, load_pretrained, open_inputs, pretraining_run,
+                                    seeded_model, tokenizer_stage)
 from muppets.recipes.pretraining import (Pretraining, held_out, held_out_evaluator, train_and_export,
                                          unigram_scores)
 from muppets.tokenizers.bpe import ByteLevelBPETokenizer
@@ -63,7 +63,7 @@ def ensure_tokenizer(cfg: GPTPretrainConfig, run_dir: Path) -> ByteLevelBPEToken
     """The configured byte-level BPE, or one trained on the corpus (reused once trained)."""
     default = BPETokenizerSection.path  # GPT-2's BPE unless the checkpoint has its own
     return (checkpoint_tokenizer(cfg.model, cfg.tokenizer.path, ByteLevelBPETokenizer.load, default)
-            or tokenizer_stage(cfg.tokenizer.path, run_dir, ByteLevelBPETokenizer.load, lambda: _train_tokenizer(cfg)))
+            or tokenizer_stage(cfg.tokenizer, run_dir, ByteLevelBPETokenizer.load, lambda: _train_tokenizer(cfg)))
 
 
 def _train_tokenizer(cfg: GPTPretrainConfig) -> ByteLevelBPETokenizer:
@@ -114,6 +114,11 @@ load_config = config_loader(GPTPretrainConfig)  # what `muppets` calls: load_con
 
 def run(cfg: GPTPretrainConfig, resume: bool = True) -> dict:
     """Tokenizer -> corpus -> LM pretraining -> ``<run_dir>/final`` (HF GPT-2). Returns a summary."""
+    with pretraining_run(cfg, resume):  # the run directory is this run's, and it may start there
+        return _run(cfg, resume)
+
+
+def _run(cfg: GPTPretrainConfig, resume: bool) -> dict:
     tok, corpus = open_inputs(cfg.run_dir, cfg.corpus, partial(ensure_tokenizer, cfg),
                               corpus_tokenizer)
     model = seeded_model(cfg, lambda: build_model(cfg, tok))

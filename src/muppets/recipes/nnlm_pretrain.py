@@ -22,7 +22,8 @@ from typing import Any, ClassVar
 
 from muppets.models.nnlm import NNLM, NNLMConfig
 from muppets.objectives.nnlm import NNLMData, NNLMDataConfig
-from muppets.recipes.common import ModelSection, RunSection, config_loader, open_inputs, seeded_model
+from muppets.recipes.common import (ModelSection, RunSection, config_loader, open_inputs, pretraining_run,
+                                    seeded_model)
 from muppets.recipes.pretraining import (Pretraining, held_out, held_out_evaluator, train_and_export,
                                          unigram_scores)
 from muppets.recipes.word_vocab import WordVocabSection, ensure_word_vocab
@@ -92,6 +93,11 @@ load_config = config_loader(NNLMRunConfig)  # what `muppets` calls: load_config,
 
 def run(cfg: NNLMRunConfig, resume: bool = True) -> dict:
     """Vocabulary -> corpus -> NNLM training -> ``final/`` and ``embeddings.bin``; returns a summary."""
+    with pretraining_run(cfg, resume):  # the run directory is this run's, and it may start there
+        return _run(cfg, resume)
+
+
+def _run(cfg: NNLMRunConfig, resume: bool) -> dict:
     vocab, corpus = open_inputs(cfg.run_dir, cfg.corpus, partial(ensure_word_vocab, cfg.vocab, cfg.corpus))
     model_cfg = NNLMConfig.preset(cfg.model.preset, **{"vocab_size": len(vocab), **cfg.model.overrides})
     model = seeded_model(cfg, lambda: NNLM(model_cfg))

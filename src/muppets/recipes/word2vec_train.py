@@ -27,6 +27,7 @@ from muppets.config import to_dict, write_json_atomic
 from muppets.errors import ConfigError
 from muppets.models.word2vec import Word2VecConfig, train_word2vec
 from muppets.recipes.common import CorpusSection, config_loader, open_inputs
+from muppets.train.rundir import run_lock
 from muppets.recipes.word_vocab import WordVocabSection, ensure_word_vocab
 
 __all__ = ["Word2VecRunConfig", "load_config", "run"]
@@ -49,6 +50,11 @@ load_config = config_loader(Word2VecRunConfig)  # what `muppets` calls: load_con
 def run(cfg: Word2VecRunConfig, resume: bool = True) -> dict:
     """Vocabulary -> corpus -> training -> vectors and scores; returns the summary."""
     run_dir = Path(cfg.run_dir)
+    with run_lock(run_dir):  # one run at a time in run_dir (one process: word2vec trains with threads)
+        return _run(cfg, run_dir, resume)
+
+
+def _run(cfg: Word2VecRunConfig, run_dir: Path, resume: bool) -> dict:
     vocab, corpus = open_inputs(run_dir, cfg.corpus, partial(ensure_word_vocab, cfg.vocab, cfg.corpus))
     write_json_atomic(run_dir / "config.json", to_dict(cfg))
     model, result = train_word2vec(corpus, vocab.words, cfg.word2vec, run_dir=run_dir, resume=resume)

@@ -58,12 +58,15 @@ from muppets.train.plots import write_run_plot
 from muppets.train.precision import PRECISIONS, autocast, resolve_precision
 from muppets.train.progress import progress_bar, run_eta
 from muppets.train.rundir import (
+    CONFIG_FILE,
     changed_settings,
     check_fresh_start,
     check_resume,
     describe,
     effective_changes,
     keep_previous_config,
+    run_lock,
+    saved_config,
 )
 from muppets.train.schedule import check_schedule, lr_factor
 from muppets.train.signals import stop_signal_handler
@@ -296,7 +299,13 @@ class Trainer:
             TrainingDiverged: a step's loss or gradient norm was not finite; that update was
                 not applied and the message names the last good checkpoint.
             CheckpointError: the checkpoint to resume from is missing, incomplete or does not fit.
+            RunDirError: another run holds ``run_dir`` (:func:`~muppets.train.rundir.run_lock`),
+                or this one would overwrite what it holds.
         """
+        with run_lock(self.run_dir, enabled=self.dist.is_main):
+            return self._train(resume)
+
+    def _train(self, resume: bool | Path) -> TrainResult:
         self._prepare(resume)
         try:
             if self.step >= self.config.steps:
@@ -361,6 +370,21 @@ class Trainer:
         check_resume(Path(path), self.step, self.config.steps, changed, self.after_training)
         logger.info("resumed from %s at step %d", path, self.step)
         return rng
+
+    def check_stopped(self, step: int) -> None:
+        """For a caller that does not train again a run that stopped early at ``step`` (its own
+        record says so): refuse this run's settings where they differ from those the run was
+        trained with (its latest checkpoint's, else its ``config.json``), as a resume of a
+        finished run is refused (:func:`~muppets.train.rundir.check_resume`)."""
+        path = latest_checkpoint(self.run_dir)
+        if path is not None:
+            state = read_state(path)
+            check_resume(path, state.step, state.step, self._changed(state), self.after_training)
+            return
+        saved = saved_config(self.run_dir)
+        if saved is not None:
+            check_resume(self.run_dir / CONFIG_FILE, step, step, changed_settings(saved, self.run_config),
+                         self.after_training)
 
     def _changed(self, state: TrainerState) -> dict[str, tuple[Any, Any]]:
         """The settings of this run that differ from those the checkpoint ``state`` recorded."""

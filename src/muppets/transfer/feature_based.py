@@ -379,15 +379,16 @@ def run(cfg: FeatureConfig, resume: bool = True, data: TaskData | None = None,
 
     keeper = BestKeeper(run_dir / "early_stopping.json", primary_key(p.spec.metric), cfg.patience, save_best,
                         is_main=True, fresh=not resume)
+    evaluate = _evaluator(p.spec, chosen, watched, cfg) if chosen is not None or watched is not None else None
+    trainer = Trainer(model, steps, _train_config(cfg, steps.total_steps, spe), run_dir,
+                      evaluate=evaluate, run_config=to_dict(cfg),
+                      should_stop=keeper if chosen is not None else None,
+                      eval_also_at=lambda step: step % spe == 0)
     if resume and keeper.state["stopped"]:
-        log.info("%s stopped early before (best step %s); not training again", run_dir, keeper.state["best_step"])
         done, stopped = keeper.state["history"][-1]["step"], True
+        trainer.check_stopped(done)  # its best/ and metrics must not be taken for these settings'
+        log.info("%s stopped early before (best step %s); not training again", run_dir, keeper.state["best_step"])
     else:
-        evaluate = _evaluator(p.spec, chosen, watched, cfg) if chosen is not None or watched is not None else None
-        trainer = Trainer(model, steps, _train_config(cfg, steps.total_steps, spe), run_dir,
-                          evaluate=evaluate, run_config=to_dict(cfg),
-                          should_stop=keeper if chosen is not None else None,
-                          eval_also_at=lambda step: step % spe == 0)
         result = trainer.train(resume=resume)
         done, stopped = result.step, result.stopped_early
         if result.interrupted:  # not finished: no metrics.json, so no caller takes it for a result

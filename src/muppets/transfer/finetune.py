@@ -43,7 +43,7 @@ import torch
 from torch import nn
 
 from muppets.config import atomic_dir, atomic_path, load_typed, to_dict, write_json_atomic
-from muppets.errors import ConfigError, TrainingInterrupted
+from muppets.errors import ConfigError, RunDirError, TrainingInterrupted
 from muppets.heads import POOLS, TaskModel
 from muppets.interop.hf_tasks import task_labels
 from muppets.metrics import compute
@@ -54,6 +54,7 @@ from muppets.tasks.spec import TaskData, TaskSpec
 from muppets.tokenizers.wordpiece import WordPieceTokenizer
 from muppets.train import TrainConfig, Trainer, seed_everything
 from muppets.train.distributed import barrier, init_distributed
+from muppets.train.rundir import run_lock
 from muppets.transfer.batching import EpochData, loss_units
 from muppets.transfer.features import Feature, FeatureOptions, Probs, make_features
 from muppets.transfer.models import (default_orderings, load_task_model, load_tokenizer, new_task_model,
@@ -306,6 +307,10 @@ class BestKeeper:
         history = []
         if path.is_file() and not fresh:
             history = json.loads(path.read_text(encoding="utf-8")).get("history", [])
+        other = next((k for h in history if key not in h for k in h if k != "step"), None)
+        if other is not None:
+            raise RunDirError(f"{path}: this run chose its model on {other!r}, and this command on {key!r} (task.metric): "
+                              "run it with its own metric, or choose another run_dir")
         self.state = self._replay(history)
 
     def _replay(self, history: list[dict]) -> dict:
@@ -466,8 +471,14 @@ def run(cfg: FinetuneConfig, resume: bool = True, data: TaskData | None = None) 
 
     ``data`` is a task already in memory (e.g. from :func:`muppets.tasks.read_table`); by
     default ``cfg.task`` is read. ``resume`` continues from ``run_dir``'s checkpoint (and a
-    run that already stopped early is not trained again).
+    run that already stopped early is not trained again, if its settings are these). The run
+    holds ``run_dir`` (:func:`~muppets.train.rundir.run_lock`) until its metrics are written.
     """
+    with run_lock(_run_dir(cfg), enabled=init_distributed().is_main):
+        return _run(cfg, resume, data)
+
+
+def _run(cfg: FinetuneConfig, resume: bool, data: TaskData | None) -> dict:
     run_dir, dist = _run_dir(cfg), init_distributed()
     if cfg.threads > 0:
         torch.set_num_threads(cfg.threads)
@@ -480,16 +491,17 @@ def run(cfg: FinetuneConfig, resume: bool = True, data: TaskData | None = None) 
     save_best = model_saver(s.model, s.tok, s.spec, cfg, run_dir / "best")
     keeper = BestKeeper(run_dir / "early_stopping.json", key, cfg.patience, save_best, dist.is_main,
                         fresh=not resume)
+    watched = s.dev if cfg.watch_dev else []
+    evaluate = _evaluator(s.tok, s.spec, s.select, watched, cfg) if s.select or watched else None
+    trainer = Trainer(FinetuneModel(s.model), s.steps, train_config(cfg, s.steps.total_steps, spe),
+                      run_dir, evaluate=evaluate, run_config=to_dict(cfg),
+                      should_stop=keeper if s.select else None, eval_also_at=lambda step: step % spe == 0)
     if resume and keeper.state["stopped"]:
+        steps, stopped = keeper.state["history"][-1]["step"], True
+        trainer.check_stopped(steps)  # its best/ and metrics must not be taken for these settings'
         log.info("%s stopped early before (best step %s); not training again", run_dir,
                  keeper.state["best_step"])
-        steps, stopped = keeper.state["history"][-1]["step"], True
     else:
-        watched = s.dev if cfg.watch_dev else []
-        evaluate = _evaluator(s.tok, s.spec, s.select, watched, cfg) if s.select or watched else None
-        trainer = Trainer(FinetuneModel(s.model), s.steps, train_config(cfg, s.steps.total_steps, spe),
-                          run_dir, evaluate=evaluate, run_config=to_dict(cfg),
-                          should_stop=keeper if s.select else None, eval_also_at=lambda step: step % spe == 0)
         result = trainer.train(resume=resume)
         steps, stopped = result.step, result.stopped_early
         if result.interrupted:  # not finished: no metrics.json, so no caller takes it for a result
