@@ -132,3 +132,20 @@ def test_zero_shot_cv_predicts_every_row_once_per_language_and_reuses_finished_f
     assert zero_shot_cv(task, cfg, k=2, root=tmp_path / "cv")["languages"] == summary["languages"]
     with pytest.raises(ConfigError, match="another fold"):  # other folds never reuse those results
         zero_shot_cv(task, cfg, k=2, fold_seed=1, root=tmp_path / "cv")
+
+
+def test_the_selection_slice_of_a_fold_shares_no_sentence_with_its_training_rows() -> None:
+    """zero_shot_cv selects on a slice of each fold's English training rows: whole sentence groups
+    (before, all 199 selection rows of XNLI fold 0 shared a premise with training rows)."""
+    from muppets.tasks.spec import TaskData
+    from muppets.transfer.finetune import FinetuneConfig, selection_split
+
+    for name, premise_only in (("xnli", True), ("pawsx", False)):
+        task = load_parallel(name, ("en",))
+        for fold in cv_splits(task, k=5):
+            train, mode, chosen, _ = selection_split(FinetuneConfig(selection="train-slice"),
+                                                     TaskData(task.spec, {"train": fold.train}))
+            trained = {s for ex in train for s in ((ex.text,) if premise_only else (ex.text, ex.text_b))}
+            assert mode == "train-slice" and not any({ex.text, ex.text_b} & trained for ex in chosen)
+            assert abs(len(chosen) - 0.1 * len(fold.train)) <= 4  # about the 10% slice of before
+            assert {ex.label for ex in chosen} == set(task.spec.labels)

@@ -7,9 +7,10 @@ row**: the English row ids are cut into ``k`` folds (:func:`row_folds`), rows th
 sentence always in the same fold (:func:`sentence_groups`: XNLI gives each premise three
 hypotheses, one per label, so a premise split across folds would let the model learn two of its
 labels and infer the third; PAWS-X pairs reuse sentences too); for fold ``f`` the model
-trains on the English rows of the other folds (a stratified slice of them held out to choose
-the best model: ``selection=train-slice``), and predicts the fold's rows in every language: the
-same row ids held out everywhere, none of them ever trained on (:func:`cv_splits`). Each row is
+trains on the English rows of the other folds (a stratified slice of them, whole sentence groups,
+held out to choose the best model: ``selection=train-slice``), and predicts the fold's rows in
+every language: the same row ids held out everywhere, none of them ever trained on
+(:func:`cv_splits`). Each row is
 predicted exactly once per language; accuracy per language pools the folds. PAWS-X rows whose
 translation is ``NS`` are absent in that language (:mod:`muppets.tasks.xlingual`).
 :func:`sst2_to_chnsenticorp` trains on SST-2 (English; SST-2 dev chooses the model) and
@@ -40,6 +41,7 @@ from muppets.config import write_json_atomic
 from muppets.errors import ConfigError
 from muppets.tasks import load_task
 from muppets.tasks.spec import TaskData, TaskSpec, TextExample
+from muppets.tasks.xlingual import row_groups
 
 __all__ = ["LANGUAGES", "ParallelTask", "load_parallel", "sentence_groups", "row_folds", "cv_splits", "zero_shot_cv",
            "sst2_to_chnsenticorp", "unique_premises", "sentence_vectors", "retrieval_at_1", "layer_retrieval",
@@ -81,26 +83,10 @@ def load_parallel(name: str, languages: Sequence[str] = LANGUAGES, source: str =
 
 def sentence_groups(examples: dict[int, TextExample]) -> dict[int, int]:
     """Row -> group: rows that share a sentence (first or second text), directly or through
-    other rows, form one group, numbered by its smallest row."""
-    parent = {row: row for row in examples}
-
-    def root(row: int) -> int:
-        while parent[row] != row:
-            parent[row] = parent[parent[row]]
-            row = parent[row]
-        return row
-
-    first: dict[str, int] = {}
-    for row, ex in sorted(examples.items()):
-        for sentence in (ex.text, ex.text_b):
-            if sentence is None:
-                continue
-            if sentence in first:
-                a, b = root(row), root(first[sentence])
-                parent[max(a, b)] = min(a, b)
-            else:
-                first[sentence] = row
-    return {row: root(row) for row in examples}
+    other rows, form one group, numbered by its smallest row (the rule that splits the registered
+    tasks: :func:`muppets.tasks.xlingual.row_groups`)."""
+    found = row_groups({"source": list(examples.values())})
+    return {int(row): int(group) for row, group in found.items()}
 
 
 def row_folds(rows: Sequence[int], k: int, seed: int = 0, groups: dict[int, int] | None = None) -> list[np.ndarray]:
