@@ -2,12 +2,13 @@
 
 Per model and seed: XNLI and PAWS-X by k-fold cross-validation **by row** on the parallel dev
 files (the same row ids held out in every language, training on the English rows of the other
-folds, the best step chosen on a stratified 10% slice of those English training rows; every row
-predicted once per language, accuracy pooled over the folds), and SST-2 (train; dev chooses) ->
-ChnSentiCorp test. ``--init random`` fine-tunes the same architecture and tokenizer from random
-weights (the no-pretraining baseline). Finished folds are reused (``<out-dir>/.../xlingual.json``),
-so an interrupted table resumes. Prints a table and writes a JSON with the mean and sample
-standard deviation over seeds per task and language.
+folds, the best step chosen on a stratified 10% slice of those English training rows, whole
+sentence groups; every row predicted once per language, accuracy pooled over the folds), and
+SST-2 (train; dev chooses) -> ChnSentiCorp test. ``--init random`` fine-tunes the same
+architecture and tokenizer from random weights (the no-pretraining baseline). Finished folds are
+reused (``<out-dir>/.../xlingual.json``) when they were made with the same settings and model
+weights (others are refused), so an interrupted table resumes. Prints a table and writes a JSON
+with the mean and sample standard deviation over seeds per task and language.
 
     python benchmarks/xlingual_zero_shot.py --model runs/bert-mini-multilingual --seeds 1 2 3 \
         --out benchmarks/results/xlingual_zero_shot_multilingual.json

@@ -92,11 +92,31 @@ def test_bert_probe_report_per_layer_mix_and_random_encoder(tmp_path):
     assert pos["pretrained"]["best_layer"]["accuracy"] > 0.9  # word identity is in a random BERT's embeddings
     mix = pos["pretrained"]["mix"]
     assert sum(mix["weights"]) == pytest.approx(1.0, abs=1e-5)
-    assert mix["expected_layer"] == pytest.approx(sum(k * s for k, s in enumerate(mix["weights"])))
+    assert mix["mixed_layers"] == [0, 1, 2]  # its expected layer: test_report_expected_layer_of_hand_set_mix_weights
     assert "span_f1" in report["tasks"]["ner"]["pretrained"]["layers"][0]
     assert "selectivity" not in pos["random_encoder"]["layers"][0]  # control tasks: the model only
     assert [r["layer"] for r in report["tasks"]["structural"]["random_encoder"]["layers"]] == [0, 1, 2]
     assert report["data"]["toy"]["train"]["sentences"] == 80
+
+
+def test_report_expected_layer_of_hand_set_mix_weights(tmp_path, monkeypatch):
+    """The report's E[l] for mix weights set by hand on layers 1 and 2 (not positions 0 and 1):
+    1 * 0.25 + 2 * 0.75 = 1.75."""
+    from muppets.analysis import probing
+    from muppets.analysis.probe_models import Fitted
+
+    def hand_set(probe, losses, dev_score, stopping, seed):  # instead of training: fixed mix weights
+        if probe.mix is not None:
+            with torch.no_grad():
+                probe.mix.logits.copy_(torch.log(torch.tensor([0.25, 0.75])))
+        return Fitted(1, 1, 1.0)
+
+    monkeypatch.setattr(probing, "train_early_stopping", hand_set)
+    corpus = _toy_corpus(lambda w: "D" if w in ("the", "a") else "W")
+    report = probe_model(_cfg(tiny_bert(tmp_path / "bert"), tmp_path, layers="1,2"), {"toy": corpus})
+    mix = report["tasks"]["pos"]["pretrained"]["mix"]
+    assert mix["mixed_layers"] == [1, 2] and mix["weights"] == pytest.approx([0.25, 0.75])
+    assert mix["expected_layer"] == pytest.approx(1.75)
 
 
 def test_expected_layer_of_hand_set_mix_weights():
@@ -528,7 +548,10 @@ def test_a_report_of_other_settings_is_refused_before_any_work(tmp_path: Path) -
         run_probing(cfg)
 
 
-@pytest.mark.parametrize("setting", [{"max_train_sentences": -1}, {"hidden": 0}, {"dropout": 1.0}])
+@pytest.mark.parametrize("setting", [{"max_train_sentences": -1}, {"hidden": 0}, {"dropout": 1.0},
+                                     {"patience": 0}, {"lr": 0.0}, {"mix_lr": -1.0}])
 def test_probe_settings_are_checked(setting) -> None:
+    """When the config is made, before any model is loaded or sentence embedded (patience=0 used to
+    fail only in the first probe's training, after all the embedding)."""
     with pytest.raises(ConfigError, match=next(iter(setting))):
         ProbeConfig(**setting)

@@ -395,7 +395,8 @@ def until(condition, timeout: float = 10.0) -> None:
 def test_full_queue_answers_503_with_retry_after_and_recovers():
     statuses: list[tuple[int, dict]] = []
     lock = threading.Lock()
-    with running_server(ServeConfig("slow", port=0, log_level="warning", max_batch_size=1, queue_size=2),
+    with running_server(ServeConfig("slow", port=0, log_level="warning", max_batch_size=1, queue_size=2,
+                                    max_inputs=1),
                         engine=SlowEngine(0.3)) as url:
 
         def one():
@@ -503,12 +504,14 @@ def test_cli_entry_parses_every_option():
     parser = argparse.ArgumentParser()
     add_parser(parser.add_subparsers(dest="command"))
     args = parser.parse_args(["serve", "runs/x", "--port", "9000", "--max-batch-tokens", "4096", "--max-wait-ms",
-                              "2.5", "--queue-size", "10", "--threads", "2", "--api-key", "k", "--max-batch-size",
-                              "1", "--pooling", "cls", "--no-normalize", "--precision", "bf16", "--backend", "torch"])
+                              "2.5", "--queue-size", "10", "--max-inputs", "10", "--threads", "2", "--api-key", "k",
+                              "--max-batch-size", "1", "--pooling", "cls", "--no-normalize", "--precision", "bf16",
+                              "--backend", "torch"])
     c = config_from_args(args)
     assert (c.model_dir, c.port, c.max_batch_tokens, c.max_wait_ms, c.queue_size, c.threads, c.api_key) == \
         ("runs/x", 9000, 4096, 2.5, 10, 2, "k")
     assert c.max_batch_size == 1 and c.pooling == "cls" and c.normalize is False and c.host == "127.0.0.1"
+    assert c.max_inputs == 10
     assert (c.precision, c.backend) == ("bf16", "torch")
 
 
@@ -540,3 +543,19 @@ def test_embeddings_of_word_models_and_gpt_equal_offline(kind, gpt_dir, tmp_path
     if kind != "gpt":  # a pooling they cannot do is refused, not ignored
         with pytest.raises(ConfigError, match="word-level model .* mean of its words' vectors"):
             load_engine(ServeConfig(str(source), pooling="cls"))
+
+
+def test_a_queue_smaller_than_a_request_may_be_is_refused_at_startup():
+    with pytest.raises(ConfigError, match="queue_size=4 < max_inputs=256"):
+        ServeConfig("slow", queue_size=4)  # a request of 5 inputs would get 503 Retry-After: 1 forever
+    assert ServeConfig("slow", queue_size=4, max_inputs=4).queue_size == 4
+
+
+def test_a_request_the_queue_can_never_hold_gets_413_not_503():
+    cfg = ServeConfig("slow", port=0, log_level="warning", queue_size=8, max_inputs=8)
+    cfg.queue_size = 2  # past the startup check: the batcher itself refuses what can never fit
+    with running_server(cfg, engine=SlowEngine(0.0)) as url:
+        status, head, body = request(url + "/v1/embeddings", "POST", {"input": ["a", "b", "c"]})
+        assert status == 413 and "retry-after" not in head
+        assert "3 inputs; this server queues at most 2" in body["error"]["message"]
+        assert post(url + "/v1/embeddings", {"input": ["a", "b"]})[0] == 200

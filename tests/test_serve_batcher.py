@@ -230,3 +230,56 @@ def test_bf16_linear_pads_rows_to_few_buckets_and_returns_the_real_ones():
     torch.testing.assert_close(got.float(), want.float(), rtol=0, atol=1e-2)
     torch.testing.assert_close(got.float(), reference(x), rtol=0.05, atol=0.05)
     torch.testing.assert_close(model[0](x), got)  # outside autocast too (it casts its input)
+
+
+def test_a_request_larger_than_the_queue_is_refused_for_good_not_told_to_retry():
+    from muppets.serve.batcher import RequestTooLarge
+
+    b = Batcher(Recorder(), max_wait_ms=0, queue_size=4)
+
+    async def main():
+        with pytest.raises(RequestTooLarge, match="5 inputs; this server queues at most 4"):
+            await b.submit(items([(str(i), 1) for i in range(5)]))  # on an empty queue: it can never fit
+        return await b.submit(items([(str(i), 1) for i in range(4)]))
+
+    assert run(main()) == [("k", str(i)) for i in range(4)]
+    b.close()
+
+
+def test_cancelled_inputs_count_toward_neither_queue_depth_nor_queue_full():
+    from muppets.serve.batcher import Ticket
+
+    b = Batcher(Recorder(), max_batch_tokens=10_000, max_wait_ms=10_000, queue_size=3)  # the worker waits to fill
+    loop = asyncio.new_event_loop()
+    gone = b.enqueue(items([("a", 1), ("b", 1), ("c", 1)]), Ticket(3, loop))
+    assert b.queue_depth == 3
+    with pytest.raises(QueueFull):
+        b.enqueue(items([("d", 1)]), Ticket(1, loop))
+    gone.cancelled = True  # the client went away
+    assert b.queue_depth == 0
+    b.enqueue(items([("d", 1), ("e", 1), ("f", 1)]), Ticket(3, loop))  # the queue has room for three again
+    assert b.queue_depth == 3
+    b.close()
+    loop.close()
+
+
+def test_cancelled_inputs_do_not_fill_a_batch():
+    """Three abandoned inputs and one live one with max_batch_size 4: the live one still waits
+    max_wait for company (a batch is not 'full' of inputs nobody will run)."""
+    from muppets.serve.batcher import Ticket
+
+    rec = Recorder()
+    b = Batcher(rec, max_batch_tokens=10_000, max_batch_size=4, max_wait_ms=400, queue_size=16)
+    loop = asyncio.new_event_loop()
+    gone = b.enqueue(items([("a", 1), ("b", 1), ("c", 1)]), Ticket(3, loop))
+    gone.cancelled = True
+
+    async def late():
+        t0 = time.monotonic()
+        await b.submit(items([("d", 1)]))
+        return time.monotonic() - t0
+
+    assert run(late()) >= 0.3  # waited for company (the cancelled three would have "filled" it at once)
+    b.close()
+    loop.close()
+    assert rec.batches == [["d"]]

@@ -3,6 +3,7 @@ on) and cross-lingual retrieval@1 (centring, chance, pooling)."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -132,3 +133,53 @@ def test_zero_shot_cv_predicts_every_row_once_per_language_and_reuses_finished_f
     assert zero_shot_cv(task, cfg, k=2, root=tmp_path / "cv")["languages"] == summary["languages"]
     with pytest.raises(ConfigError, match="another fold"):  # other folds never reuse those results
         zero_shot_cv(task, cfg, k=2, fold_seed=1, root=tmp_path / "cv")
+
+
+def test_zero_shot_cv_reuses_a_finished_fold_only_with_its_settings_and_model(tmp_path: Path) -> None:
+    """A fold's xlingual.json records the fine-tuning settings and the model's weight fingerprint:
+    another seed, lr, epoch count or model is refused (its result would be reported under the new
+    settings), pacing settings and a copy of the same weights elsewhere are not."""
+    import dataclasses
+    import json
+    import shutil
+
+    from muppets.errors import RunDirError
+    from muppets.transfer.finetune import FinetuneConfig
+    from muppets.transfer.xlingual import zero_shot_cv
+
+    model = tiny_bert(tmp_path / "bert")
+    task = _toy(rows=24)
+    cfg = FinetuneConfig(model=str(model), epochs=1, batch_size=8, max_seq_len=16, threads=1, progress=False)
+    root = tmp_path / "cv"
+    summary = zero_shot_cv(task, cfg, k=2, root=root)
+    other_weights = tiny_bert(tmp_path / "bert-2", seed=1)
+    for change, named in [({"seed": 2}, "seed: 1 -> 2"), ({"lr": 1e-4}, "lr: 5e-05 -> 0.0001"),
+                          ({"epochs": 2}, "epochs: 1 -> 2"), ({"model": str(other_weights)}, "model weights")]:
+        with pytest.raises(RunDirError, match=f"other settings.*{re.escape(named)}"):
+            zero_shot_cv(task, dataclasses.replace(cfg, **change), k=2, root=root)
+    same_weights = shutil.copytree(model, tmp_path / "bert-copy")
+    again = zero_shot_cv(task, dataclasses.replace(cfg, threads=2, model=str(same_weights)), k=2, root=root)
+    assert again["languages"] == summary["languages"]  # reused: pacing and the path do not count
+    record = root / "fold-0" / "xlingual.json"
+    saved = json.loads(record.read_text(encoding="utf-8"))
+    assert saved["settings"]["seed"] == 1 and saved["model_sha256"] == summary["model_sha256"]
+    record.write_text(json.dumps({k: v for k, v in saved.items() if k not in ("settings", "model_sha256")}))
+    with pytest.raises(RunDirError, match="without the settings"):  # a record of before: cannot be told apart
+        zero_shot_cv(task, cfg, k=2, root=root)
+
+
+def test_the_selection_slice_of_a_fold_shares_no_sentence_with_its_training_rows() -> None:
+    """zero_shot_cv selects on a slice of each fold's English training rows: whole sentence groups
+    (before, all 199 selection rows of XNLI fold 0 shared a premise with training rows)."""
+    from muppets.tasks.spec import TaskData
+    from muppets.transfer.finetune import FinetuneConfig, selection_split
+
+    for name, premise_only in (("xnli", True), ("pawsx", False)):
+        task = load_parallel(name, ("en",))
+        for fold in cv_splits(task, k=5):
+            train, mode, chosen, _ = selection_split(FinetuneConfig(selection="train-slice"),
+                                                     TaskData(task.spec, {"train": fold.train}))
+            trained = {s for ex in train for s in ((ex.text,) if premise_only else (ex.text, ex.text_b))}
+            assert mode == "train-slice" and not any({ex.text, ex.text_b} & trained for ex in chosen)
+            assert abs(len(chosen) - 0.1 * len(fold.train)) <= 4  # about the 10% slice of before
+            assert {ex.label for ex in chosen} == set(task.spec.labels)

@@ -102,12 +102,15 @@ class ProbeConfig:
     def __post_init__(self) -> None:
         counts = {"max_train_sentences": 0, "max_eval_sentences": 0, "hidden": 1, "rank": 1, "max_epochs": 1,
                   "batch_size": 1, "sentence_batch_size": 1, "tree_batch_size": 1, "tree_epochs": 1,
-                  "embed_batch_size": 1, "patience": 0}
+                  "embed_batch_size": 1, "patience": 1}  # patience, max_epochs: probe_models.Stopping's rules
         for name, least in counts.items():
             if getattr(self, name) < least:
                 raise ConfigError(f"{name}: {getattr(self, name)!r} must be >= {least}", key=name)
         if not 0.0 <= self.dropout < 1.0:
             raise ConfigError(f"dropout: {self.dropout!r} must be in [0, 1)", key="dropout")
+        for name, ok, rule in (("lr", self.lr > 0, "> 0"), ("mix_lr", self.mix_lr >= 0, ">= 0")):  # Stopping's, Adam's
+            if not ok:
+                raise ConfigError(f"{name}: {getattr(self, name)!r} must be {rule}", key=name)
 
     def task_list(self) -> list[str]:
         names = [t.strip() for t in self.tasks.split(",") if t.strip()]

@@ -42,15 +42,15 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # what type checkers and IDEs see; at run time __getattr__ below imports on use
     from muppets.serve.app import build_app, running_server, serve
-    from muppets.serve.batcher import Batcher, QueueFull, Work
+    from muppets.serve.batcher import Batcher, QueueFull, RequestTooLarge, Work
     from muppets.serve.config import ServeConfig
     from muppets.serve.engines import Engine, load_engine
 
 # the names below load their module on first use (PEP 562), so `muppets serve --help` and
 # `muppets --help` do not import torch, Starlette and uvicorn just to list the options
 _EXPORTS = {"build_app": "app", "running_server": "app", "serve": "app", "Batcher": "batcher",
-            "QueueFull": "batcher", "Work": "batcher", "ServeConfig": "config", "Engine": "engines",
-            "load_engine": "engines"}
+            "QueueFull": "batcher", "RequestTooLarge": "batcher", "Work": "batcher", "ServeConfig": "config",
+            "Engine": "engines", "load_engine": "engines"}
 
 __all__ = sorted(_EXPORTS)
 

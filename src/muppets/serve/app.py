@@ -32,7 +32,7 @@ from starlette.routing import Route
 from muppets.errors import ConfigError, MuppetsError
 from muppets.heap import HeapTrimmer
 from muppets.serve import schema
-from muppets.serve.batcher import Batcher, BatchStats, QueueFull, Ticket
+from muppets.serve.batcher import Batcher, BatchStats, QueueFull, RequestTooLarge, Ticket
 from muppets.serve.config import ServeConfig
 from muppets.serve.engines import COMPLETE, EMBED, FILL, PREDICT, Engine, load_engine
 from muppets.serve.errors import ApiError
@@ -110,6 +110,8 @@ class Server:
             self.batcher.enqueue(items, ticket)
         except QueueFull as full:
             raise _overloaded(full) from None
+        except RequestTooLarge as large:
+            raise ApiError(413, str(large)) from None
         finally:
             request.state.settled()
 

@@ -20,7 +20,11 @@ therefore small, and an input longer than the budget still runs, alone.
 
 **Back-pressure.** At most ``queue_size`` inputs wait; a request that would go beyond is refused
 whole (:class:`QueueFull`, the server's 503 with ``Retry-After``: the queue's expected drain time
-at the measured seconds per input), so memory stays bounded under any load.
+at the measured seconds per input), so memory stays bounded under any load. A request of more
+inputs than ``queue_size`` could never be queued, so it is refused for good
+(:class:`RequestTooLarge`, the server's 413), not told to retry. Inputs of a cancelled request
+(the client went away) are dropped before anything is counted: they take no place in the
+queue, count toward no batch's fill and no queue depth.
 
 **Shutdown.** :meth:`close` lets the worker run what is queued (no more waiting for batches to
 fill), then stops it.
@@ -55,6 +59,15 @@ class QueueFull(Exception):
     def __init__(self, retry_after: int) -> None:
         super().__init__(f"the server is at capacity; retry after {retry_after} s")
         self.retry_after = retry_after
+
+
+class RequestTooLarge(Exception):
+    """A request of more inputs than the queue can ever hold; retrying cannot help."""
+
+    def __init__(self, size: int, queue_size: int) -> None:
+        super().__init__(f"the request has {size} inputs; this server queues at most {queue_size} inputs, so it "
+                         f"can never be taken: send at most {queue_size} per request")
+        self.size, self.queue_size = size, queue_size
 
 
 class Ticket:
@@ -144,7 +157,9 @@ class Batcher:
 
     @property
     def queue_depth(self) -> int:
-        return len(self._pending)
+        """Inputs waiting, those of cancelled requests left out."""
+        with self._cond:
+            return len(self._live())
 
     # ------------------------------------------------------------------ event loop side
 
@@ -158,11 +173,14 @@ class Batcher:
             ticket.cancelled = True  # done, failed or abandoned: nothing of it is left to run
 
     def enqueue(self, items: Sequence[Work], ticket: Ticket) -> Ticket:
-        """Queue ``items`` for ``ticket`` or raise :class:`QueueFull` (nothing is queued then)."""
+        """Queue ``items`` for ``ticket`` or raise :class:`RequestTooLarge` (never fits) or
+        :class:`QueueFull` (not now); nothing is queued then."""
+        if len(items) > self.queue_size:
+            raise RequestTooLarge(len(items), self.queue_size)
         with self._cond:
             if self._closing:
                 raise QueueFull(1)
-            if len(self._pending) + len(items) > self.queue_size:
+            if len(self._live()) + len(items) > self.queue_size:
                 raise QueueFull(self.retry_after())
             now = time.monotonic()
             for i, item in enumerate(items):
@@ -178,7 +196,7 @@ class Batcher:
 
     def retry_after(self) -> int:
         """Seconds until the queue has drained, at the measured pace (at least 1)."""
-        return max(1, math.ceil(len(self._pending) * self._seconds_per_input))
+        return max(1, math.ceil(self.queue_depth * self._seconds_per_input))
 
     def close(self, timeout: float = 30.0) -> None:
         """Run what is queued, then stop the worker (waits up to ``timeout`` seconds)."""
@@ -189,6 +207,11 @@ class Batcher:
             self._worker.join(timeout)
         else:
             wait_futures([self._worker], timeout)
+
+    def _live(self) -> list[Work]:
+        """Under the lock: drop the items of cancelled requests; the items still waiting."""
+        self._pending = [w for w in self._pending if not w.ticket.cancelled]
+        return self._pending
 
     # ------------------------------------------------------------------ worker side
 
@@ -206,7 +229,7 @@ class Batcher:
 
     def _wait_for_fill(self) -> None:
         """Under the lock: until the oldest item's batch is full or it has waited long enough."""
-        while not self._closing:
+        while not self._closing and self._live():
             oldest = self._pending[0]
             same = [w for w in self._pending if w.key == oldest.key]
             if len(same) >= self.max_batch_size or sum(w.cost for w in same) >= self.max_batch_tokens:
@@ -218,8 +241,7 @@ class Batcher:
 
     def _take(self) -> list[Work]:
         """Under the lock: the oldest live item and its closest-length companions (see module doc)."""
-        self._pending = [w for w in self._pending if not w.ticket.cancelled]
-        if not self._pending:
+        if not self._live():
             return []
         anchor = self._pending[0]
         candidates = sorted((w for w in self._pending[1:] if w.key == anchor.key),
@@ -248,7 +270,7 @@ class Batcher:
         self._seconds_per_input = 0.8 * self._seconds_per_input + 0.2 * seconds / len(batch)
         if self.on_batch is not None:
             self.on_batch(BatchStats(len(batch), len(batch) * max(w.cost for w in batch), seconds,
-                                     len(self._pending)))
+                                     self.queue_depth))
 
     def _isolate(self, batch: list[Work], err: Exception) -> None:
         """A batch failed: run each request's items on their own, so only the culprit fails."""

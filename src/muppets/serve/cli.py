@@ -30,7 +30,7 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     s.add_argument("--max-wait-ms", type=float, default=d.max_wait_ms,
                    help="how long the oldest input waits for others to join its batch")
     s.add_argument("--queue-size", type=int, default=d.queue_size,
-                   help="inputs waiting at most; beyond, 503 with Retry-After")
+                   help="inputs waiting at most; beyond, 503 with Retry-After (at least --max-inputs)")
     s.add_argument("--threads", type=int, default=d.threads,
                    help="torch / onnxruntime threads (0 = the default: one per core)")
     s.add_argument("--backend", choices=BACKENDS, default=d.backend,

@@ -21,12 +21,12 @@ class ServeConfig:
     max_batch_tokens: int = 8192  # padded tokens (rows x longest row) one forward pass may take
     max_batch_size: int = 64  # inputs per forward pass; 1 = no batching (the batch-1 baseline)
     max_wait_ms: float = 5.0  # how long the oldest waiting input may wait for others to join its batch
-    queue_size: int = 1024  # inputs waiting at most; beyond, requests get 503 + Retry-After
+    queue_size: int = 1024  # inputs waiting at most; beyond, requests get 503 + Retry-After (must be >= max_inputs)
     threads: int = 0  # torch (and onnxruntime) intra-op threads (0 = the default: one per core)
     backend: str = "auto"  # torch | onnx (an export: muppets export onnx) | auto (the faster of both, measured at startup)
     precision: str = "float32"  # BERT encoders: float32 | bf16 (linear weights in bf16 under autocast; torch backend only)
     api_key: str = ""  # if set, every route but /health needs "Authorization: Bearer <key>" (env MUPPETS_API_KEY)
-    max_inputs: int = 256  # inputs one request may carry (413 beyond)
+    max_inputs: int = 256  # inputs one request may carry, completions: prompts x n (413 beyond)
     max_chars: int = 20000  # characters one input may have (413 beyond)
     max_body_bytes: int = 4 << 20  # request body size limit in bytes (413 beyond)
     max_new_tokens: int = 512  # largest max_tokens a completion may ask for (413 beyond)
@@ -47,6 +47,10 @@ class ServeConfig:
                                ("port", 0 <= self.port < 65536, "within 0 … 65535")):
             if not ok:
                 raise ConfigError(f"{name}={getattr(self, name)!r}: must be {rule}", key=name)
+        if self.queue_size < self.max_inputs:
+            raise ConfigError(f"queue_size={self.queue_size} < max_inputs={self.max_inputs}: a request of more than "
+                              f"{self.queue_size} inputs (or prompts x n completions) could never be queued; raise "
+                              f"queue_size to at least {self.max_inputs} or lower max_inputs", key="queue_size")
         if self.backend not in BACKENDS:
             raise ConfigError(f"backend {self.backend!r} is not one of {', '.join(BACKENDS)}")
         if self.precision not in PRECISIONS:

@@ -4,17 +4,24 @@ A record goes to the held-out side when the MD5 of ``"<salt>:<key>"`` is among t
 ``round(fraction * n)`` smallest. This depends only on the keys (not on numpy's or Python's
 random generators, nor on the file order), so the split is the same on every machine and
 version, and records with the same key in parallel files (XNLI languages) land on the same side.
+
+**Groups.** Records that must not be separated (the three hypotheses of one XNLI premise, PAWS-X
+pairs that reuse a sentence: :func:`connected_groups`) are split as whole groups by both
+:func:`hash_split` and :func:`stratified_split` (``groups=``): a group is a unit, taken whole
+while that brings the held-out count closer to its target (:func:`_take_whole`), so the sizes are
+within half a group of the ungrouped ones. Without ``groups`` every record is its own group,
+and the splits are exactly the ungrouped ones.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Hashable, Iterable, Sequence
 from typing import TypeVar
 
 import numpy as np
 
-__all__ = ["SPLIT_SALT", "hash_split", "stratified_split", "legacy_stratified_shuffle_split"]
+__all__ = ["SPLIT_SALT", "connected_groups", "hash_split", "stratified_split", "legacy_stratified_shuffle_split"]
 
 T = TypeVar("T")
 
@@ -25,45 +32,111 @@ def _rank(key: str, salt: str) -> bytes:
     return hashlib.md5(f"{salt}:{key}".encode("utf-8")).digest()
 
 
+def connected_groups(keys: Sequence[Iterable[Hashable | None]]) -> list[int]:
+    """The group of each item, given each item's keys (``None`` ignored): items that share a
+    key, directly or through other items, form one group, numbered by its first item.
+
+    >>> connected_groups([("a", "b"), ("c", None), ("b", "d"), ("d", "e"), ("c", "f")])
+    [0, 1, 0, 0, 1]
+    """
+    parent = list(range(len(keys)))
+
+    def root(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    first: dict[Hashable, int] = {}
+    for i, item_keys in enumerate(keys):
+        for key in item_keys:
+            if key is None:
+                continue
+            if key in first:
+                a, b = root(i), root(first[key])
+                parent[max(a, b)] = min(a, b)
+            else:
+                first[key] = i
+    return [root(i) for i in range(len(keys))]
+
+
+def _members(n: int, groups: Sequence[Hashable] | None) -> list[list[int]]:
+    """The items of each group (all of them singletons without ``groups``), groups in the order
+    of their first item."""
+    if groups is None:
+        return [[i] for i in range(n)]
+    assert len(groups) == n, "one group per item"
+    by_group: dict[Hashable, list[int]] = {}
+    for i, g in enumerate(groups):
+        by_group.setdefault(g, []).append(i)
+    return list(by_group.values())
+
+
+def _take_whole(units: Sequence[list[int]], target: int) -> list[int]:
+    """Go through ``units`` (lists of items) in order and take each whole while that brings the
+    count taken closer to ``target`` (a unit that would overshoot by more than it falls short is
+    passed over); with single items: the first ``target``."""
+    taken: list[int] = []
+    for unit in units:
+        if len(taken) >= target:
+            break
+        if len(taken) + len(unit) - target < target - len(taken):
+            taken.extend(unit)
+    return taken
+
+
 def hash_split(items: Sequence[T], keys: Sequence[str], fraction: float,
-               salt: str = SPLIT_SALT) -> tuple[list[T], list[T]]:
+               salt: str = SPLIT_SALT, groups: Sequence[Hashable] | None = None) -> tuple[list[T], list[T]]:
     """Split ``items`` into ``(kept, held_out)`` with ``round(fraction * n)`` held out.
 
-    Both lists keep the input order.
+    With ``groups`` (one per item), each group goes whole to one side: groups are ranked by
+    their smallest member rank and taken as :func:`_take_whole` says, so about
+    ``round(fraction * n)`` (within half the largest group) are held out. Both lists keep the
+    input order.
 
     >>> hash_split(list("abcdefghij"), [str(i) for i in range(10)], 0.2)[1]
     ['d', 'i']
+    >>> hash_split(list("abcdefghij"), [str(i) for i in range(10)], 0.2, groups=[0, 0, 1, 1, 2, 2, 3, 3, 4, 4])[1]
+    ['c', 'd']
     """
     assert len(items) == len(keys), "one key per item"
     n_held = round(fraction * len(items))
-    order = sorted(range(len(items)), key=lambda i: _rank(keys[i], salt))
-    held = set(order[:n_held])
+    units = sorted(_members(len(items), groups), key=lambda unit: min(_rank(keys[i], salt) for i in unit))
+    held = set(_take_whole(units, n_held))
     kept = [item for i, item in enumerate(items) if i not in held]
     return kept, [item for i, item in enumerate(items) if i in held]
 
 
-def stratified_split(strata: Sequence[str], fraction: float, seed: int) -> tuple[list[int], list[int]]:
+def stratified_split(strata: Sequence[str], fraction: float, seed: int,
+                     groups: Sequence[Hashable] | None = None) -> tuple[list[int], list[int]]:
     """Indices ``(kept, held_out)``: ``max(1, round(fraction * n))`` items held out, shared
     among the strata in proportion to their sizes (largest remainders get the rounding), each
     stratum's drawn with a generator seeded by ``seed``; both lists sorted.
 
     Strata keep their shares on both sides (a label's 10% goes to the held-out side), so a small
-    held-out slice of a skewed task still holds every label it can.
+    held-out slice of a skewed task still holds every label it can. With ``groups`` (one per
+    item) the units drawn are whole groups, a group's stratum being the set of its items' strata
+    (an XNLI premise group: all three labels), taken as :func:`_take_whole` says.
 
     >>> stratified_split(["a"] * 6 + ["b"] * 4, 0.5, seed=0)[1]
     [1, 3, 5, 6, 7]
+    >>> stratified_split(["a", "b"] * 5, 0.4, seed=0, groups=[0, 0, 1, 1, 2, 2, 3, 3, 4, 4])[1]
+    [6, 7, 8, 9]
     """
     if not 0.0 < fraction < 1.0:
         raise ValueError(f"held-out fraction must be in (0, 1), got {fraction}")
-    names = sorted(set(strata))
-    members = [np.array([i for i, s in enumerate(strata) if s == name], dtype=np.int64) for name in names]
-    exact = np.array([fraction * len(m) for m in members])
+    units = _members(len(strata), groups)
+    unit_strata = ["|".join(sorted({strata[i] for i in unit})) for unit in units]
+    names = sorted(set(unit_strata))
+    members = [np.array([u for u, s in enumerate(unit_strata) if s == name], dtype=np.int64) for name in names]
+    exact = np.array([fraction * sum(len(units[u]) for u in m) for m in members])
     quota = np.floor(exact).astype(np.int64)
     extra = max(1, round(fraction * len(strata))) - int(quota.sum())
     for k in np.argsort(-(exact - quota), kind="stable")[:max(extra, 0)]:
         quota[k] += 1
     rng = np.random.default_rng([seed, 29])
-    held = sorted(i for m, q in zip(members, quota) for i in rng.permutation(m)[:q].tolist())
+    held = sorted(i for m, q in zip(members, quota)
+                  for i in _take_whole([units[u] for u in rng.permutation(m).tolist()], int(q)))
     held_set = set(held)
     return [i for i in range(len(strata)) if i not in held_set], held
 

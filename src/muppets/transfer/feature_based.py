@@ -51,7 +51,7 @@ from muppets.transfer.feature_models import (FeatureModelConfig, FeatureTaskMode
                                              save_feature_model)
 from muppets.transfer.finetune import (BestKeeper, TaskSection, gold_of, load_task_data, mean_std,
                                        prediction_record, primary_key, score, write_jsonl)
-from muppets.transfer.selection import SELECTIONS, resolve_mode, select
+from muppets.transfer.selection import SELECTIONS, example_groups, resolve_mode, select
 
 log = logging.getLogger(__name__)
 
@@ -335,7 +335,7 @@ def _selection(p: _Prepared, cfg: FeatureConfig) -> tuple[SplitFeatures, SplitFe
     mode = resolve_mode(cfg.selection, has_dev, has_test, cfg.epochs, cfg.eval_every)
     golds = [gold_of(p.spec.kind, ex) for ex in train.examples]
     sel = select(mode, p.spec.kind, golds, len(dev.examples) if has_dev else 0, cfg.selection_fraction,
-                 cfg.selection_seed)
+                 cfg.selection_seed, example_groups(train.examples))
     chosen = {"train": train, "dev": dev}.get(sel.split)
     return train.subset(sel.train), chosen.subset(sel.select) if chosen is not None else None, sel.mode
 

@@ -60,7 +60,7 @@ from muppets.transfer.features import Feature, FeatureOptions, Probs, make_featu
 from muppets.transfer.models import (default_orderings, load_task_model, load_tokenizer, new_task_model,
                                      save_task_model)
 from muppets.transfer.predict import SpanOptions, decode, feature_logits, save_settings
-from muppets.transfer.selection import SELECTIONS, resolve_mode, select
+from muppets.transfer.selection import SELECTIONS, example_groups, resolve_mode, select
 
 log = logging.getLogger(__name__)
 
@@ -461,7 +461,7 @@ def selection_split(cfg: FinetuneConfig, data: TaskData) -> tuple[list, str, lis
     has_test = bool(labelled(kind, data.splits.get("test", [])))
     mode = resolve_mode(cfg.selection, bool(dev), has_test, cfg.epochs, cfg.eval_every)
     sel = select(mode, kind, [gold_of(kind, ex) for ex in train], len(dev), cfg.selection_fraction,
-                 cfg.selection_seed)
+                 cfg.selection_seed, example_groups(train))
     chosen = [(dev if sel.split == "dev" else train)[i] for i in sel.select]
     return [train[i] for i in sel.train], sel.mode, chosen, dev
 

@@ -5,7 +5,9 @@ of several noisy evaluations, which is biased upwards, most on small dev sets (R
 examples, MRPC's 408). A run therefore selects on one of:
 
 * ``train-slice`` — a seeded, stratified slice of the training examples (``fraction``, 10% by
-  default), held out from training; dev and test are only reported;
+  default), held out from training, whole groups where the examples name one in
+  ``meta["group"]`` (:func:`example_groups`: XNLI / PAWS-X rows sharing a sentence); dev and
+  test are only reported;
 * ``dev`` — the dev split, when the task has a labelled test split to report (CoNLL-2003:
   select on ``eng.testa``, report ``eng.testb``);
 * ``last`` — nothing: the model after the last step (no data held out, nothing chosen).
@@ -18,7 +20,7 @@ make), and to ``train-slice`` otherwise. Fine-tuning and feature-based transfer 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,6 +32,7 @@ from muppets.tasks.splits import stratified_split
 log = logging.getLogger(__name__)
 
 SELECTIONS = ("auto", "train-slice", "dev", "last")
+GROUP = "group"  # an example's meta key: examples of one group are held out together (muppets.tasks.xlingual)
 REGRESS_BINS = 5  # a regression task's slice is stratified by quintiles of the target
 
 
@@ -73,8 +76,17 @@ def strata(kind: str, golds: Sequence[Any]) -> list[str]:
     return ["all"] * len(golds)
 
 
+def example_groups(examples: Sequence[Any]) -> list[Hashable] | None:
+    """Each example's ``meta["group"]`` (an example without one is a group of its own), or
+    ``None`` when no example names a group."""
+    named = [getattr(ex, "meta", {}).get(GROUP) for ex in examples]
+    if all(g is None for g in named):
+        return None
+    return [("example", i) if g is None else g for i, g in enumerate(named)]
+
+
 def select(mode: str, kind: str, train_golds: Sequence[Any], n_dev: int, fraction: float,
-           seed: int) -> Selection:
+           seed: int, groups: Sequence[Hashable] | None = None) -> Selection:
     """Carve the selection data for a resolved ``mode``.
 
     Args:
@@ -83,6 +95,8 @@ def select(mode: str, kind: str, train_golds: Sequence[Any], n_dev: int, fractio
         fraction: ``train-slice``: the share of training examples held out.
         seed: ``train-slice``: fixes the slice (kept the same across run seeds, so seeds differ
             only in initialisation, dropout and order).
+        groups: ``train-slice``: one per training example (:func:`example_groups`); a group is
+            held out whole or not at all, so no XNLI premise is both trained and selected on.
     """
     everything = list(range(len(train_golds)))
     if mode == "dev":
@@ -91,7 +105,7 @@ def select(mode: str, kind: str, train_golds: Sequence[Any], n_dev: int, fractio
         return Selection("last", everything, [], "")
     if not 0.0 < fraction < 1.0:
         raise ConfigError(f"selection_fraction: {fraction} is not in (0, 1)")
-    kept, held = stratified_split(strata(kind, train_golds), fraction, seed)
+    kept, held = stratified_split(strata(kind, train_golds), fraction, seed, groups)
     if not held or not kept:
         raise ConfigError(f"selection_fraction={fraction} of {len(train_golds)} training examples "
                           "leaves nothing to select on (or nothing to train on)")

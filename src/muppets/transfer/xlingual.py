@@ -7,9 +7,11 @@ row**: the English row ids are cut into ``k`` folds (:func:`row_folds`), rows th
 sentence always in the same fold (:func:`sentence_groups`: XNLI gives each premise three
 hypotheses, one per label, so a premise split across folds would let the model learn two of its
 labels and infer the third; PAWS-X pairs reuse sentences too); for fold ``f`` the model
-trains on the English rows of the other folds (a stratified slice of them held out to choose
-the best model: ``selection=train-slice``), and predicts the fold's rows in every language: the
-same row ids held out everywhere, none of them ever trained on (:func:`cv_splits`). Each row is
+trains on the English rows of the other folds (a stratified slice of them, whole sentence groups,
+held out to choose the best model: ``selection=train-slice``), and predicts the fold's rows in
+every language: the same row ids held out everywhere, none of them ever trained on
+(:func:`cv_splits`). A fold's ``xlingual.json`` records its fine-tuning settings and the model's
+weight fingerprint, and is reused only by a run with the same ones (:func:`reusable`). Each row is
 predicted exactly once per language; accuracy per language pools the folds. PAWS-X rows whose
 translation is ``NS`` are absent in that language (:mod:`muppets.tasks.xlingual`).
 :func:`sst2_to_chnsenticorp` trains on SST-2 (English; SST-2 dev chooses the model) and
@@ -36,10 +38,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from muppets.config import write_json_atomic
-from muppets.errors import ConfigError
+from muppets.config import to_dict, write_json_atomic
+from muppets.errors import ConfigError, RunDirError
 from muppets.tasks import load_task
 from muppets.tasks.spec import TaskData, TaskSpec, TextExample
+from muppets.tasks.xlingual import row_groups
 
 __all__ = ["LANGUAGES", "ParallelTask", "load_parallel", "sentence_groups", "row_folds", "cv_splits", "zero_shot_cv",
            "sst2_to_chnsenticorp", "unique_premises", "sentence_vectors", "retrieval_at_1", "layer_retrieval",
@@ -81,26 +84,10 @@ def load_parallel(name: str, languages: Sequence[str] = LANGUAGES, source: str =
 
 def sentence_groups(examples: dict[int, TextExample]) -> dict[int, int]:
     """Row -> group: rows that share a sentence (first or second text), directly or through
-    other rows, form one group, numbered by its smallest row."""
-    parent = {row: row for row in examples}
-
-    def root(row: int) -> int:
-        while parent[row] != row:
-            parent[row] = parent[parent[row]]
-            row = parent[row]
-        return row
-
-    first: dict[str, int] = {}
-    for row, ex in sorted(examples.items()):
-        for sentence in (ex.text, ex.text_b):
-            if sentence is None:
-                continue
-            if sentence in first:
-                a, b = root(row), root(first[sentence])
-                parent[max(a, b)] = min(a, b)
-            else:
-                first[sentence] = row
-    return {row: root(row) for row in examples}
+    other rows, form one group, numbered by its smallest row (the rule that splits the registered
+    tasks: :func:`muppets.tasks.xlingual.row_groups`)."""
+    found = row_groups({"source": list(examples.values())})
+    return {int(row): int(group) for row, group in found.items()}
 
 
 def row_folds(rows: Sequence[int], k: int, seed: int = 0, groups: dict[int, int] | None = None) -> list[np.ndarray]:
@@ -156,25 +143,57 @@ def _predict_languages(run_dir: Path, spec: TaskSpec, held_out: dict[str, list],
     return out
 
 
-def run_fold(task: ParallelTask, fold: Fold, cfg, root: Path, keep_models: bool = False) -> dict:
-    """Fine-tune on the fold's English rows (or reuse its finished result) and predict every
-    language; unless ``keep_models``, the fold's ``best/`` and checkpoints are then deleted (the
-    result is in ``xlingual.json`` and ``metrics.json``)."""
+def model_fingerprint(cfg) -> str:
+    """sha256 of the weights ``cfg.model`` names (:func:`~muppets.interop.onnx_export.weights_fingerprint`)."""
+    from muppets.interop.onnx_export import weights_fingerprint
+    from muppets.transfer.finetune import resolve_model
+
+    return weights_fingerprint(resolve_model(cfg.model))
+
+
+def reusable(done: Path, found: dict, fold: Fold, settings: dict, fingerprint: str) -> dict:
+    """``found`` (the record in ``done``) when it is this fold's result under these fine-tuning
+    ``settings`` and model weights; otherwise :class:`ConfigError` (another fold's rows) or
+    :class:`RunDirError` (other settings, compared as a finished run's are:
+    :func:`~muppets.train.rundir.check_resume`; the model by its weights, not its path)."""
+    from muppets.train.rundir import changed_settings, describe, effective_changes
+
+    if found.get("held_rows") != fold.held_rows.tolist():
+        raise ConfigError(f"{done} holds the result of another fold (other held-out rows: a different k, fold "
+                          "seed, task or grouping); give this run its own directory")
+    saved = found.get("settings")
+    if not isinstance(saved, dict):
+        raise RunDirError(f"{done}: a fold result without the settings it was trained with (written before they "
+                          f"were recorded), so it cannot be told apart from another run's: delete {done.parent} "
+                          "to compute it again, or choose another directory")
+    changed = effective_changes(changed_settings(saved, settings), ("model",))
+    if found.get("model_sha256") != fingerprint:
+        changed["model weights (sha256)"] = (found.get("model_sha256"), fingerprint)
+    if changed:
+        raise RunDirError(f"{done}: this fold was fine-tuned with other settings ({describe(changed)}); its result "
+                          f"would be reported under these: run with its settings, delete {done.parent} to compute it "
+                          "again, or choose another directory")
+    return found
+
+
+def run_fold(task: ParallelTask, fold: Fold, cfg, root: Path, keep_models: bool = False,
+             fingerprint: str | None = None) -> dict:
+    """Fine-tune on the fold's English rows (or reuse its finished result, when it was made with
+    the same settings and model weights: :func:`reusable`) and predict every language; unless
+    ``keep_models``, the fold's ``best/`` and checkpoints are then deleted (the result, with its
+    settings and the model's ``fingerprint``, is in ``xlingual.json`` and ``metrics.json``)."""
     from muppets.transfer.finetune import run
 
     run_dir = root / f"fold-{fold.index}"
     done = run_dir / RESULT_FILE
-    if done.is_file():
-        found = json.loads(done.read_text(encoding="utf-8"))
-        if found.get("held_rows") != fold.held_rows.tolist():
-            raise ConfigError(f"{done} holds the result of another fold (other held-out rows: a different k, fold "
-                              "seed, task or grouping); give this run its own directory")
-        return found
     fold_cfg = dataclasses.replace(cfg, run_dir=str(run_dir), selection="train-slice")
+    settings, fingerprint = to_dict(fold_cfg), fingerprint or model_fingerprint(cfg)
+    if done.is_file():
+        return reusable(done, json.loads(done.read_text(encoding="utf-8")), fold, settings, fingerprint)
     data = TaskData(task.spec, {"train": fold.train}, notes=f"{task.name} fold {fold.index}: English rows of the other folds")
     summary = run(fold_cfg, data=data)
     result = {"fold": fold.index, "rows": len(fold.held_rows), "held_rows": fold.held_rows.tolist(),
-              "best_step": summary["best_step"],
+              "settings": settings, "model_sha256": fingerprint, "best_step": summary["best_step"],
               "train_examples": summary["train_examples"], "selection_examples": summary["selection_examples"],
               "languages": _predict_languages(run_dir, task.spec, fold.held_out, fold_cfg)}
     write_json_atomic(done, result)
@@ -188,9 +207,12 @@ def zero_shot_cv(task: ParallelTask, cfg, k: int = 5, fold_seed: int = 0, root: 
                  keep_models: bool = False) -> dict:
     """Cross-validated zero-shot transfer from English (``cfg``: a FinetuneConfig; its seed and
     model are used). Returns per language the pooled accuracy over all held-out rows, its row
-    count, the majority-class accuracy (chance) and the per-fold accuracies; writes ``<root>/summary.json``."""
+    count, the majority-class accuracy (chance) and the per-fold accuracies; writes ``<root>/summary.json``.
+    A fold finished before is reused only with the same settings and model weights (else
+    :class:`~muppets.errors.RunDirError`)."""
     root = Path(root or cfg.run_dir or f"runs/xlingual/{task.name}")
-    folds = [run_fold(task, fold, cfg, root, keep_models) for fold in cv_splits(task, k, fold_seed)]
+    fingerprint = model_fingerprint(cfg)
+    folds = [run_fold(task, fold, cfg, root, keep_models, fingerprint) for fold in cv_splits(task, k, fold_seed)]
     per_lang = {}
     for lang in task.rows:
         correct = sum(f["languages"][lang]["correct"] for f in folds)
@@ -199,8 +221,8 @@ def zero_shot_cv(task: ParallelTask, cfg, k: int = 5, fold_seed: int = 0, root: 
         per_lang[lang] = {"accuracy": correct / total if total else float("nan"), "rows": total,
                           "majority": max(labels.values()) / total if total else float("nan"),
                           "folds": [f["languages"][lang]["correct"] / max(1, f["languages"][lang]["total"]) for f in folds]}
-    summary = {"task": task.name, "model": cfg.model, "init": cfg.init, "seed": cfg.seed, "k": k,
-               "fold_seed": fold_seed, "languages": per_lang, "folds": folds}
+    summary = {"task": task.name, "model": cfg.model, "model_sha256": fingerprint, "init": cfg.init, "seed": cfg.seed,
+               "k": k, "fold_seed": fold_seed, "languages": per_lang, "folds": folds}
     write_json_atomic(root / "summary.json", summary)
     return summary
 
