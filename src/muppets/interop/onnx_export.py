@@ -162,7 +162,7 @@ def load_source(model: str | Path, layers: str = "last") -> _Source:
     if _is_task_dir(meta):
         return _task_source(path, fam.name, layers)
     if fam.causal:
-        raise ConfigError(f"{path}: a {fam.name} language model is not exported to ONNX (generation runs a KV-cache "
+        raise ConfigError(f"{path}: a left-to-right {fam.name.upper()} language model is not exported to ONNX (generation runs a KV-cache "
                           "loop); export a task model of it, or serve this model with --backend torch")
     backbone = fam.load(path).eval().backbone
     cfg = backbone.cfg
