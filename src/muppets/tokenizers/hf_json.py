@@ -143,20 +143,19 @@ class JsonTokenizer:
 
     def encode_words(self, sentences: Sequence[Sequence[str]]) -> list[WordEncoding]:
         """Pre-split words read as the model reads ``" ".join(words)`` (a byte-level BPE or
-        SentencePiece model marks a word's start by its space); each piece belongs to the word
-        its last character is in."""
+        SentencePiece model marks a word's start by its space); a piece belongs to the word its
+        last character is in, a lone space piece to the word it opens."""
         out = []
         for words, enc in zip(sentences, self.encodings([" ".join(ws) for ws in sentences])):
-            owner, at = [], 0
+            owner = []  # word of each character of the joined text
             for w, word in enumerate(words):
-                owner += [w] * len(word) + [-1]  # the joining space belongs to no word
-                at += len(word) + 1
+                owner += [w] * len(word) + [w + 1]  # the joining space opens the next word
             ids, word_ids = [], []
             for token_id, (start, end) in zip(enc.ids, enc.offsets):
-                word = owner[end - 1] if end > start and end - 1 < len(owner) else -1
-                if word >= 0:
+                at = end - 1 if end > start else start
+                if 0 <= at < len(owner) and owner[at] < len(words):
                     ids.append(token_id)
-                    word_ids.append(word)
+                    word_ids.append(owner[at])
             out.append(WordEncoding(ids, word_ids))
         return out
 
