@@ -5,6 +5,11 @@ the embedding output first and every layer after it. The MLM head runs **only at
 positions** it is given, so a CPU step does not spend most of its time on the 30k-way output
 layer at positions that carry no label; given no positions, it scores every position (the
 Hugging Face ``prediction_logits`` view, used for parity and feature use).
+
+BERT's relatives run on the same classes (:mod:`muppets.families`): RoBERTa / XLM-R set
+``padded_positions`` and one token type, DistilBERT no token types, ELECTRA an
+``embedding_size`` below ``hidden_size`` (a projection lifts the embeddings; the MLM head maps
+back down); no family copies the model.
 """
 
 from __future__ import annotations
