@@ -57,12 +57,12 @@ class SentenceVector(nn.Module):
     pair, §3.3) whose vectors are added: ``(B * orderings, H) -> (B, H)``.
     """
 
-    def __init__(self, hidden_size: int, pool: str = "first", orderings: int = 1) -> None:
+    def __init__(self, hidden_size: int, pool: str = "first", orderings: int = 1, pooler_act: str = "tanh") -> None:
         super().__init__()
         if pool not in POOLS:
             raise ValueError(f"pool must be one of {POOLS}, not {pool!r}")
         self.pool, self.orderings = pool, orderings
-        self.pooler = Pooler(hidden_size) if pool == "first" else None
+        self.pooler = Pooler(hidden_size, pooler_act) if pool == "first" else None
 
     def forward(self, encoded: Encoded) -> torch.Tensor:
         if self.pooler is not None:
@@ -80,9 +80,9 @@ class ClassificationHead(nn.Module):
     """Sentence vector -> dropout -> ``(B, num_labels)`` logits (``num_labels=1``: a regression)."""
 
     def __init__(self, hidden_size: int, num_labels: int, dropout_p: float = 0.1,
-                 pool: str = "first", orderings: int = 1) -> None:
+                 pool: str = "first", orderings: int = 1, pooler_act: str = "tanh") -> None:
         super().__init__()
-        self.vector = SentenceVector(hidden_size, pool, orderings)
+        self.vector = SentenceVector(hidden_size, pool, orderings, pooler_act)
         self.classifier = nn.Linear(hidden_size, num_labels)
         self.dropout_p = dropout_p
 
@@ -122,9 +122,9 @@ class ChoiceHead(nn.Module):
     """Sentence vector of each ``(context, choice)`` row -> one score; reshaped to ``(B, C)``
     by :class:`TaskModel` (the backbone sees ``B * C`` rows)."""
 
-    def __init__(self, hidden_size: int, dropout_p: float = 0.1, pool: str = "first") -> None:
+    def __init__(self, hidden_size: int, dropout_p: float = 0.1, pool: str = "first", pooler_act: str = "tanh") -> None:
         super().__init__()
-        self.vector = SentenceVector(hidden_size, pool)
+        self.vector = SentenceVector(hidden_size, pool, pooler_act=pooler_act)
         self.classifier = nn.Linear(hidden_size, 1)
         self.dropout_p = dropout_p
 
@@ -138,21 +138,23 @@ class ChoiceHead(nn.Module):
 
 
 def build_head(kind: str, hidden_size: int, num_labels: int = 0, dropout_p: float = 0.1,
-               init_std: float = 0.02, pool: str = "first", orderings: int = 1) -> nn.Module:
+               init_std: float = 0.02, pool: str = "first", orderings: int = 1,
+               pooler_act: str = "tanh") -> nn.Module:
     """The head for a task ``kind`` (see :data:`KINDS`), freshly initialised.
 
-    ``pool`` / ``orderings``: how sentence-level heads read the backbone (see :class:`SentenceVector`).
+    ``pool`` / ``orderings``: how sentence-level heads read the backbone (see :class:`SentenceVector`);
+    ``pooler_act``: the activation of the ``first`` pooler (the model family's, :class:`Pooler`).
     """
     if kind in ("classify", "pair"):
-        head: nn.Module = ClassificationHead(hidden_size, num_labels, dropout_p, pool, orderings)
+        head: nn.Module = ClassificationHead(hidden_size, num_labels, dropout_p, pool, orderings, pooler_act)
     elif kind == "regress":
-        head = ClassificationHead(hidden_size, 1, dropout_p, pool, orderings)
+        head = ClassificationHead(hidden_size, 1, dropout_p, pool, orderings, pooler_act)
     elif kind == "tag":
         head = TaggingHead(hidden_size, num_labels, dropout_p)
     elif kind == "span":
         head = SpanHead(hidden_size)
     elif kind == "choice":
-        head = ChoiceHead(hidden_size, dropout_p, pool)
+        head = ChoiceHead(hidden_size, dropout_p, pool, pooler_act)
     else:
         raise ValueError(f"unknown task kind {kind!r}; expected one of {KINDS}")
     init_weights(head, init_std)
@@ -194,6 +196,7 @@ class TaskModel(nn.Module):
 
     lm_orderings = 0  # an auxiliary LM term reads the first of every N input rows (0 = no such term; GPT)
     fresh_head: list[str] = []  # on loading: why head parameters started fresh, one line each (empty: all were read)
+    family = ""  # the muppets.families name that built it ("" = the registry's default); saving writes that family
 
     def __init__(self, backbone: nn.Module, head: nn.Module, kind: str) -> None:
         super().__init__()

@@ -41,7 +41,6 @@ from muppets.nn.attention import SelfAttention
 
 log = logging.getLogger(__name__)
 
-KINDS = ("bert", "gpt")  # models with attention (ELMo, NNLM and static vectors have none)
 
 
 # ----------------------------------------------------------------------------- capture
@@ -106,7 +105,8 @@ class AttentionView:
     starts: list[bool]
     special: list[bool]
     model: str = ""  # shown in the page title
-    kind: str = "bert"  # "bert" (bidirectional) or "gpt" (causal)
+    kind: str = "bert"  # the model family (muppets.families): bert, roberta, gpt …
+    causal: bool = False  # left-to-right attention (GPT), shown as such on the page
 
     def __post_init__(self) -> None:
         T = len(self.tokens)
@@ -167,7 +167,8 @@ def _words(view: AttentionView) -> list[list[int]]:
 
 @dataclass
 class AttentionModel:
-    """A BERT or GPT backbone with its tokenizer, ready to give :class:`AttentionView` s."""
+    """A transformer backbone with its tokenizer, ready to give :class:`AttentionView` s;
+    ``kind`` is its family's name (:mod:`muppets.families`)."""
 
     backbone: nn.Module
     tokenizer: object
@@ -175,17 +176,26 @@ class AttentionModel:
     name: str
 
     @property
+    def family(self):
+        from muppets import families
+
+        return families.get(self.kind)
+
+    @property
     def max_tokens(self) -> int:
         return self.backbone.cfg.max_position_embeddings
 
     def encode(self, text: str, pair: str | None = None) -> tuple[list[int], list[int]]:
-        """Ids and segments: BERT ``[CLS] A [SEP] (B [SEP])``; GPT the text (then `` B``)."""
+        """Ids and segments: an encoder's own template (BERT ``[CLS] A [SEP] (B [SEP])``,
+        RoBERTa ``<s> A </s></s> B </s>``; the segment shown is 1 after the first separator);
+        GPT the text (then `` B``)."""
         if not text.strip() or (pair is not None and not pair.strip()):
             raise ConfigError("attention: the text (and the pair, if given) may not be empty")
         tok = self.tokenizer
-        if self.kind == "bert":
-            a = [tok.cls_id, *tok.encode(text), tok.sep_id]
-            b = [*tok.encode(pair), tok.sep_id] if pair is not None else []
+        if not self.family.causal:
+            ids = tok.encode_for_model(text, pair)["input_ids"]
+            cut = ids.index(tok.sep_id) + 1 if pair is not None else len(ids)
+            a, b = ids[:cut], ids[cut:]
         else:
             a = tok.encode(text)
             space = "" if tok.add_prefix_space else " "
@@ -200,20 +210,20 @@ class AttentionModel:
         ids, segments = self.encode(text, pair)
         batch = torch.tensor([ids])  # (1, T)
         with torch.inference_mode(), capture_attention(self.backbone) as cap:
-            if self.kind == "bert":
+            if self.family.token_types:
                 self.backbone(batch, torch.tensor([segments]))
             else:
                 self.backbone(batch)
         probs = torch.cat(cap.layers).float().numpy()  # (L, heads, T, T)
         tokens, starts, special = self._pieces(ids)
-        return AttentionView(tokens, probs, segments, starts, special, self.name, self.kind)
+        return AttentionView(tokens, probs, segments, starts, special, self.name, self.kind, self.family.causal)
 
     def _pieces(self, ids: Sequence[int]) -> tuple[list[str], list[bool], list[bool]]:
         """Shown tokens, word starts and special flags of ``ids``."""
         tok = self.tokenizer
         special_ids = set(tok.special_ids.values())
         special = [i in special_ids for i in ids]
-        if self.kind == "bert":
+        if hasattr(tok, "is_continuation"):  # WordPiece: a piece that continues a word starts with ##
             tokens = [tok.id_to_token(i) or "?" for i in ids]
             return tokens, [not t.startswith("##") for t in tokens], special
         texts = [tok.decode([i]) for i in ids]
@@ -240,23 +250,17 @@ def _gpt_word_starts(texts: Sequence[str]) -> list[bool]:
 
 
 def load_attention_model(name: str | Path) -> AttentionModel:
-    """The BERT or GPT model ``name`` points at: an HF directory, ``minilm``, or a muppets run."""
+    """The transformer ``name`` points at (any family of :mod:`muppets.families`): an HF
+    directory, ``minilm``, or a muppets run."""
+    from muppets import families
     from muppets.transfer.embedders import locate_model
 
     kind, path = locate_model(name)
-    if kind not in KINDS:
+    if not families.is_family(kind):
         raise ConfigError(f"model {str(name)!r} is a {kind} model, which has no attention; "
-                          "attention needs a BERT or GPT model")
-    if kind == "bert":
-        from muppets.interop.hf_bert import load_hf_bert
-        from muppets.tokenizers.wordpiece import WordPieceTokenizer
-
-        backbone, tok = load_hf_bert(path).backbone, WordPieceTokenizer.load(path)
-    else:
-        from muppets.interop.hf_gpt import load_hf_gpt
-        from muppets.tokenizers import ByteLevelBPETokenizer
-
-        backbone, tok = load_hf_gpt(path).backbone, ByteLevelBPETokenizer.load(path)
+                          f"attention needs a transformer ({', '.join(f.name for f in families.families())})")
+    family = families.get(kind)
+    backbone, tok = family.load(path).backbone, family.tokenizer(path)
     log.info("attention of the %s model at %s", kind, path)
     return AttentionModel(backbone.eval(), tok, kind, str(name))
 

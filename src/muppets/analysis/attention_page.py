@@ -57,6 +57,7 @@ def page_data(view: AttentionView, layer: int = 0, heads: Sequence[int] | None =
     return {
         "title": title or f"Attention: {view.model or 'model'}",
         "kind": view.kind,
+        "causal": view.causal,
         "pair": view.is_pair,
         "tokens": list(view.tokens),
         "segments": [int(s) for s in view.segments],

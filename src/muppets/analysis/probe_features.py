@@ -56,14 +56,10 @@ def randomize_embedder(embedder: Embedder, seed: int) -> None:
     model = getattr(embedder, "model", None)
     cfg = getattr(model, "cfg", None)
     torch.manual_seed(seed)
-    if embedder.kind == "bert":
-        from muppets.models.bert import BertForPreTraining
+    from muppets import families
 
-        fresh = BertForPreTraining(cfg).backbone
-    elif embedder.kind == "gpt":
-        from muppets.models.gpt import GPTLanguageModel
-
-        fresh = GPTLanguageModel(cfg).backbone
+    if families.is_family(embedder.kind):  # the family's own model, built fresh from the same config
+        fresh = families.get(embedder.kind).build(cfg).backbone
     elif embedder.kind == "elmo":
         from muppets.models.elmo import ElmoLanguageModel
 

@@ -10,8 +10,9 @@ heads) and bare ``BertModel`` ones such as all-MiniLM-L6-v2 (no prefix, no heads
 from __future__ import annotations
 
 import dataclasses
-
 import logging
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -23,7 +24,7 @@ from muppets.models.bert import BertConfig, BertForPreTraining
 
 log = logging.getLogger(__name__)
 
-_CONFIG_MAP = {  # ours -> HF config.json
+CONFIG_MAP = {  # ours -> HF config.json (BERT; RoBERTa and ELECTRA share it)
     "vocab_size": "vocab_size",
     "hidden_size": "hidden_size",
     "num_layers": "num_hidden_layers",
@@ -43,12 +44,11 @@ _CONFIG_MAP = {  # ours -> HF config.json
 # still loads it (warning about the type and the unused ``final_layer_norm``) and would run it
 # as post-LN: load it with muppets.
 PRE_LN_MODEL_TYPE = "muppets-bert-preln"
-_IGNORED_HF_KEYS = ("position_ids", "token_type_ids", "cls.predictions.decoder.")
 
 
 def config_to_hf(cfg: BertConfig) -> dict:
     """Our config as an HF ``config.json`` dict."""
-    out = {hf: getattr(cfg, ours) for ours, hf in _CONFIG_MAP.items()}
+    out = {hf: getattr(cfg, ours) for ours, hf in CONFIG_MAP.items()}
     out.update(model_type="bert", architectures=["BertForPreTraining"],
                position_embedding_type="absolute", tie_word_embeddings=cfg.tie_word_embeddings)
     if cfg.norm_first:
@@ -64,24 +64,56 @@ def config_from_hf(data: dict, source: str = "config.json") -> BertConfig:
     if data.get("position_embedding_type", "absolute") != "absolute":
         raise CheckpointError(f"{source}: position_embedding_type "
                               f"{data['position_embedding_type']!r} is not supported (only 'absolute')")
-    missing = [hf for hf in _CONFIG_MAP.values() if hf not in data and hf != "pad_token_id"]
-    if missing:
-        raise CheckpointError(f"{source}: missing keys {missing}")
-    kwargs = {ours: data[hf] for ours, hf in _CONFIG_MAP.items() if hf in data}
-    return BertConfig(**kwargs, norm_first=model_type == PRE_LN_MODEL_TYPE,
+    return BertConfig(**bert_like_config(data, source), norm_first=model_type == PRE_LN_MODEL_TYPE,
                       tie_word_embeddings=bool(data.get("tie_word_embeddings", True)))
 
 
-def _layer_map(i: int) -> dict[str, str]:
-    ours, hf = f"backbone.layers.{i}.", f"bert.encoder.layer.{i}."
-    return {
-        ours + "attn.out": hf + "attention.output.dense",
-        ours + "attn_norm": hf + "attention.output.LayerNorm",
-        ours + "ffn.up": hf + "intermediate.dense",
-        ours + "ffn.down": hf + "output.dense",
-        ours + "ffn_norm": hf + "output.LayerNorm",
-    }
+def bert_like_config(data: dict, source: str, config_map: dict[str, str] = CONFIG_MAP) -> dict:
+    """Our config fields from a config.json that names them as ``config_map`` does (BERT's
+    names by default; RoBERTa and ELECTRA use them too); every key but ``pad_token_id`` is needed."""
+    missing = [hf for hf in config_map.values() if hf not in data and hf != "pad_token_id"]
+    if missing:
+        raise CheckpointError(f"{source}: missing keys {missing}")
+    return {ours: data[hf] for ours, hf in config_map.items() if hf in data}
 
+
+@dataclass(frozen=True)
+class EncoderFormat:
+    """How one encoder family lays out a Hugging Face checkpoint: every name, no numbers.
+
+    BERT, RoBERTa, DistilBERT and ELECTRA share our backbone (:class:`BertBackbone`) and differ
+    here in names only (and in the few :class:`BertConfig` flags their ``config_from_hf`` sets).
+    Our names are those of :class:`BertForPreTraining`; HF names of the backbone are given
+    after ``prefix`` (full checkpoints have it, bare ``AutoModel`` ones do not).
+    """
+
+    prefix: str  # base-model prefix of full checkpoints ("bert.")
+    embeddings: dict[str, str]  # our backbone parameter -> HF name after the prefix
+    layer: str  # HF name of block i after the prefix, with {i}
+    layer_modules: dict[str, str]  # our block module -> HF module (each .weight and .bias)
+    qkv: tuple[str, str, str]  # the HF query, key, value modules our fused qkv concatenates
+    heads: dict[str, str]  # pretraining head modules: ours -> full HF name
+    params: dict[str, str]  # pretraining head parameters: ours -> full HF name
+    decoder: tuple[str, str | None]  # HF (weight, bias copy or None) of an untied MLM decoder
+    ignored: tuple[str, ...]  # HF key parts never read (buffers, the tied decoder's copy)
+    tasks: dict[str, tuple[dict[str, str], str]]  # task kind -> (head modules ours -> HF, architecture)
+    to_config: Callable[[BertConfig], dict]  # our config -> config.json
+    from_config: Callable[[dict, str], BertConfig]  # config.json (and its path, for errors) -> our config
+    final_norm: str | None = None  # HF module of the pre-LN final LayerNorm (BERT only)
+    pooler_act: str = "tanh"  # activation of the sentence vector its ForSequenceClassification head reads
+
+
+def _modules(pairs: dict[str, str]) -> dict[str, str]:
+    return {f"{ours}.{p}": f"{hf}.{p}" for ours, hf in pairs.items() for p in ("weight", "bias")}
+
+
+BERT_LAYER = {"attn.out": "attention.output.dense", "attn_norm": "attention.output.LayerNorm",
+              "ffn.up": "intermediate.dense", "ffn.down": "output.dense", "ffn_norm": "output.LayerNorm"}
+BERT_EMBEDDINGS = {"embeddings.tokens.weight": "embeddings.word_embeddings.weight",
+                   "embeddings.positions.weight": "embeddings.position_embeddings.weight",
+                   "embeddings.segments.weight": "embeddings.token_type_embeddings.weight",
+                   **_modules({"embeddings.norm": "embeddings.LayerNorm"})}
+BERT_QKV = ("attention.self.query", "attention.self.key", "attention.self.value")
 
 # Module prefixes (each with .weight and .bias) of the pretraining heads: ours -> HF.
 PRETRAINING_HEADS = {
@@ -93,75 +125,115 @@ PRETRAINING_HEADS = {
 PRETRAINING_PARAMS = {"mlm.bias": "cls.predictions.bias"}
 UNTIED_DECODER = {"mlm.decoder.weight": "cls.predictions.decoder.weight"}  # with tie_word_embeddings false
 
+_POOLED = {"head.vector.pooler.dense": "bert.pooler.dense", "head.classifier": "classifier"}
+TASK_HEADS: dict[str, tuple[dict[str, str], str]] = {  # kind -> (head modules ours -> HF, architecture)
+    "classify": (_POOLED, "BertForSequenceClassification"),
+    "pair": (_POOLED, "BertForSequenceClassification"),
+    "regress": (_POOLED, "BertForSequenceClassification"),
+    "tag": ({"head.classifier": "classifier"}, "BertForTokenClassification"),
+    "span": ({"head.qa_outputs": "qa_outputs"}, "BertForQuestionAnswering"),
+    "choice": (_POOLED, "BertForMultipleChoice"),
+}
 
-def backbone_param_map(cfg: BertConfig) -> dict[str, str]:
+
+def task_heads(arch: str, sentence: dict[str, str], choice: dict[str, str] | None = None) -> dict[str, tuple[dict[str, str], str]]:
+    """A family's task-head table: its architecture prefix (``Roberta``), the head names of its
+    sequence classifier (``sentence``) and of its multiple-choice model (default: the same);
+    token classification and QA heads are named alike in every family."""
+    seq = (sentence, f"{arch}ForSequenceClassification")
+    return {"classify": seq, "pair": seq, "regress": seq,
+            "tag": ({"head.classifier": "classifier"}, f"{arch}ForTokenClassification"),
+            "span": ({"head.qa_outputs": "qa_outputs"}, f"{arch}ForQuestionAnswering"),
+            "choice": (choice or sentence, f"{arch}ForMultipleChoice")}
+
+
+BERT_FORMAT = EncoderFormat(
+    prefix="bert.", embeddings=BERT_EMBEDDINGS, layer="encoder.layer.{i}.", layer_modules=BERT_LAYER,
+    qkv=BERT_QKV, heads=PRETRAINING_HEADS, params=PRETRAINING_PARAMS, tasks=TASK_HEADS,
+    decoder=("cls.predictions.decoder.weight", "cls.predictions.decoder.bias"),
+    ignored=("position_ids", "token_type_ids", "cls.predictions.decoder."),
+    to_config=config_to_hf, from_config=config_from_hf, final_norm="encoder.final_layer_norm")
+
+
+def _present(cfg: BertConfig, ours: str) -> bool:
+    """Whether our backbone built with ``cfg`` has the parameter ``ours`` (no segment table
+    without token types, no projection unless the embeddings are narrower)."""
+    if ours.startswith("embeddings.segments."):
+        return cfg.type_vocab_size > 0
+    if ours.startswith("project."):
+        return cfg.embedding_size > 0
+    return True
+
+
+def backbone_param_map(cfg: BertConfig, fmt: EncoderFormat = BERT_FORMAT) -> dict[str, str]:
     """Every backbone parameter except the fused QKV: our name -> HF name."""
-    out = {
-        "backbone.embeddings.tokens.weight": "bert.embeddings.word_embeddings.weight",
-        "backbone.embeddings.positions.weight": "bert.embeddings.position_embeddings.weight",
-        "backbone.embeddings.segments.weight": "bert.embeddings.token_type_embeddings.weight",
-    }
-    modules = {"backbone.embeddings.norm": "bert.embeddings.LayerNorm"}
+    modules = {}
     for i in range(cfg.num_layers):
-        modules.update(_layer_map(i))
+        layer = fmt.layer.format(i=i)
+        modules.update({f"layers.{i}.{ours}": layer + hf for ours, hf in fmt.layer_modules.items()})
     if cfg.norm_first:
-        modules["backbone.final_norm"] = "bert.encoder.final_layer_norm"
-    return {**out, **_expand(modules)}
+        if fmt.final_norm is None:
+            raise CheckpointError("a pre-LN encoder (norm_first) has Hugging Face names in the BERT format only")
+        modules["final_norm"] = fmt.final_norm
+    names = {**{k: v for k, v in fmt.embeddings.items() if _present(cfg, k)}, **_modules(modules)}
+    return {"backbone." + ours: fmt.prefix + hf for ours, hf in names.items()}
 
 
-def _expand(modules: dict[str, str]) -> dict[str, str]:
-    return {f"{ours}.{p}": f"{hf}.{p}" for ours, hf in modules.items() for p in ("weight", "bias")}
+def _param_map(cfg: BertConfig, heads: dict[str, str], params: dict[str, str],
+               fmt: EncoderFormat) -> dict[str, str]:
+    untied = {"mlm.decoder.weight": fmt.decoder[0]} if not cfg.tie_word_embeddings and "mlm.bias" in params else {}
+    return {**backbone_param_map(cfg, fmt), **_modules(heads), **params, **untied}
 
 
-def _param_map(cfg: BertConfig, heads: dict[str, str], params: dict[str, str]) -> dict[str, str]:
-    untied = UNTIED_DECODER if not cfg.tie_word_embeddings and "mlm.bias" in params else {}
-    return {**backbone_param_map(cfg), **_expand(heads), **params, **untied}
-
-
-def _qkv_names(cfg: BertConfig) -> dict[str, list[str]]:
+def _qkv_names(cfg: BertConfig, fmt: EncoderFormat) -> dict[str, list[str]]:
     """Our fused QKV parameter -> the three HF query/key/value names it concatenates."""
     out = {}
     for i in range(cfg.num_layers):
-        p = f"bert.encoder.layer.{i}.attention.self."
+        p = fmt.prefix + fmt.layer.format(i=i)
         for kind in ("weight", "bias"):
-            out[f"backbone.layers.{i}.attn.qkv.{kind}"] = [p + f"{n}.{kind}" for n in ("query", "key", "value")]
+            out[f"backbone.layers.{i}.attn.qkv.{kind}"] = [f"{p}{n}.{kind}" for n in fmt.qkv]
     return out
 
 
 def to_hf_state(model: torch.nn.Module, cfg: BertConfig | None = None,
-                heads: dict[str, str] = PRETRAINING_HEADS,
-                params: dict[str, str] = PRETRAINING_PARAMS) -> dict[str, torch.Tensor]:
-    """Our state dict under HF names; the fused QKV is split into query/key/value."""
+                heads: dict[str, str] | None = None, params: dict[str, str] | None = None,
+                fmt: EncoderFormat = BERT_FORMAT) -> dict[str, torch.Tensor]:
+    """Our state dict under HF names; the fused QKV is split into query/key/value.
+    ``heads`` / ``params``: the head names (default: the format's pretraining heads)."""
     cfg = cfg or model.cfg
+    heads, params = fmt.heads if heads is None else heads, fmt.params if params is None else params
     ours = model.state_dict()
-    out = {hf: ours[name] for name, hf in _param_map(cfg, heads, params).items()}
-    if "cls.predictions.decoder.weight" in out:  # untied: transformers also reads the decoder's bias there
-        out["cls.predictions.decoder.bias"] = out["cls.predictions.bias"].clone()
-    for name, (q, k, v) in _qkv_names(cfg).items():
+    out = {hf: ours[name] for name, hf in _param_map(cfg, heads, params, fmt).items()}
+    weight, bias = fmt.decoder
+    if weight in out and bias is not None:  # untied: transformers also reads the decoder's bias there
+        out[bias] = out[params["mlm.bias"]].clone()
+    for name, (q, k, v) in _qkv_names(cfg, fmt).items():
         out[q], out[k], out[v] = ours[name].chunk(3, dim=0)
     return out
 
 
 def from_hf_state(hf: dict[str, torch.Tensor], cfg: BertConfig, source: str,
-                  heads: dict[str, str] = PRETRAINING_HEADS,
-                  params: dict[str, str] = PRETRAINING_PARAMS) -> tuple[dict, list[str]]:
+                  heads: dict[str, str] | None = None, params: dict[str, str] | None = None,
+                  fmt: EncoderFormat = BERT_FORMAT) -> tuple[dict, list[str]]:
     """HF tensors -> our state dict. Returns (state, our keys that the file did not have).
 
     File keys we have no place for are an error when they belong to the encoder (a different
     architecture) and are logged otherwise (e.g. the pretraining heads when loading a backbone).
     """
-    hf = _with_bert_prefix(hf)
-    mapping = _param_map(cfg, heads, params)
+    heads, params = fmt.heads if heads is None else heads, fmt.params if params is None else params
+    hf = with_prefix(hf, fmt)
+    mapping = _param_map(cfg, heads, params, fmt)
     state = {name: hf[h] for name, h in mapping.items() if h in hf}
     absent = [name for name, h in mapping.items() if h not in hf]
-    for name, parts in _qkv_names(cfg).items():
+    qkv = _qkv_names(cfg, fmt)
+    for name, parts in qkv.items():
         if all(p in hf for p in parts):
             state[name] = torch.cat([hf[p] for p in parts], dim=0)
         else:
             absent.append(name)
-    used = set(mapping.values()) | {p for parts in _qkv_names(cfg).values() for p in parts}
-    unused = [k for k in hf if k not in used and not any(s in k for s in _IGNORED_HF_KEYS)]
-    foreign = [k for k in unused if k.startswith(("bert.embeddings.", "bert.encoder."))]
+    used = set(mapping.values()) | {p for parts in qkv.values() for p in parts}
+    unused = [k for k in hf if k not in used and not any(s in k for s in fmt.ignored)]
+    foreign = [k for k in unused if k.startswith(tuple(fmt.prefix + r for r in _roots(fmt)))]
     if foreign:
         raise CheckpointError(f"{source}: unexpected weights {foreign[:5]} (+{max(0, len(foreign) - 5)} more)")
     if unused:
@@ -169,23 +241,33 @@ def from_hf_state(hf: dict[str, torch.Tensor], cfg: BertConfig, source: str,
     return state, absent
 
 
-def _with_bert_prefix(hf: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """Bare ``BertModel`` checkpoints name ``embeddings.…``; full ones ``bert.embeddings.…``."""
-    bare = ("embeddings.", "encoder.", "pooler.")
-    return {("bert." + k if k.startswith(bare) else k): v for k, v in hf.items()}
+def _roots(fmt: EncoderFormat) -> set[str]:
+    """First name parts of the backbone under the prefix (``embeddings.``, ``encoder.`` …)."""
+    names = [*fmt.embeddings.values(), fmt.layer]
+    return {n.split(".")[0] + "." for n in names}
+
+
+def with_prefix(hf: dict[str, torch.Tensor], fmt: EncoderFormat = BERT_FORMAT) -> dict[str, torch.Tensor]:
+    """Bare ``AutoModel`` checkpoints name ``embeddings.…``; full ones ``bert.embeddings.…``."""
+    bare = (*_roots(fmt), "pooler.")
+    return {(fmt.prefix + k if k.startswith(bare) else k): v for k, v in hf.items()}
+
+
+_with_bert_prefix = with_prefix  # the name hf_tasks and older code use
 
 
 def save_hf_bert(model: BertForPreTraining, directory: str | Path, tokenizer=None,
-                 dropout: tuple[float, float] | None = None) -> Path:
+                 dropout: tuple[float, float] | None = None, fmt: EncoderFormat = BERT_FORMAT) -> Path:
     """Write an HF directory: config.json, model.safetensors and (given one) the tokenizer.
     ``dropout``: the (hidden, attention) dropout config.json states, when the model was trained
-    with other rates than its users should fine-tune with (default: the model's own)."""
+    with other rates than its users should fine-tune with (default: the model's own).
+    ``fmt``: the family whose names it is written in (default BERT's)."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     cfg = model.cfg if dropout is None else dataclasses.replace(model.cfg, hidden_dropout=dropout[0],
                                                                 attention_dropout=dropout[1])
-    write_weights(to_hf_state(model), directory / "model.safetensors", metadata={"format": "pt"})
-    write_json_atomic(directory / "config.json", config_to_hf(cfg))
+    write_weights(to_hf_state(model, fmt=fmt), directory / "model.safetensors", metadata={"format": "pt"})
+    write_json_atomic(directory / "config.json", fmt.to_config(cfg))
     if tokenizer is not None:
         tokenizer.save(directory)
     return directory
@@ -194,10 +276,11 @@ def save_hf_bert(model: BertForPreTraining, directory: str | Path, tokenizer=Non
 LOADED_OVERRIDES = ("hidden_dropout", "attention_dropout", "tie_word_embeddings")  # shape-preserving config fields
 
 
-def load_hf_bert(directory: str | Path, **config_overrides) -> BertForPreTraining:
-    """Load an HF BERT directory. Backbone weights must all be present; missing heads (e.g. a
-    bare ``BertModel``) keep their fresh initialisation and are logged. ``config_overrides``:
-    fields of :data:`LOADED_OVERRIDES` (by our names) that replace config.json's."""
+def load_hf_bert(directory: str | Path, fmt: EncoderFormat = BERT_FORMAT, **config_overrides) -> BertForPreTraining:
+    """Load an HF encoder directory (BERT's names, or ``fmt``'s). Backbone weights must all be
+    present; missing heads (e.g. a bare ``BertModel``) keep their fresh initialisation and are
+    logged. ``config_overrides``: fields of :data:`LOADED_OVERRIDES` (by our names) that replace
+    config.json's."""
     directory = Path(directory)
     cfg_path = directory / "config.json"
     if not cfg_path.is_file():
@@ -207,14 +290,10 @@ def load_hf_bert(directory: str | Path, **config_overrides) -> BertForPreTrainin
     unknown = sorted(set(config_overrides) - set(LOADED_OVERRIDES))
     if unknown:
         raise CheckpointError(f"{directory}: cannot override {unknown} of a saved model (only {list(LOADED_OVERRIDES)})")
-    cfg = dataclasses.replace(config_from_hf(data, str(cfg_path)), **config_overrides)
+    cfg = dataclasses.replace(fmt.from_config(data, str(cfg_path)), **config_overrides)
     model = BertForPreTraining(cfg)
-    decoder = weights.get("cls.predictions.decoder.weight")
-    embeddings = _with_bert_prefix(weights).get("bert.embeddings.word_embeddings.weight")
-    if cfg.tie_word_embeddings and decoder is not None and embeddings is not None and not torch.equal(decoder, embeddings):
-        log.warning("%s: its MLM decoder differs from its word embeddings, and tie_word_embeddings is true here: "
-                    "the decoder is dropped and the word embeddings decode", directory)
-    state, absent = from_hf_state(weights, cfg, str(directory))
+    _warn_untied(weights, cfg, fmt, directory)
+    state, absent = from_hf_state(weights, cfg, str(directory), fmt=fmt)
     for name, tensor in state.items():
         _check_shape(model, name, tensor, directory)
     missing_backbone = [k for k in absent if k.startswith("backbone.")]
@@ -229,6 +308,15 @@ def load_hf_bert(directory: str | Path, **config_overrides) -> BertForPreTrainin
         log.info("%s: no weights for %s; they keep their initialisation", directory, sorted(absent))
     model.load_state_dict(state, strict=False)
     return model
+
+
+def _warn_untied(weights: dict[str, torch.Tensor], cfg: BertConfig, fmt: EncoderFormat, directory: Path) -> None:
+    """A stored MLM decoder that differs from the word embeddings is dropped when tying: say so."""
+    decoder = weights.get(fmt.decoder[0])
+    embeddings = with_prefix(weights, fmt).get(fmt.prefix + fmt.embeddings["embeddings.tokens.weight"])
+    if cfg.tie_word_embeddings and decoder is not None and embeddings is not None and not torch.equal(decoder, embeddings):
+        log.warning("%s: its MLM decoder differs from its word embeddings, and tie_word_embeddings is true here: "
+                    "the decoder is dropped and the word embeddings decode", directory)
 
 
 def _check_shape(model: torch.nn.Module, name: str, tensor: torch.Tensor, source: Path) -> None:

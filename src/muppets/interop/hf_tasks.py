@@ -18,38 +18,36 @@ from pathlib import Path
 from muppets.config import write_json_atomic
 from muppets.errors import CheckpointError
 from muppets.heads import KINDS, TaskModel, build_head
-from muppets.interop.hf_bert import config_from_hf, config_to_hf, from_hf_state, to_hf_state
+from muppets.interop.hf_bert import BERT_FORMAT, TASK_HEADS, EncoderFormat, from_hf_state, to_hf_state
 from muppets.interop.safetensors_io import read_json_object, read_weights, write_weights
 from muppets.models.bert import BertBackbone, BertConfig
 
 log = logging.getLogger(__name__)
 
-_POOLED = {"head.vector.pooler.dense": "bert.pooler.dense", "head.classifier": "classifier"}
-TASK_HEADS: dict[str, tuple[dict[str, str], str]] = {  # kind -> (head modules ours -> HF, architecture)
-    "classify": (_POOLED, "BertForSequenceClassification"),
-    "pair": (_POOLED, "BertForSequenceClassification"),
-    "regress": (_POOLED, "BertForSequenceClassification"),
-    "tag": ({"head.classifier": "classifier"}, "BertForTokenClassification"),
-    "span": ({"head.qa_outputs": "qa_outputs"}, "BertForQuestionAnswering"),
-    "choice": (_POOLED, "BertForMultipleChoice"),
-}
-_KIND_OF_ARCH = {"BertForTokenClassification": "tag", "BertForQuestionAnswering": "span",
-                 "BertForMultipleChoice": "choice", "BertForSequenceClassification": "classify"}
+__all__ = ["TASK_HEADS", "is_task_architecture", "save_hf_task_model", "load_hf_task_model", "task_labels"]
+_KIND_OF_ARCH = {"ForTokenClassification": "tag", "ForQuestionAnswering": "span",
+                 "ForMultipleChoice": "choice", "ForSequenceClassification": "classify"}  # architecture suffix -> kind
+
+
+def is_task_architecture(arch: object) -> bool:
+    """Whether an HF ``architectures`` entry names a task model (``…ForSequenceClassification`` …)."""
+    return isinstance(arch, str) and arch.endswith(tuple(_KIND_OF_ARCH))
 
 
 def save_hf_task_model(model: TaskModel, directory: str | Path, tokenizer=None,
-                       labels: list[str] | None = None) -> Path:
-    """Write config.json (architecture, labels, ``muppets_task``), model.safetensors, tokenizer."""
+                       labels: list[str] | None = None, fmt: EncoderFormat = BERT_FORMAT) -> Path:
+    """Write config.json (architecture, labels, ``muppets_task``), model.safetensors, tokenizer,
+    in the names of ``fmt``'s family (default BERT's)."""
     if not isinstance(model.backbone, BertBackbone):
-        raise CheckpointError("only BERT backbones can be saved as Hugging Face BertFor… directories")
+        raise CheckpointError("only BERT-like backbones can be saved as Hugging Face …For<Task> directories")
     directory = Path(directory)
-    heads, arch = TASK_HEADS[model.kind]
+    heads, arch = fmt.tasks[model.kind]
     cfg = model.backbone.cfg
     own = model.state_dict()
     heads = {ours: hf for ours, hf in heads.items() if f"{ours}.weight" in own}  # pool=mean: no pooler
-    write_weights(to_hf_state(model, cfg, heads, {}), directory / "model.safetensors", {"format": "pt"})
+    write_weights(to_hf_state(model, cfg, heads, {}, fmt), directory / "model.safetensors", {"format": "pt"})
     pool = getattr(getattr(model.head, "vector", None), "pool", "first")
-    hf = {**config_to_hf(cfg), "architectures": [arch],
+    hf = {**fmt.to_config(cfg), "architectures": [arch],
           "muppets_task": {"kind": model.kind, "labels": labels or [], "pool": pool}}
     if model.kind in ("classify", "pair", "tag"):
         names = labels or [f"LABEL_{i}" for i in range(model.head.classifier.out_features)]
@@ -65,7 +63,7 @@ def save_hf_task_model(model: TaskModel, directory: str | Path, tokenizer=None,
 
 def load_hf_task_model(directory: str | Path, kind: str | None = None, num_labels: int | None = None,
                        dropout_p: float | None = None, pool: str | None = None,
-                       dropout: float | None = None) -> TaskModel:
+                       dropout: float | None = None, fmt: EncoderFormat = BERT_FORMAT) -> TaskModel:
     """A task model from an HF BERT directory: backbone always, head when the file has it.
 
     Args:
@@ -78,20 +76,21 @@ def load_hf_task_model(directory: str | Path, kind: str | None = None, num_label
         pool: sentence vector of classify/pair/regress/choice heads (``first`` = BERT's pooler,
             ``mean``; default: as saved, else ``first``). Only ``first`` is what transformers'
             ``BertFor…`` classes compute.
+        fmt: the family whose names the directory uses (default BERT's).
     """
     directory = Path(directory)
     data = _read_config(directory)
     kind = kind or _kind_from_config(data, directory)
-    cfg = config_from_hf(data, str(directory / "config.json"))
+    cfg = fmt.from_config(data, str(directory / "config.json"))
     if dropout is not None:
         cfg = dataclasses.replace(cfg, hidden_dropout=dropout, attention_dropout=dropout)
     labels = data.get("muppets_task", {}).get("labels") or [data["id2label"][k] for k in sorted(data.get("id2label", {}), key=int)]
     n = num_labels or len(labels) or 2
     pool = pool or data.get("muppets_task", {}).get("pool") or "first"
     head = build_head(kind, cfg.hidden_size, n, cfg.hidden_dropout if dropout_p is None else dropout_p,
-                      cfg.initializer_range, pool=pool)
+                      cfg.initializer_range, pool=pool, pooler_act=fmt.pooler_act)
     model = TaskModel(BertBackbone(cfg), head, kind)
-    model.fresh_head = _load_weights(model, cfg, kind, directory)
+    model.fresh_head = _load_weights(model, cfg, kind, directory, fmt)
     return model
 
 
@@ -113,19 +112,20 @@ def _kind_from_config(data: dict, directory: Path) -> str:
     if kind in KINDS:
         return kind
     for arch in data.get("architectures", []):
-        if arch in _KIND_OF_ARCH:
-            return "regress" if data.get("problem_type") == "regression" else _KIND_OF_ARCH[arch]
+        for suffix, found in _KIND_OF_ARCH.items():
+            if isinstance(arch, str) and arch.endswith(suffix):
+                return "regress" if data.get("problem_type") == "regression" else found
     raise CheckpointError(f"{directory}: not a task model directory; pass the task kind "
                           f"(one of {', '.join(KINDS)})")
 
 
-def _load_weights(model: TaskModel, cfg: BertConfig, kind: str, directory: Path) -> list[str]:
+def _load_weights(model: TaskModel, cfg: BertConfig, kind: str, directory: Path, fmt: EncoderFormat) -> list[str]:
     """Load ``directory``'s weights into ``model``; returns why head parameters start fresh, one
     line each (a pretrained encoder has none; another label set has other shapes)."""
-    heads, _ = TASK_HEADS[kind]
+    heads, _ = fmt.tasks[kind]
     own = model.state_dict()
     heads = {ours: hf for ours, hf in heads.items() if f"{ours}.weight" in own}  # pool=mean: no pooler
-    state, absent = from_hf_state(read_weights(directory), cfg, str(directory), heads, {})
+    state, absent = from_hf_state(read_weights(directory), cfg, str(directory), heads, {}, fmt)
     reshaped = []
     for name in [k for k in state if k.startswith("head.")]:
         if state[name].shape != own[name].shape:  # e.g. another label set: keep the fresh head

@@ -71,8 +71,6 @@ INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 DEFAULT_OPSET = 17  # LayerNormalization is a single op from 17; onnxruntime >= 1.13 runs it
 _WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".onnx", ".h5", ".msgpack", ".ckpt")
 _SKIP_FILES = ("README.md", ".gitattributes")
-_TASK_ARCHS = ("BertForSequenceClassification", "BertForTokenClassification", "BertForQuestionAnswering",
-               "BertForMultipleChoice")
 
 
 class ExportError(MuppetsError):
@@ -100,7 +98,7 @@ class ExportReport:
 
 
 class EncoderGraph(nn.Module):
-    """A BERT backbone under the ONNX input names: ``(B, T)`` x 3 -> top layer (and every layer)."""
+    """An encoder backbone (any encoder family) under the ONNX input names: ``(B, T)`` x 3 -> top layer (and every layer)."""
 
     def __init__(self, backbone: nn.Module, all_layers: bool = False) -> None:
         super().__init__()
@@ -142,13 +140,15 @@ class _Source:
 
 
 def _is_task_dir(meta: dict) -> bool:
-    return "muppets_task" in meta or any(a in _TASK_ARCHS for a in meta.get("architectures", []))
+    from muppets.interop.hf_tasks import is_task_architecture
+
+    return "muppets_task" in meta or any(is_task_architecture(a) for a in meta.get("architectures", []))
 
 
 def load_source(model: str | Path, layers: str = "last") -> _Source:
     """The model ``model`` names (a directory, ``minilm``, a run) as a graph to export."""
+    from muppets import families
     from muppets.paths import resolve_model_path
-    from muppets.transfer.models import family
 
     if layers not in ("last", "all"):
         raise ConfigError(f"layers={layers!r}: expected 'last' or 'all'")
@@ -158,20 +158,18 @@ def load_source(model: str | Path, layers: str = "last") -> _Source:
         raise ConfigError(f"model {str(model)!r}: {path} is not an HF model directory with config.json and "
                           "safetensors weights (ONNX export takes BERT encoders and fine-tuned task models)")
     meta = read_json_object(config)
-    fam = family(path)
+    fam = families.of_directory(path)
     if _is_task_dir(meta):
-        return _task_source(path, fam, layers)
-    if fam == "gpt":
-        raise ConfigError(f"{path}: a GPT language model is not exported to ONNX (generation runs a KV-cache "
-                          "loop); export a GPT task model, or serve this model with --backend torch")
-    from muppets.interop.hf_bert import load_hf_bert
-
-    backbone = load_hf_bert(path).eval().backbone
+        return _task_source(path, fam.name, layers)
+    if fam.causal:
+        raise ConfigError(f"{path}: a left-to-right {fam.name.upper()} language model is not exported to ONNX (generation runs a KV-cache "
+                          "loop); export a task model of it, or serve this model with --backend torch")
+    backbone = fam.load(path).eval().backbone
     cfg = backbone.cfg
     outputs: dict[str, list[str | int]] = {"last_hidden_state": ["batch", "sequence", cfg.hidden_size]}
     if layers == "all":
         outputs["hidden_states"] = [cfg.num_layers + 1, "batch", "sequence", cfg.hidden_size]
-    return _Source(path, EncoderGraph(backbone, layers == "all").eval(), "encoder", "bert", "", None,
+    return _Source(path, EncoderGraph(backbone, layers == "all").eval(), "encoder", fam.name, "", None,
                    cfg.vocab_size, cfg.max_position_embeddings, outputs)
 
 

@@ -5,6 +5,11 @@ the embedding output first and every layer after it. The MLM head runs **only at
 positions** it is given, so a CPU step does not spend most of its time on the 30k-way output
 layer at positions that carry no label; given no positions, it scores every position (the
 Hugging Face ``prediction_logits`` view, used for parity and feature use).
+
+BERT's relatives run on the same classes (:mod:`muppets.families`): RoBERTa / XLM-R set
+``padded_positions`` and one token type, DistilBERT no token types, ELECTRA an
+``embedding_size`` below ``hidden_size`` (a projection lifts the embeddings; the MLM head maps
+back down); no family copies the model.
 """
 
 from __future__ import annotations
@@ -46,6 +51,11 @@ class BertConfig:
     hidden_act: str = "gelu"  # feed-forward activation (exact erf GELU as in BERT)
     norm_first: bool = False  # True: pre-LN blocks and a final LayerNorm (stable at high lr; no transformers class runs it)
     tie_word_embeddings: bool = True  # False: the MLM decoder is its own (V, H) matrix, so the softmax's pull on every row no longer moves the input embeddings
+    # --- the few real differences of BERT's relatives (muppets.families): defaults are BERT's
+    padded_positions: bool = False  # RoBERTa / XLM-R: position ids count real tokens from pad_token_id + 1, pads sit at pad_token_id (fairseq)
+    embedding_size: int = 0  # ELECTRA: width E of the embedding tables when not H (0 = H); a linear layer lifts them to H
+    model_type: str = "bert"  # the HF model_type it is read and written as (roberta, xlm-roberta, camembert, distilbert, electra)
+    mlm_act: str = ""  # activation of the MLM transform ("" = hidden_act; RoBERTa's and ELECTRA's heads always use gelu)
 
     def __post_init__(self) -> None:
         if self.hidden_size % self.num_heads:
@@ -53,6 +63,14 @@ class BertConfig:
                 f"hidden_size {self.hidden_size} is not divisible by num_heads {self.num_heads}"
             )
         activation(self.hidden_act)
+        activation(self.mlm_act or self.hidden_act)
+        if self.embedding_size < 0:
+            raise ConfigError(f"embedding_size {self.embedding_size} must be >= 0 (0: the hidden size)")
+
+    @property
+    def embedding_width(self) -> int:
+        """E: the width of the embedding tables (H unless ``embedding_size`` is set)."""
+        return self.embedding_size or self.hidden_size
 
     @classmethod
     def preset(cls, name: str, **overrides) -> "BertConfig":
@@ -97,6 +115,17 @@ def padding_mask(attention_mask: torch.Tensor | None) -> torch.Tensor | None:
     return mask[:, None, None, :]
 
 
+def padded_position_ids(input_ids: torch.Tensor, pad_id: int) -> torch.Tensor:
+    """RoBERTa's positions (fairseq ``make_positions``): real tokens count up from
+    ``pad_id + 1``, padding tokens sit at ``pad_id``. ``(B, T) -> (B, T)``.
+
+    >>> padded_position_ids(torch.tensor([[0, 5, 6, 1, 1]]), 1).tolist()
+    [[2, 3, 4, 1, 1]]
+    """
+    real = (input_ids != pad_id).long()  # (B, T)
+    return real.cumsum(1) * real + pad_id
+
+
 class BertBackbone(nn.Module):
     """Embeddings + L transformer blocks (post-LN as BERT, or pre-LN with a final LayerNorm
     that the last layer of ``Encoded`` passes through); returns every layer (``Encoded``)."""
@@ -105,10 +134,12 @@ class BertBackbone(nn.Module):
         super().__init__()
         self.cfg = cfg
         self.embeddings = InputEmbeddings(
-            cfg.vocab_size, cfg.hidden_size, cfg.max_position_embeddings, cfg.type_vocab_size,
+            cfg.vocab_size, cfg.embedding_width, cfg.max_position_embeddings, cfg.type_vocab_size,
             layer_norm=True, eps=cfg.layer_norm_eps, dropout=cfg.hidden_dropout,
             padding_idx=cfg.pad_token_id,
         )
+        # ELECTRA: embeddings of width E < H are lifted to H before the first block (Clark et al. 2020, §3.2)
+        self.project = nn.Linear(cfg.embedding_width, cfg.hidden_size) if cfg.embedding_size else None
         self.layers = nn.ModuleList(TransformerBlock(cfg.block()) for _ in range(cfg.num_layers))
         self.final_norm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps) if cfg.norm_first else None
 
@@ -123,13 +154,17 @@ class BertBackbone(nn.Module):
 
         ``unpad``: the blocks compute the real tokens only (:mod:`muppets.nn.packing`; an inference
         speed-up for uneven batches); the layers then hold zeros at padding positions."""
-        if input_ids.shape[1] > self.cfg.max_position_embeddings:
+        offset = self.cfg.pad_token_id + 1 if self.cfg.padded_positions else 0
+        if input_ids.shape[1] + offset > self.cfg.max_position_embeddings:
             raise ValueError(
                 f"sequence length {input_ids.shape[1]} exceeds max_position_embeddings "
-                f"{self.cfg.max_position_embeddings}"
+                f"{self.cfg.max_position_embeddings}" + (f" - {offset}" if offset else "")
             )
         mask4 = padding_mask(attention_mask)
-        x = self.embeddings(input_ids, token_type_ids)  # (B, T, H)
+        positions = padded_position_ids(input_ids, self.cfg.pad_token_id) if offset else None
+        x = self.embeddings(input_ids, token_type_ids, positions)  # (B, T, E)
+        if self.project is not None:
+            x = self.project(x)  # (B, T, H)
         layers = [x]
         if unpad and mask4 is not None:
             packing = Packing.from_mask(attention_mask)
@@ -158,20 +193,21 @@ class MlmHead(nn.Module):
 
     def __init__(self, cfg: BertConfig, word_embeddings: nn.Embedding) -> None:
         super().__init__()
-        self.dense = nn.Linear(cfg.hidden_size, cfg.hidden_size)
-        self.act = activation(cfg.hidden_act)
-        self.norm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
+        E = cfg.embedding_width  # the decoder is (V, E); ELECTRA's generator maps H down to E
+        self.dense = nn.Linear(cfg.hidden_size, E)
+        self.act = activation(cfg.mlm_act or cfg.hidden_act)
+        self.norm = nn.LayerNorm(E, eps=cfg.layer_norm_eps)
         self.bias = nn.Parameter(torch.zeros(cfg.vocab_size))
         self.word_embeddings = [word_embeddings]  # a list, so the tied weight is not registered twice
-        self.decoder = None if cfg.tie_word_embeddings else nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
+        self.decoder = None if cfg.tie_word_embeddings else nn.Linear(E, cfg.vocab_size, bias=False)
 
     @property
     def decoder_weight(self) -> torch.Tensor:
-        """``(V, H)``: the word embeddings (tied) or the head's own decoder."""
+        """``(V, E)``: the word embeddings (tied) or the head's own decoder."""
         return self.word_embeddings[0].weight if self.decoder is None else self.decoder.weight
 
     def transform(self, hidden: torch.Tensor) -> torch.Tensor:
-        """``(..., H) -> (..., H)``: dense, activation, LayerNorm."""
+        """``(..., H) -> (..., E)``: dense, activation, LayerNorm."""
         return self.norm(self.act(self.dense(hidden)))
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:

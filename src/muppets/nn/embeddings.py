@@ -11,8 +11,11 @@ from muppets.nn.dropout import dropout
 class InputEmbeddings(nn.Module):
     """``(B, T)`` ids -> ``(B, T, H)`` vectors.
 
-    BERT uses all three tables plus LayerNorm (Devlin et al. 2019, Fig. 2); GPT-2 uses
-    ``type_vocab_size=0`` and ``layer_norm=False``.
+    BERT uses all three tables plus LayerNorm (Devlin et al. 2019, Fig. 2); GPT-2 and DistilBERT
+    use ``type_vocab_size=0`` (GPT-2 also ``layer_norm=False``). A model with ONE token type
+    (RoBERTa, XLM-R) adds that row to every position whatever segment ids it is given: its
+    pretraining never saw a second segment, and task features that mark one (span windows) then
+    read as its tokenizer's pairs do (all type 0).
     """
 
     def __init__(
@@ -45,7 +48,7 @@ class InputEmbeddings(nn.Module):
         else:
             x = self.tokens(input_ids) + self.positions(position_ids)  # (B, T, H)
         if self.segments is not None:
-            if token_type_ids is None:
+            if token_type_ids is None or self.segments.num_embeddings == 1:
                 x = x + self.segments.weight[0]
             else:
                 x = x + self.segments(token_type_ids)

@@ -5,13 +5,20 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from muppets.nn.feedforward import activation
+
 
 class Pooler(nn.Module):
-    """``tanh(W · h_0 + b)`` from the first (``[CLS]``) position; ``(B, T, H) -> (B, H)``."""
+    """``act(W · h_0 + b)`` from the first (``[CLS]``) position; ``(B, T, H) -> (B, H)``.
 
-    def __init__(self, hidden_size: int) -> None:
+    ``act`` is BERT's ``tanh`` (and RoBERTa's classifier's); the sentence heads of transformers'
+    DistilBERT use ``relu`` and ELECTRA's ``gelu`` at the same place (see :mod:`muppets.families`).
+    """
+
+    def __init__(self, hidden_size: int, act: str = "tanh") -> None:
         super().__init__()
         self.dense = nn.Linear(hidden_size, hidden_size)
+        self.act = torch.tanh if act == "tanh" else activation(act)
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
-        return torch.tanh(self.dense(hidden[:, 0]))
+        return self.act(self.dense(hidden[:, 0]))

@@ -129,29 +129,30 @@ class SentenceEncoder(Engine):
 
 
 class Encoder(SentenceEncoder):
-    """An HF BERT directory: embeddings, and fill-mask when its weights have the MLM head."""
+    """An HF encoder directory of any encoder family (BERT, RoBERTa / XLM-R, DistilBERT,
+    ELECTRA): embeddings, and fill-mask when its weights have the family's MLM head."""
 
-    kind = "bert"
+    kind = "bert"  # replaced by the directory's family name
 
     def __init__(self, source: Path, cfg: ServeConfig) -> None:
-        from muppets.interop.hf_bert import load_hf_bert
-        from muppets.interop.safetensors_io import read_shapes
-        from muppets.tokenizers.wordpiece import WordPieceTokenizer
+        from muppets import families
 
-        self.model = load_hf_bert(source).eval()
+        family = families.of_directory(source)
+        self.kind = family.name
+        self.model = family.load(source).eval()
         self.bf16 = cfg.precision == "bf16"
         if self.bf16:
             to_bf16_linears(self.model.backbone)
-        self.tok = WordPieceTokenizer.load(source)
-        self.has_mlm = "cls.predictions.transform.dense.weight" in read_shapes(source)
+        self.tok = family.tokenizer(source)
+        self.has_mlm = family.has_mlm(source)
         self.routes = (EMBED, FILL) if self.has_mlm else (EMBED,)
         super().__init__(source, self.model.backbone, read_pooling(source, cfg.pooling, cfg.normalize),
                          self.model.cfg.max_position_embeddings, self.tok.pad_id)
 
     def why_not(self, route: str) -> str:
         if route == FILL:
-            return (f"{route} needs a masked-LM head, and the weights at {self.source} have none "
-                    "(cls.predictions.*): serve a BERT pretraining run or checkpoint with its MLM head")
+            return (f"{route} needs a masked-LM head, and the {self.kind} weights at {self.source} have none: "
+                    "serve a pretraining run or checkpoint with its MLM head")
         return super().why_not(route)
 
     def token_ids(self, texts: Sequence[str], truncate: bool) -> list[list[int]]:
@@ -299,8 +300,6 @@ def _config(directory: Path) -> dict:
     return data if isinstance(data, dict) else {}
 
 
-_TASK_ARCHS = ("BertForSequenceClassification", "BertForTokenClassification", "BertForQuestionAnswering",
-               "BertForMultipleChoice")
 
 
 def load_engine(cfg: ServeConfig) -> Engine:
@@ -327,20 +326,22 @@ def load_torch_engine(cfg: ServeConfig) -> Engine:
                               "ONNX export (float32): serve it without --precision, or serve the model directory "
                               "it was exported from with --precision") from None
         raise
+    from muppets import families
+    from muppets.interop.hf_tasks import is_task_architecture
+
     meta = _config(path) if path.is_dir() else {}
-    task = "muppets_task" in meta or any(a in _TASK_ARCHS for a in meta.get("architectures", []))
-    if cfg.precision != "float32" and (task or kind != "bert"):
+    task = "muppets_task" in meta or any(is_task_architecture(a) for a in meta.get("architectures", []))
+    encoder = families.is_family(kind) and not families.get(kind).causal
+    if cfg.precision != "float32" and (task or not encoder):
         what = "a fine-tuned task model" if task else f"a {kind} model"
-        raise ConfigError(f"--precision {cfg.precision}: only BERT encoders run in it; {cfg.model_dir!r} "
+        raise ConfigError(f"--precision {cfg.precision}: only encoders run in it; {cfg.model_dir!r} "
                           f"is {what} (serve it in float32)")
     if task:
         from muppets.serve.tasks import TaskEngine
 
         return TaskEngine(path, cfg)
-    if kind == "bert":
-        return Encoder(path, cfg)
-    if kind == "gpt":
-        return LMEngine(path, cfg)
+    if families.is_family(kind):
+        return Encoder(path, cfg) if encoder else LMEngine(path, cfg)
     if kind in ("elmo", "nnlm", "static"):
         return WordEngine(cfg.model_dir, cfg)
     raise ConfigError(f"model {cfg.model_dir!r}: muppets serve has no engine for a {kind} model")

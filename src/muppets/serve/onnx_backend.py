@@ -56,14 +56,14 @@ class OnnxEncoder(Encoder):
     routes = (EMBED,)
 
     def __init__(self, export: Path, cfg: ServeConfig) -> None:
-        from muppets.tokenizers.wordpiece import WordPieceTokenizer
+        from muppets import families
 
         Engine.__init__(self, export)  # not Encoder's: it loads torch weights
         self.onnx = OnnxModel(export, cfg.threads)
         manifest = self.onnx.manifest
         if manifest.get("what") != "encoder":
             raise ConfigError(f"{export}: a {manifest.get('kind')} task model export; it answers /predict")
-        self.tok, self.has_mlm, self.backbone = WordPieceTokenizer.load(export), False, None
+        self.tok, self.has_mlm, self.backbone = families.of_directory(export).tokenizer(export), False, None
         self.pooling = read_pooling(export, cfg.pooling, cfg.normalize)
         self.pad_id = self.tok.pad_id
         positions = int(manifest["max_positions"])

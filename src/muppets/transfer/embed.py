@@ -36,6 +36,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from muppets.families import is_family
 from muppets.config import save_npy_atomic, write_json_atomic
 from muppets.errors import ConfigError, DataError
 from muppets.interop.safetensors_io import read_file, write_weights
@@ -298,7 +299,7 @@ def embed_file(model: str | Path, input_path: str | Path, out: str | Path, layer
                               max_positions=max_positions, truncate=truncate)
     meta = {**embedder.describe(), "model": str(model), "input": str(input_path), "layers": chosen,
             "max_positions": position_limit(embedder, max_positions), "truncate": truncate,
-            "pooling": embedder.pooling if embedder.kind in ("bert", "gpt") else None, **dict(embedder.stats)}
+            "pooling": embedder.pooling if is_family(embedder.kind) else None, **dict(embedder.stats)}
     if truncate:
         meta["truncated"] = embedder.stats.get("truncated", 0)
     save_embeddings(out, vectors, meta)

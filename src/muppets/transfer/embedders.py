@@ -6,7 +6,9 @@
 kind        what the name points at                      layers (``num_layers`` x ``dim``)
 ==========  ===========================================  =======================================
 ``bert``    an HF BERT directory, ``minilm``, or a       ``L + 1``: the embedding output, then
-            pretraining run (its ``final/``)             every block (``H`` wide)
+            pretraining run (its ``final/``); likewise   every block (``H`` wide)
+            ``roberta``, ``distilbert``, ``electra``
+            (every encoder of :mod:`muppets.families`)
 ``gpt``     an HF GPT-2 / GPT-1 directory or run         ``L + 1`` (GPT-2's top layer is after
                                                          its final LayerNorm)
 ``elmo``    an ELMo run (its ``final/``) or a            ``L + 1`` of width ``2p``: the char-CNN
@@ -56,7 +58,7 @@ log = logging.getLogger(__name__)
 POOLINGS = ("first", "mean", "last")  # how a word's pieces become one vector
 POOLING_CHOICES = ("auto", *POOLINGS)  # what a user may ask for: auto = resolve_pooling(kind)
 OOV_POLICIES = ("zero", "error")  # static vectors: what an unknown word gets
-KINDS = ("bert", "gpt", "elmo", "nnlm", "static")
+KINDS = ("elmo", "nnlm", "static")  # besides every family of muppets.families (bert, gpt, roberta …)
 _RUN_VECTORS = ("vectors.bin", "embeddings.bin")  # word2vec / NNLM run directories
 
 
@@ -64,13 +66,15 @@ _RUN_VECTORS = ("vectors.bin", "embeddings.bin")  # word2vec / NNLM run director
 
 
 def resolve_pooling(kind: str, pooling: str) -> str:
-    """The pooling a ``kind`` of model uses for ``pooling``: ``auto`` is ``last`` for a
-    left-to-right model (``gpt``) and ``first`` for every other."""
+    """The pooling a ``kind`` of model uses for ``pooling``: ``auto`` is its family's default
+    (``last`` for a left-to-right model, GPT) and ``first`` for every other."""
+    from muppets import families
+
     if pooling not in POOLING_CHOICES:
         raise ConfigError(f"pooling {pooling!r} is not one of {', '.join(POOLING_CHOICES)}")
     if pooling != "auto":
         return pooling
-    return "last" if kind == "gpt" else "first"
+    return families.get(kind).default_pooling if families.is_family(kind) else "first"
 
 
 def pool_pieces(hidden: torch.Tensor, word_of_piece: torch.Tensor, num_words: int,
@@ -246,16 +250,18 @@ class SubwordEmbedder(ContextualEmbedder):
 
 
 class BertEmbedder(SubwordEmbedder):
-    """``[CLS] pieces [SEP]`` through a BERT backbone (segment 0 everywhere)."""
+    """``[CLS] pieces [SEP]`` (RoBERTa: ``<s> pieces </s>``) through an encoder backbone of any
+    encoder family (segment 0 everywhere)."""
 
     kind = "bert"
 
     def __init__(self, directory: Path, pooling: str = "first", device: str = "cpu") -> None:
-        from muppets.interop.hf_bert import load_hf_bert
-        from muppets.tokenizers.wordpiece import WordPieceTokenizer
+        from muppets import families
 
-        model = load_hf_bert(directory).backbone
-        self.tok = WordPieceTokenizer.load(directory)
+        family = families.of_directory(directory)
+        self.kind = family.name
+        model = family.load(directory).backbone
+        self.tok = family.tokenizer(directory)
         self.head, self.tail, self.pad_id = [self.tok.cls_id], [self.tok.sep_id], self.tok.pad_id
         cfg = model.cfg
         super().__init__(model, directory, cfg.num_layers + 1, cfg.hidden_size, cfg.max_position_embeddings,
@@ -277,11 +283,12 @@ class GPTEmbedder(SubwordEmbedder):
     kind = "gpt"
 
     def __init__(self, directory: Path, pooling: str = "last", device: str = "cpu") -> None:
-        from muppets.interop.hf_gpt import load_hf_gpt
-        from muppets.tokenizers import ByteLevelBPETokenizer
+        from muppets import families
 
-        model = load_hf_gpt(directory).backbone
-        self.tok = ByteLevelBPETokenizer.load(directory)
+        family = families.of_directory(directory)
+        self.kind = family.name
+        model = family.load(directory).backbone
+        self.tok = family.tokenizer(directory)
         self.pad_id = self.tok.pad_id
         cfg = model.cfg
         super().__init__(model, directory, cfg.num_layers + 1, cfg.hidden_size, cfg.max_position_embeddings,
@@ -346,11 +353,12 @@ def _config(directory: Path) -> dict | None:
 def locate_model(name: str | Path) -> tuple[str, Path]:
     """``(kind, path)`` of what ``name`` points at (see the module docstring's table)."""
     from muppets.recipes.elmo_pretrain import FORMAT as ELMO_FORMAT
+    from muppets import families
     from muppets.transfer.finetune import resolve_model
-    from muppets.transfer.models import family
 
     if str(name) == "minilm":
-        return "bert", resolve_model("minilm")
+        minilm = resolve_model("minilm")
+        return families.of_directory(minilm).name, minilm
     path = resolve_data_path(name)
     if path.is_file():
         return "static", path
@@ -365,12 +373,13 @@ def locate_model(name: str | Path) -> tuple[str, Path]:
         if {"context_size", "embedding_dim"} <= set(meta) and (candidate / "vocab").is_dir():
             return "nnlm", candidate
         if "model_type" in meta and any(candidate.glob("*.safetensors")):
-            return family(candidate), candidate
+            return families.of_directory(candidate).name, candidate
     for file in _RUN_VECTORS:
         if (path / file).is_file():
             return "static", path / file
-    raise ConfigError(f"model {str(name)!r}: unknown model kind at {path} (expected an HF BERT or GPT "
-                      "directory, 'minilm', an ELMo / NNLM / word2vec run, or a word-vector file)")
+    raise ConfigError(f"model {str(name)!r}: unknown model kind at {path} (expected an HF model directory "
+                      "(BERT, RoBERTa, DistilBERT, ELECTRA, GPT), 'minilm', an ELMo / NNLM / word2vec run, "
+                      "or a word-vector file)")
 
 
 def load_embedder(name: str | Path, pooling: str = "auto", device: str = "cpu", oov: str = "zero",
@@ -380,10 +389,10 @@ def load_embedder(name: str | Path, pooling: str = "auto", device: str = "cpu", 
     kind, path = locate_model(name)
     pooling = resolve_pooling(kind, pooling)
     log.info("embedding with the %s model at %s", kind, path)
-    if kind == "bert":
-        return BertEmbedder(path, pooling, device)
-    if kind == "gpt":
-        return GPTEmbedder(path, pooling, device)
+    from muppets import families
+
+    if families.is_family(kind):
+        return (GPTEmbedder if families.get(kind).causal else BertEmbedder)(path, pooling, device)
     if kind == "elmo":
         return ElmoEmbedder(path, device)
     if kind == "nnlm":

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
+from muppets.families import is_family
 from muppets.errors import ConfigError
 from muppets.transfer.embed import embed_sentences, load_embeddings, resolve_layers, save_embeddings
 from muppets.transfer.embedders import Embedder, load_embedder, locate_model, resolve_pooling
@@ -124,7 +125,7 @@ class FeatureSource:
         self.pooling, self.oov, self.batch_size, self.device, self.progress = pooling, oov, batch_size, device, progress
         self._embedder: Embedder | None = None
         self._key = {"kind": self.kind, "path": str(self.path.resolve()), "files": _stamp(self.path), "mode": mode,
-                     "pooling": pooling if self.kind in ("bert", "gpt") else None,
+                     "pooling": pooling if is_family(self.kind) else None,
                      "oov": oov if self.kind in STATIC_KINDS else None, "dtype": dtype, "code": code_version()}
 
     def embedder(self) -> Embedder:

@@ -133,6 +133,8 @@ class CausalTaskBackbone(nn.Module):
 class GPTTaskModel(TaskModel):
     """GPT backbone + task head; training loss ``task + lm_coef · LM`` (GPT §3.3, eq. 5)."""
 
+    family = "gpt"  # its muppets.families entry (saving writes a GPT directory)
+
     def __init__(self, gpt: GPTBackbone, head: nn.Module, kind: str, lm_coef: float = 0.5) -> None:
         super().__init__(CausalTaskBackbone(gpt), head, kind)
         self.lm_coef = lm_coef
