@@ -10,50 +10,17 @@ import torch
 
 transformers = pytest.importorskip("transformers")
 
-from _tiny_backbones import CORPUS  # noqa: E402
+from _tiny_families import tiny_family_dir  # noqa: E402
 
 from muppets import families  # noqa: E402
 
 NAMES = ("roberta", "distilbert", "electra")
 
 
-def _tokenizer(name: str, directory):
-    """RoBERTa: a byte-level BPE tokenizer.json written by transformers; others: WordPiece."""
-    if name == "roberta":
-        from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
-
-        tok = Tokenizer(models.BPE())
-        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-        tok.decoder = decoders.ByteLevel()
-        tok.train_from_iterator(CORPUS, trainers.BpeTrainer(
-            vocab_size=300, special_tokens=["<s>", "<pad>", "</s>", "<unk>", "<mask>"],
-            initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
-        tok.post_processor = processors.RobertaProcessing(("</s>", 2), ("<s>", 0))
-        transformers.PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", cls_token="<s>",
-                                             sep_token="</s>", pad_token="<pad>", unk_token="<unk>",
-                                             mask_token="<mask>").save_pretrained(directory)
-        return tok.get_vocab_size(), 1
-    from muppets.tokenizers import WordPieceTokenizer
-
-    tok = WordPieceTokenizer.train(CORPUS, vocab_size=200, min_frequency=1)
-    tok.save(directory)
-    return tok.vocab_size, tok.pad_id
-
-
 @pytest.fixture(scope="module", params=NAMES)
 def model_dir(request, tmp_path_factory):
     name = request.param
-    directory = tmp_path_factory.mktemp(name)
-    vocab, pad = _tokenizer(name, directory)
-    common = dict(vocab_size=vocab, max_position_embeddings=70, pad_token_id=pad)
-    cfg = {"roberta": lambda: transformers.RobertaConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                                                         intermediate_size=37, type_vocab_size=1, **common),
-           "distilbert": lambda: transformers.DistilBertConfig(dim=32, n_layers=2, n_heads=4, hidden_dim=37, **common),
-           "electra": lambda: transformers.ElectraConfig(embedding_size=16, hidden_size=32, num_hidden_layers=2,
-                                                         num_attention_heads=4, intermediate_size=37, **common)}[name]()
-    torch.manual_seed(0)
-    transformers.AutoModelForMaskedLM.from_config(cfg).save_pretrained(directory)
-    return name, directory
+    return name, tiny_family_dir(name, tmp_path_factory.mktemp(name))
 
 
 @pytest.mark.parametrize("kind", ["classify", "tag"])

@@ -183,7 +183,7 @@ class AttentionModel:
 
     @property
     def max_tokens(self) -> int:
-        return self.backbone.cfg.max_position_embeddings
+        return self.backbone.cfg.max_positions
 
     def encode(self, text: str, pair: str | None = None) -> tuple[list[int], list[int]]:
         """Ids and segments: an encoder's own template (BERT ``[CLS] A [SEP] (B [SEP])``,

@@ -13,7 +13,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from muppets.families.registry import Family
+from muppets.families.registry import Family, config_reader
 from muppets.heads import TaskModel
 from muppets.interop.hf_bert import EncoderFormat, load_hf_bert, save_hf_bert
 from muppets.interop.hf_tasks import load_hf_task_model, save_hf_task_model
@@ -48,7 +48,8 @@ def encoder_family(name: str, model_types: tuple[str, ...], fmt: EncoderFormat,
         name=name, model_types=model_types, causal=False, token_types=token_types,
         load=partial(load_hf_bert, fmt=fmt), save=partial(_save, fmt=fmt), tokenizer=tokenizer,
         task_tokenizer=tokenizer, new_task_model=new_task_model, load_task_model=load_task_model,
-        save_task_model=save_task_model, has_mlm=has_mlm, build=BertForPreTraining, description=description)
+        save_task_model=save_task_model, has_mlm=has_mlm, build=BertForPreTraining,
+        read_config=config_reader(fmt.from_config), description=description)
 
 
 def _save(model: Any, directory: str | Path, tokenizer: Any = None,

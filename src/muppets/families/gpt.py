@@ -10,9 +10,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from muppets.families.registry import Family, register
+from muppets.families.registry import Family, config_reader, register
 from muppets.heads import TaskModel
-from muppets.interop.hf_gpt import load_hf_gpt, save_hf_gpt
+from muppets.interop.hf_gpt import config_from_hf, load_hf_gpt, save_hf_gpt
 from muppets.models.gpt import GPTLanguageModel
 from muppets.tokenizers.bpe import ByteLevelBPETokenizer
 from muppets.transfer.gpt_tasks import (GPTTaskTokenizer, build_gpt_task_model, load_gpt_task_model,
@@ -43,5 +43,6 @@ FAMILY = register(Family(
     load=load_hf_gpt, save=save_hf_gpt, tokenizer=ByteLevelBPETokenizer.load,
     task_tokenizer=GPTTaskTokenizer.load, new_task_model=_new_task_model,
     load_task_model=_load_task_model, save_task_model=_save_task_model,
-    has_mlm=lambda directory: False, build=GPTLanguageModel, pair_orderings=2,
+    has_mlm=lambda directory: False, build=GPTLanguageModel, read_config=config_reader(config_from_hf),
+    pair_orderings=2,
     description="GPT-1 / GPT-2: byte-level BPE, causal LM, task tokens + auxiliary LM loss"))

@@ -41,6 +41,7 @@ class Family:
     save_task_model: Callable[..., Path]  # (model, directory, tok, labels) -> directory
     has_mlm: Callable[[Path], bool]  # whether a directory's weights hold a masked-LM head (fill-mask)
     build: Callable[[Any], nn.Module]  # config -> a freshly initialised model of the kind ``load`` returns
+    read_config: Callable[[Path], Any]  # directory -> its config.json as our config (what ``build`` takes)
     pair_orderings: int = 1  # GPT: similarity pairs are read in both orders (Radford et al. 2018, §3.3)
     description: str = ""  # one line for tables and errors
 
@@ -49,6 +50,17 @@ class Family:
         """The piece a word is read from: ``last`` for a left-to-right model, the only piece it
         reads after seeing the whole word; ``first`` for the bidirectional encoders."""
         return "last" if self.causal else "first"
+
+
+def config_reader(from_hf: Callable[[dict, str], Any]) -> Callable[[Path], Any]:
+    """A family's ``read_config``: ``directory/config.json`` through ``from_hf(data, source)``."""
+    def read_config(directory: str | Path) -> Any:
+        path = Path(directory) / "config.json"
+        if not path.is_file():
+            raise CheckpointError(f"{directory}: no config.json (is this a Hugging Face model directory?)")
+        return from_hf(read_json_object(path), str(path))
+
+    return read_config
 
 
 _FAMILIES: dict[str, Family] = {}

@@ -72,6 +72,13 @@ class BertConfig:
         """E: the width of the embedding tables (H unless ``embedding_size`` is set)."""
         return self.embedding_size or self.hidden_size
 
+    @property
+    def max_positions(self) -> int:
+        """The longest input the position table serves: ``max_position_embeddings``, less the
+        ``pad_token_id + 1`` rows below the first position where positions are padded
+        (RoBERTa / XLM-R: 514 rows, 512 tokens)."""
+        return self.max_position_embeddings - (self.pad_token_id + 1 if self.padded_positions else 0)
+
     @classmethod
     def preset(cls, name: str, **overrides) -> "BertConfig":
         """A named size (``bert-tiny`` … ``bert-large``), with field overrides."""

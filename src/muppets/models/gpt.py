@@ -80,6 +80,11 @@ class GPTConfig:
         return from_dict(cls, {**base, **overrides})
 
     @property
+    def max_positions(self) -> int:
+        """The longest input: one position per token (BertConfig's counterpart)."""
+        return self.max_position_embeddings
+
+    @property
     def head_dim(self) -> int:
         return self.hidden_size // self.num_heads
 

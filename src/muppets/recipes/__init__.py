@@ -31,17 +31,19 @@ def pick_recipe(config: str | Path | None, overrides: list[str]) -> ModuleType:
             preset = value.strip()
         if key.strip() == "model.init_from":
             init_from = value.strip()
-    if preset in GPT_PRESETS or (not preset and init_from and _is_gpt_directory(init_from)):
+    if preset in GPT_PRESETS or (not preset and init_from and _is_causal_directory(init_from)):
         return gpt_pretrain
     if preset in NNLM_PRESETS:
         return nnlm_pretrain
     return elmo_pretrain if preset in ELMO_PRESETS else bert_pretrain
 
 
-def _is_gpt_directory(name: str) -> bool:
-    """Does ``model.init_from`` name an HF GPT / GPT-2 directory (its ``config.json`` says so)?"""
-    from muppets.interop.safetensors_io import read_json_object
+def _is_causal_directory(name: str) -> bool:
+    """Does ``model.init_from`` name an HF directory of a left-to-right family (GPT / GPT-2),
+    which continues with the causal LM objective? (A directory of a model_type no family reads
+    raises :class:`~muppets.errors.CheckpointError` naming its config.json.)"""
+    from muppets import families
     from muppets.paths import resolve_model_path
 
-    path = resolve_model_path(name) / "config.json"
-    return path.is_file() and read_json_object(path).get("model_type") in ("gpt2", "openai-gpt")
+    directory = resolve_model_path(name)
+    return (directory / "config.json").is_file() and families.of_directory(directory).causal

@@ -1,5 +1,10 @@
 """BERT pretraining from raw text, end to end: tokenizer -> prepared corpus -> MLM+NSP -> HF dir.
 
+With ``model.init_from`` it continues the MLM pretraining of any bidirectional encoder family of
+:mod:`muppets.families` (BERT, RoBERTa / XLM-R / CamemBERT, DistilBERT, ELECTRA): the directory's
+family reads its weights and its own tokenizer, and ``final/`` is written back in that family's
+names, so transformers' ``AutoModelForMaskedLM`` loads it as it loaded the checkpoint.
+
 ``muppets pretrain configs/bert-mini.yaml key=value …`` runs :func:`run`. Every stage reuses
 its output when it already exists and matches (a tokenizer directory, a prepared corpus whose
 tokenizer fingerprint matches), so re-running the command resumes rather than restarts. The
@@ -19,11 +24,11 @@ from typing import Any, ClassVar
 import numpy as np
 from torch import nn
 
+from muppets import families
 from muppets.data.shards import TokenCorpus, corpus_meta
 from muppets.errors import ConfigError
+from muppets.families import Family
 from muppets.interop import hf_bert
-from muppets.interop.hf_bert import config_from_hf, load_hf_bert, save_hf_bert
-from muppets.interop.safetensors_io import read_json_object, read_shapes
 from muppets.models.bert import BertConfig, BertForPreTraining
 from muppets.objectives.mlm import IGNORE
 from muppets.objectives.mlm_nsp import BertPretrainingData, PretrainDataConfig, SpecialIds
@@ -78,16 +83,36 @@ class PretrainConfig(RunSection):
 # ----------------------------------------------------------------------------- stages
 
 
-def ensure_tokenizer(cfg: PretrainConfig, run_dir: Path) -> WordPieceTokenizer:
-    """Load the configured tokenizer, or train one on the corpus (reused if already trained)."""
-    script = cfg.tokenizer.chinese_script
+def init_family(cfg: PretrainConfig) -> Family:
+    """The family this run reads and writes: ``model.init_from``'s (its config.json's
+    ``model_type``), else BERT's (a fresh model of a BERT preset). A causal family is refused:
+    it continues with its own objective (``gpt_pretrain``)."""
+    if not cfg.model.init_from:
+        return families.for_model_type(families.DEFAULT_MODEL_TYPE)
+    family = families.of_directory(resolve_model_path(cfg.model.init_from))
+    if family.causal:
+        raise ConfigError(f"model.init_from={cfg.model.init_from} is a {family.name} (left-to-right) model: masked-LM "
+                          "pretraining continues bidirectional encoders only (a GPT preset or directory picks gpt_pretrain)")
+    return family
 
-    def load(path: Path) -> WordPieceTokenizer:  # a vocab.txt or a tokenizer directory
+
+def ensure_tokenizer(cfg: PretrainConfig, run_dir: Path) -> Any:
+    """Load the configured tokenizer (with ``model.init_from``: the checkpoint's own, read by its
+    family), or train a WordPiece one on the corpus (reused if already trained)."""
+    script = cfg.tokenizer.chinese_script
+    read = init_family(cfg).tokenizer
+
+    def load(path: Path) -> Any:  # a vocab.txt or a tokenizer directory
         if path.is_file():
             tok = WordPieceTokenizer.from_vocab(path, lowercase=cfg.tokenizer.lowercase)
         else:
-            tok = WordPieceTokenizer.load(path)
-        return tok.with_chinese_script(script, path)
+            tok = read(path)
+        if hasattr(tok, "with_chinese_script"):
+            return tok.with_chinese_script(script, path)
+        if script:
+            raise ConfigError(f"tokenizer.chinese_script={script} converts text for WordPiece tokenizers; the "
+                              f"tokenizer at {path} is {tok!r}: leave tokenizer.chinese_script empty")
+        return tok
 
     return (checkpoint_tokenizer(cfg.model, cfg.tokenizer.path, load)
             or tokenizer_stage(cfg.tokenizer, run_dir, load, lambda: _train_tokenizer(cfg)))
@@ -152,23 +177,31 @@ def export_dropout(cfg: PretrainConfig) -> tuple[float, float] | None:
     if cfg.model.pretrain_dropout < 0:
         return None
     if cfg.model.init_from:
-        own = config_from_hf(read_json_object(resolve_model_path(cfg.model.init_from) / "config.json"))
+        own = init_family(cfg).read_config(resolve_model_path(cfg.model.init_from))
     else:
         own = BertConfig.preset(cfg.model.preset, **cfg.model.overrides)
     return own.hidden_dropout, own.attention_dropout
 
 
-def _new_or_loaded(cfg: PretrainConfig, tok: WordPieceTokenizer) -> BertForPreTraining:
+def exporter(cfg: PretrainConfig, model: BertForPreTraining, tok: Any) -> Callable[[Path], Path]:
+    """What writes ``final/``: the model in its family's names (``init_from``'s, else BERT's)
+    with its tokenizer. The family and dropout are read now: ``init_from``'s directory may
+    change during a long run."""
+    family, dropout = init_family(cfg), export_dropout(cfg)
+    return lambda final: family.save(model, final, tok, dropout)
+
+
+def _new_or_loaded(cfg: PretrainConfig, tok: Any) -> BertForPreTraining:
     if cfg.model.init_from:
-        model = load_pretrained(cfg.model, partial(load_hf_bert, **{**cfg.model.overrides, **_pretrain_dropout(cfg)}),
+        family = init_family(cfg)
+        model = load_pretrained(cfg.model, partial(family.load, **{**cfg.model.overrides, **_pretrain_dropout(cfg)}),
                                 tok.vocab_size)
-        if cfg.data.max_seq_len > model.cfg.max_position_embeddings:
+        if cfg.data.max_seq_len > model.cfg.max_positions:
             raise ConfigError(f"data.max_seq_len={cfg.data.max_seq_len} exceeds the "
-                              f"{model.cfg.max_position_embeddings} positions of model.init_from={cfg.model.init_from}")
-        names = read_shapes(resolve_model_path(cfg.model.init_from))
-        if not any("predictions.transform" in name for name in names):
-            log.warning("model.init_from=%s has no MLM head (a bare BertModel): the transform and output bias "
-                        "start fresh, the decoder is %s", cfg.model.init_from,
+                              f"{model.cfg.max_positions} positions of model.init_from={cfg.model.init_from}")
+        if not family.has_mlm(resolve_model_path(cfg.model.init_from)):
+            log.warning("model.init_from=%s has no MLM head (a bare encoder, or an ELECTRA discriminator): the "
+                        "transform and output bias start fresh, the decoder is %s", cfg.model.init_from,
                         "tied to its word embeddings" if model.cfg.tie_word_embeddings else "a copy of its word embeddings")
         return model
     overrides = {"vocab_size": tok.vocab_size, "pad_token_id": tok.pad_id,
@@ -243,10 +276,9 @@ def run(cfg: PretrainConfig, resume: bool = True) -> dict:
 def _run(cfg: PretrainConfig, resume: bool) -> dict:
     tok, corpus = open_inputs(cfg.run_dir, cfg.corpus, partial(ensure_tokenizer, cfg))
     model = seeded_model(cfg, lambda: build_model(cfg, tok))
-    dropout = export_dropout(cfg)  # read now: init_from's directory may change during a long run
     data = BertPretrainingData(corpus, special_ids(tok), cfg.data, cfg.train.batch_size,
                                cfg.train.accumulation, cfg.train.seed, tok.is_continuation)
     job = Pretraining(model, data, evaluator(data, cfg.eval_batch_size),
-                      export=lambda final: save_hf_bert(model, final, tok, dropout),
+                      export=exporter(cfg, model, tok),
                       baseline=lambda: unigram_baseline(data, cfg.eval_batch_size), frozen=head_warmup(cfg, model))
     return train_and_export(cfg, corpus, job, resume)

@@ -197,12 +197,11 @@ def unigram_baseline(data: LanguageBalancedData, batch_size: int) -> dict[str, f
 
 def run(cfg: Any, resume: bool = True) -> dict:
     """Tokenizer -> per-language corpora -> language-balanced MLM(+NSP) -> ``<run_dir>/final``."""
-    from muppets.interop.hf_bert import save_hf_bert
     from muppets.recipes import bert_pretrain as bert
 
     tok, corpora = open_languages(cfg, lambda run_dir: bert.ensure_tokenizer(cfg, run_dir))
     model = seeded_model(cfg, lambda: bert.build_model(cfg, tok))
-    dropout = bert.export_dropout(cfg)
+    export = bert.exporter(cfg, model, tok)
     data = balanced_data(cfg, tok, corpora, bert.special_ids(tok))
     sample = Path(cfg.run_dir) / SAMPLE_REPORT
     summary = {"languages": {lang: {**d, "training_tokens": data.sizes[lang]} for lang, d in data.describe().items()},
@@ -210,7 +209,7 @@ def run(cfg: Any, resume: bool = True) -> dict:
     if sample.is_file():
         summary["tokenizer_sample"] = json.loads(sample.read_text(encoding="utf-8"))
     job = Pretraining(model, data, bert.evaluator(data, cfg.eval_batch_size),
-                      export=lambda final: save_hf_bert(model, final, tok, dropout),
+                      export=export,
                       baseline=lambda: unigram_baseline(data, cfg.eval_batch_size), summary=summary,
                       frozen=bert.head_warmup(cfg, model))
     corpus = LanguageCorpora(corpora, str(Path(cfg.run_dir) / "languages"))

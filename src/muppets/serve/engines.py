@@ -147,7 +147,7 @@ class Encoder(SentenceEncoder):
         self.has_mlm = family.has_mlm(source)
         self.routes = (EMBED, FILL) if self.has_mlm else (EMBED,)
         super().__init__(source, self.model.backbone, read_pooling(source, cfg.pooling, cfg.normalize),
-                         self.model.cfg.max_position_embeddings, self.tok.pad_id)
+                         self.model.cfg.max_positions, self.tok.pad_id)
 
     def why_not(self, route: str) -> str:
         if route == FILL:

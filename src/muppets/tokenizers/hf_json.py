@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from tokenizers import Encoding, Tokenizer
 
 from muppets.errors import DataError
@@ -30,6 +31,8 @@ log = logging.getLogger(__name__)
 
 ROLES = ("pad", "unk", "cls", "sep", "mask")
 ROBERTA_SPECIALS = {"pad": "<pad>", "unk": "<unk>", "cls": "<s>", "sep": "</s>", "mask": "<mask>"}
+_JSON_FORMAT = "muppets.json-tokenizer/1"  # tag of :meth:`JsonTokenizer.to_json` strings
+WORD_START = {"ByteLevel": "\u0120", "Metaspace": "\u2581"}  # the mark a pre-tokenizer puts on a word's first piece
 
 
 @dataclass
@@ -70,6 +73,20 @@ class JsonTokenizer:
         specials = {r: _token_text(config.get(f"{r}_token"), defaults[r]) for r in ROLES}
         return cls(backend, specials, path, config)
 
+    def to_json(self) -> str:
+        """Everything (special tokens, configs, the Rust tokenizer) as one string: what a prepared
+        corpus is fingerprinted by and what worker processes rebuild it from."""
+        return json.dumps({"format": _JSON_FORMAT, "specials": self._specials, "config": self._config,
+                           "backend": self._backend.to_str()}, sort_keys=True, ensure_ascii=False)
+
+    @classmethod
+    def from_json(cls, text: str) -> JsonTokenizer:
+        """Rebuild from :meth:`to_json`."""
+        data = json.loads(text)
+        if not isinstance(data, dict) or data.get("format") != _JSON_FORMAT:
+            raise DataError(f"not a {_JSON_FORMAT} string", value=str(text)[:60])
+        return cls(Tokenizer.from_str(data["backend"]), data["specials"], None, data["config"])
+
     def save(self, directory: str | Path) -> Path:
         """Write ``tokenizer.json`` and the two configs transformers' ``AutoTokenizer`` reads."""
         directory = Path(directory)
@@ -108,6 +125,20 @@ class JsonTokenizer:
     cls_id = property(lambda self: self._special_ids["cls"])
     sep_id = property(lambda self: self._special_ids["sep"])
     mask_id = property(lambda self: self._special_ids["mask"])
+
+    @property
+    def is_continuation(self) -> np.ndarray:
+        """(vocab_size,) read-only bool array: True for a piece that continues a word (whole-word
+        masking). WordPiece (and BPE with a continuing prefix): the pieces with that prefix;
+        byte-level BPE and SentencePiece: the pieces without the word-start mark (``Ġ`` / ``▁``)
+        its pre-tokenizer puts on a word's first piece; special and added tokens never."""
+        flags = np.zeros(self.vocab_size, dtype=bool)
+        prefix = getattr(self._backend.model, "continuing_subword_prefix", None)
+        mark = _word_start_mark(json.loads(self._backend.to_str()).get("pre_tokenizer"))
+        for token, index in self._backend.get_vocab(with_added_tokens=False).items():
+            flags[index] = token.startswith(prefix) if prefix else bool(mark) and not token.startswith(mark)
+        flags.flags.writeable = False
+        return flags
 
     @property
     def special_ids(self) -> dict[str, int]:
@@ -187,3 +218,12 @@ class JsonTokenizer:
     def __repr__(self) -> str:
         return f"JsonTokenizer({type(self._backend.model).__name__}, vocab_size={self.vocab_size})"
 
+
+
+def _word_start_mark(pre_tokenizer: dict | None) -> str:
+    """The mark (``Ġ`` / ``▁``) a tokenizer.json pre-tokenizer puts on a word's first piece, or ""."""
+    if not isinstance(pre_tokenizer, dict):
+        return ""
+    parts = pre_tokenizer.get("pretokenizers") or [pre_tokenizer]  # a Sequence, or one
+    marks = [WORD_START.get(p.get("type", ""), "") for p in parts if isinstance(p, dict)]
+    return next((m for m in marks if m), "")

@@ -264,7 +264,7 @@ class BertEmbedder(SubwordEmbedder):
         self.tok = family.tokenizer(directory)
         self.head, self.tail, self.pad_id = [self.tok.cls_id], [self.tok.sep_id], self.tok.pad_id
         cfg = model.cfg
-        super().__init__(model, directory, cfg.num_layers + 1, cfg.hidden_size, cfg.max_position_embeddings,
+        super().__init__(model, directory, cfg.num_layers + 1, cfg.hidden_size, cfg.max_positions,
                          pooling, device)
 
     def pieces(self, sentences: Sequence[Sequence[str]]) -> list[list[list[int]]]:

@@ -524,10 +524,10 @@ def _run(cfg: FinetuneConfig, resume: bool, data: TaskData | None) -> dict:
 
 
 def check_length(cfg: FinetuneConfig, model: TaskModel) -> None:
-    limit = model.backbone.cfg.max_position_embeddings
+    limit = model.backbone.cfg.max_positions
     if cfg.max_seq_len > limit:
-        raise ConfigError(f"max_seq_len={cfg.max_seq_len} exceeds the model's "
-                          f"{limit} position embeddings")
+        raise ConfigError(f"max_seq_len={cfg.max_seq_len} exceeds the {limit} positions the model's "
+                          "position embeddings serve")
 
 
 def warn_untrained_positions(cfg: FinetuneConfig, model_dir: Path) -> int | None:

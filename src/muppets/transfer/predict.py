@@ -239,7 +239,7 @@ class Predictor:
         self.kind = self.model.kind
         self.labels = model_labels(self.model_dir, self.model)
         saved_features, saved_span = load_settings(self.model_dir)
-        limit = self.model.backbone.cfg.max_position_embeddings
+        limit = self.model.backbone.cfg.max_positions
         self.features = features or saved_features or FeatureOptions(max_seq_len=min(128, limit))
         self.span = span or saved_span
         self.batch_size = batch_size
