@@ -50,7 +50,7 @@ import numpy as np
 import torch
 
 from muppets.errors import ConfigError, DataError
-from muppets.paths import resolve_data_path
+from muppets.paths import resolve_model_path
 from muppets.vectors import WordVectors
 
 log = logging.getLogger(__name__)
@@ -359,7 +359,7 @@ def locate_model(name: str | Path) -> tuple[str, Path]:
     if str(name) == "minilm":
         minilm = resolve_model("minilm")
         return families.of_directory(minilm).name, minilm
-    path = resolve_data_path(name)
+    path = resolve_model_path(name)  # a path as given (a run: its final/), else a model id in the HF cache
     if path.is_file():
         return "static", path
     if not path.is_dir():
