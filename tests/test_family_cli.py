@@ -20,6 +20,7 @@ from _tiny_families import tiny_family_dir  # noqa: E402
 
 from muppets import families  # noqa: E402
 from muppets.cli import main  # noqa: E402
+from muppets.interop.model_card import read_model_card  # noqa: E402
 from muppets.serve import ServeConfig, running_server  # noqa: E402
 
 ROWS = ["the river bank was good,pos", "bad plot and awful film,neg", "a great movie,pos", "which company ?,neg"]
@@ -40,16 +41,20 @@ def tuned(request, tmp_path_factory):
     (root / "train.conll").write_text(CONLL)
     best = {}
     for kind, train in (("classify", root / "train.csv"), ("tag", root / "train.conll")):
-        args = ["finetune", str(train), "--model", str(model), f"run_dir={root / kind}", "epochs=1", "batch_size=4",
-                "max_seq_len=32", "progress=false", "device=cpu", "seed=1", "selection=last"]
+        args = ["finetune", str(train), "--dev", str(train), "--model", str(model), f"run_dir={root / kind}",
+                "epochs=1", "batch_size=4", "max_seq_len=32", "progress=false", "device=cpu", "seed=1", "selection=last"]
         assert main(args) == 0, kind
         best[kind] = root / kind / "best"
         assert families.of_directory(best[kind]).name == request.param
     return request.param, model, best
 
 
-def test_finetuned_directories_load_in_transformers(tuned):
-    _, _, best = tuned
+def test_finetuned_directories_load_in_transformers_and_carry_their_card(tuned):
+    _, model, best = tuned
+    card = read_model_card(best["classify"])
+    assert card["base_model"] == str(model) and card["pipeline_tag"] == "text-classification"
+    assert card["model-index"][0]["results"][0]["metrics"][0]["name"] == "dev accuracy"  # from metrics.json
+    assert read_model_card(best["tag"])["pipeline_tag"] == "token-classification"
     classify = transformers.AutoModelForSequenceClassification.from_pretrained(best["classify"])
     tag = transformers.AutoModelForTokenClassification.from_pretrained(best["tag"])
     assert classify.config.num_labels == 2 and tag.config.num_labels == 5
@@ -88,3 +93,6 @@ def test_export_onnx(tuned, which, tmp_path):
     source = model if which == "backbone" else best["classify"]
     assert main(["export", "onnx", str(source), "--out", str(tmp_path / "onnx")]) == 0
     assert (tmp_path / "onnx" / "model.onnx").is_file()
+    card = read_model_card(tmp_path / "onnx")
+    assert card["base_model"] == str(source) and "onnx" in card["tags"]
+    assert card["pipeline_tag"] == ("feature-extraction" if which == "backbone" else "text-classification")

@@ -19,6 +19,7 @@ from _tiny_families import tiny_family_dir  # noqa: E402
 
 from muppets import families  # noqa: E402
 from muppets.errors import CheckpointError  # noqa: E402
+from muppets.interop.model_card import read_model_card  # noqa: E402
 from muppets.recipes import bert_pretrain, pick_recipe  # noqa: E402
 
 NAMES = ("roberta", "xlm-roberta", "distilbert", "electra")
@@ -49,6 +50,9 @@ def test_continued_pretraining_saves_back_in_the_same_family(name, tmp_path):
     final = run_dir / "final"
     assert not (run_dir / "tokenizer").exists()  # the checkpoint's own tokenizer, none trained
     assert families.of_directory(final).name == families.of_directory(start).name
+    card = read_model_card(final)
+    assert card["base_model"] == str(start) and card["datasets"] == [str(tmp_path / "corpus.jsonl")]
+    assert card["pipeline_tag"] == "fill-mask" and card["library_name"] == "muppets"
     before = json.loads((start / "config.json").read_text())
     assert json.loads((final / "config.json").read_text())["model_type"] == before["model_type"]
     model, info = transformers.AutoModelForMaskedLM.from_pretrained(final, output_loading_info=True)

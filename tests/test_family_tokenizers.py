@@ -139,6 +139,13 @@ def test_a_tokenizer_json_that_does_not_parse_names_the_file(tmp_path):
     from muppets.errors import DataError
     from muppets.tokenizers.hf_json import JsonTokenizer
 
+    from muppets.tokenizers.wordpiece import WordPieceTokenizer
+
     (tmp_path / "tokenizer.json").write_text('{"model": {"type": "Nonsense"}}')
-    with pytest.raises(DataError, match="tokenizer.json"):
+    for load in (JsonTokenizer.load, WordPieceTokenizer.load):  # one message, whichever family reads it
+        with pytest.raises(DataError, match=r"tokenizer.json: key 'model.type' is 'Nonsense', not a tokenizer model "
+                                            r"muppets reads \(one of: BPE, Unigram, WordLevel, WordPiece\)"):
+            load(tmp_path)
+    (tmp_path / "tokenizer.json").write_text('{"model": {"type": "BPE", "vocab": 3}}')
+    with pytest.raises(DataError, match="tokenizer.json: not a valid tokenizer.json"):
         JsonTokenizer.load(tmp_path)

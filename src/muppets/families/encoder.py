@@ -17,6 +17,7 @@ from muppets.families.registry import Family, config_reader
 from muppets.heads import TaskModel
 from muppets.interop.hf_bert import EncoderFormat, load_hf_bert, save_hf_bert
 from muppets.interop.hf_tasks import load_hf_task_model, save_hf_task_model
+from muppets.interop.model_card import Provenance
 from muppets.interop.safetensors_io import read_shapes
 from muppets.models.bert import BertForPreTraining
 
@@ -38,8 +39,9 @@ def encoder_family(name: str, model_types: tuple[str, ...], fmt: EncoderFormat,
         model.family = name
         return model
 
-    def save_task_model(model: TaskModel, directory: str | Path, tok: Any = None, labels: Sequence[str] = ()) -> Path:
-        return save_hf_task_model(model, directory, tok, list(labels), fmt=fmt)
+    def save_task_model(model: TaskModel, directory: str | Path, tok: Any = None, labels: Sequence[str] = (),
+                        provenance: Provenance | None = None) -> Path:
+        return save_hf_task_model(model, directory, tok, list(labels), fmt=fmt, provenance=provenance)
 
     def has_mlm(directory: Path) -> bool:
         return f"{fmt.heads['mlm.dense']}.weight" in read_shapes(directory)
@@ -53,5 +55,6 @@ def encoder_family(name: str, model_types: tuple[str, ...], fmt: EncoderFormat,
 
 
 def _save(model: Any, directory: str | Path, tokenizer: Any = None,
-          dropout: tuple[float, float] | None = None, *, fmt: EncoderFormat) -> Path:
-    return save_hf_bert(model, directory, tokenizer, dropout, fmt=fmt)
+          dropout: tuple[float, float] | None = None, provenance: Provenance | None = None, *,
+          fmt: EncoderFormat) -> Path:
+    return save_hf_bert(model, directory, tokenizer, dropout, fmt=fmt, provenance=provenance)

@@ -13,6 +13,7 @@ from typing import Any
 from muppets.families.registry import Family, config_reader, register
 from muppets.heads import TaskModel
 from muppets.interop.hf_gpt import config_from_hf, load_hf_gpt, save_hf_gpt
+from muppets.interop.model_card import Provenance
 from muppets.models.gpt import GPTLanguageModel
 from muppets.tokenizers.bpe import ByteLevelBPETokenizer
 from muppets.transfer.gpt_tasks import (GPTTaskTokenizer, build_gpt_task_model, load_gpt_task_model,
@@ -34,8 +35,9 @@ def _load_task_model(directory: str | Path, kind: str | None = None, num_labels:
     return model
 
 
-def _save_task_model(model: Any, directory: str | Path, tok: GPTTaskTokenizer, labels: Sequence[str] = ()) -> Path:
-    return save_gpt_task_model(model, directory, tok, labels)
+def _save_task_model(model: Any, directory: str | Path, tok: GPTTaskTokenizer, labels: Sequence[str] = (),
+                     provenance: Provenance | None = None) -> Path:
+    return save_gpt_task_model(model, directory, tok, labels, provenance)
 
 
 FAMILY = register(Family(

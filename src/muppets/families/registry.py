@@ -33,12 +33,12 @@ class Family:
     causal: bool  # left-to-right: words pooled by their last piece, causal attention pages, LM routes
     token_types: bool  # inputs carry segment ids the model was trained with (BERT, ELECTRA)
     load: Callable[..., nn.Module]  # (directory, **config overrides) -> pretraining / LM model
-    save: Callable[..., Path]  # (model, directory, tokenizer=None) -> directory, in this family's names
+    save: Callable[..., Path]  # (model, directory, tokenizer=None, provenance=None) -> directory, in this family's names, with its model card
     tokenizer: Callable[[Path], Any]  # directory -> its text tokenizer
     task_tokenizer: Callable[[Path], Any]  # directory -> the tokenizer task features use (GPT: with task tokens)
     new_task_model: Callable[..., Any]  # (directory, kind, num_labels, tok, orderings, lm_coef, pool, dropout)
     load_task_model: Callable[..., Any]  # (directory, kind=None, num_labels=None) -> TaskModel
-    save_task_model: Callable[..., Path]  # (model, directory, tok, labels) -> directory
+    save_task_model: Callable[..., Path]  # (model, directory, tok, labels, provenance=None) -> directory, with its model card
     has_mlm: Callable[[Path], bool]  # whether a directory's weights hold a masked-LM head (fill-mask)
     build: Callable[[Any], nn.Module]  # config -> a freshly initialised model of the kind ``load`` returns
     read_config: Callable[[Path], Any]  # directory -> its config.json as our config (what ``build`` takes)

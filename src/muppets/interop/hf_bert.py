@@ -17,8 +17,8 @@ from pathlib import Path
 
 import torch
 
-from muppets.config import write_json_atomic
 from muppets.errors import CheckpointError
+from muppets.interop.model_card import Provenance, write_config, write_model_card
 from muppets.interop.safetensors_io import read_json_object, read_weights, write_weights
 from muppets.models.bert import BertConfig, BertForPreTraining
 
@@ -257,8 +257,10 @@ _with_bert_prefix = with_prefix  # the name hf_tasks and older code use
 
 
 def save_hf_bert(model: BertForPreTraining, directory: str | Path, tokenizer=None,
-                 dropout: tuple[float, float] | None = None, fmt: EncoderFormat = BERT_FORMAT) -> Path:
-    """Write an HF directory: config.json, model.safetensors and (given one) the tokenizer.
+                 dropout: tuple[float, float] | None = None, fmt: EncoderFormat = BERT_FORMAT,
+                 provenance: Provenance | None = None) -> Path:
+    """Write an HF directory: config.json, model.safetensors, (given one) the tokenizer and a
+    model card (:mod:`muppets.interop.model_card`, from ``provenance``).
     ``dropout``: the (hidden, attention) dropout config.json states, when the model was trained
     with other rates than its users should fine-tune with (default: the model's own).
     ``fmt``: the family whose names it is written in (default BERT's)."""
@@ -267,9 +269,10 @@ def save_hf_bert(model: BertForPreTraining, directory: str | Path, tokenizer=Non
     cfg = model.cfg if dropout is None else dataclasses.replace(model.cfg, hidden_dropout=dropout[0],
                                                                 attention_dropout=dropout[1])
     write_weights(to_hf_state(model, fmt=fmt), directory / "model.safetensors", metadata={"format": "pt"})
-    write_json_atomic(directory / "config.json", fmt.to_config(cfg))
+    write_config(directory, fmt.to_config(cfg))
     if tokenizer is not None:
         tokenizer.save(directory)
+    write_model_card(directory, provenance)
     return directory
 
 

@@ -21,8 +21,9 @@ from pathlib import Path
 
 import torch
 
-from muppets.config import from_dict, write_json_atomic
+from muppets.config import from_dict
 from muppets.errors import CheckpointError
+from muppets.interop.model_card import Provenance, write_config, write_model_card
 from muppets.interop.safetensors_io import read_json_object, read_shapes, read_weights, write_weights
 from muppets.models.gpt import GPTBackbone, GPTConfig, GPTLanguageModel
 
@@ -133,15 +134,17 @@ def from_hf_state(hf: dict[str, torch.Tensor], cfg: GPTConfig, source: str) -> d
 
 
 def save_hf_gpt(model: GPTLanguageModel | GPTBackbone, directory: str | Path, tokenizer=None,
-                extra_config: dict | None = None) -> Path:
-    """Write config.json (plus ``extra_config`` keys), model.safetensors and (given one) the
-    tokenizer's files; a bare backbone is saved as the LM it ties its output layer to."""
+                extra_config: dict | None = None, provenance: Provenance | None = None) -> Path:
+    """Write config.json (plus ``extra_config`` keys), model.safetensors, (given one) the
+    tokenizer's files and a model card (from ``provenance``); a bare backbone is saved as the LM
+    it ties its output layer to."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     write_weights(to_hf_state(model), directory / "model.safetensors", metadata={"format": "pt"})
-    write_json_atomic(directory / "config.json", {**config_to_hf(model.cfg), **(extra_config or {})})
+    write_config(directory, {**config_to_hf(model.cfg), **(extra_config or {})})
     if tokenizer is not None:
         tokenizer.save(directory)
+    write_model_card(directory, provenance)
     return directory
 
 

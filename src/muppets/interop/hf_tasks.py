@@ -15,10 +15,10 @@ import dataclasses
 import logging
 from pathlib import Path
 
-from muppets.config import write_json_atomic
 from muppets.errors import CheckpointError
 from muppets.heads import KINDS, TaskModel, build_head
 from muppets.interop.hf_bert import BERT_FORMAT, TASK_HEADS, EncoderFormat, from_hf_state, to_hf_state
+from muppets.interop.model_card import Provenance, write_config, write_model_card
 from muppets.interop.safetensors_io import read_json_object, read_weights, write_weights
 from muppets.models.bert import BertBackbone, BertConfig
 
@@ -35,9 +35,10 @@ def is_task_architecture(arch: object) -> bool:
 
 
 def save_hf_task_model(model: TaskModel, directory: str | Path, tokenizer=None,
-                       labels: list[str] | None = None, fmt: EncoderFormat = BERT_FORMAT) -> Path:
-    """Write config.json (architecture, labels, ``muppets_task``), model.safetensors, tokenizer,
-    in the names of ``fmt``'s family (default BERT's)."""
+                       labels: list[str] | None = None, fmt: EncoderFormat = BERT_FORMAT,
+                       provenance: Provenance | None = None) -> Path:
+    """Write config.json (architecture, labels, ``muppets_task``), model.safetensors, tokenizer
+    and a model card (from ``provenance``), in the names of ``fmt``'s family (default BERT's)."""
     if not isinstance(model.backbone, BertBackbone):
         raise CheckpointError("only BERT-like backbones can be saved as Hugging Face …For<Task> directories")
     directory = Path(directory)
@@ -55,9 +56,10 @@ def save_hf_task_model(model: TaskModel, directory: str | Path, tokenizer=None,
         hf["label2id"] = {n: i for i, n in enumerate(names)}
     if model.kind == "regress":
         hf.update(problem_type="regression", id2label={"0": "LABEL_0"}, label2id={"LABEL_0": 0})
-    write_json_atomic(directory / "config.json", hf)
+    write_config(directory, hf)
     if tokenizer is not None:
         tokenizer.save(directory)
+    write_model_card(directory, provenance)
     return directory
 
 

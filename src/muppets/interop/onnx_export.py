@@ -61,6 +61,7 @@ from torch import nn
 
 from muppets.config import atomic_dir, write_json_atomic
 from muppets.errors import CheckpointError, ConfigError, MuppetsError
+from muppets.interop.model_card import Provenance, write_model_card
 from muppets.interop.safetensors_io import read_json_object
 
 log = logging.getLogger(__name__)
@@ -259,6 +260,8 @@ def export_onnx(model: str | Path, out: str | Path, opset: int = DEFAULT_OPSET, 
         _write_graph(src, trace, tmp / "model.onnx", opset)
         diff = check_onnx(tmp / "model.onnx", src.graph, checks, tolerance, threads) if check else None
         _copy_settings(src.path, tmp)
+        write_model_card(tmp, Provenance(base_model=str(model), task="encoder" if src.what == "encoder" else "",
+                                         tags=("onnx",)))  # the graph's outputs say what it is, not config.json
         report = ExportReport(str(out), str(src.path), src.what, src.family, src.kind, list(src.outputs), opset,
                               diff, tolerance, round(time.perf_counter() - start, 3), tokenizer=not tokenizer)
         write_json_atomic(tmp / MANIFEST, _manifest(src, report))

@@ -36,7 +36,7 @@ from muppets.paths import resolve_model_path
 from muppets.recipes import multilingual
 from muppets.recipes.common import (PretrainedModelSection, RunSection, TokenizerSection,
                                     checkpoint_tokenizer, config_loader, corpus_texts, load_pretrained, open_inputs,
-                                    prepare_once, pretraining_run, seeded_model, tokenizer_stage)
+                                    prepare_once, pretraining_run, run_provenance, seeded_model, tokenizer_stage)
 from muppets.recipes.pretraining import (Pretraining, held_out, held_out_evaluator, train_and_export,
                                          unigram_scores)
 from muppets.tokenizers.wordpiece import WordPieceTokenizer
@@ -185,10 +185,11 @@ def export_dropout(cfg: PretrainConfig) -> tuple[float, float] | None:
 
 def exporter(cfg: PretrainConfig, model: BertForPreTraining, tok: Any) -> Callable[[Path], Path]:
     """What writes ``final/``: the model in its family's names (``init_from``'s, else BERT's)
-    with its tokenizer. The family and dropout are read now: ``init_from``'s directory may
+    with its tokenizer and a model card naming the checkpoint and corpus it came from. The family
+    and dropout are read now: ``init_from``'s directory may
     change during a long run."""
-    family, dropout = init_family(cfg), export_dropout(cfg)
-    return lambda final: family.save(model, final, tok, dropout)
+    family, dropout, provenance = init_family(cfg), export_dropout(cfg), run_provenance(cfg)
+    return lambda final: family.save(model, final, tok, dropout, provenance=provenance)
 
 
 def _new_or_loaded(cfg: PretrainConfig, tok: Any) -> BertForPreTraining:

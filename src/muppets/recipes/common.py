@@ -33,6 +33,7 @@ from muppets.data.readers import iter_documents
 from muppets.data.shards import TokenCorpus, corpus_meta, tokenizer_fingerprint
 from muppets.data.units import UnitSpec
 from muppets.errors import ConfigError, MuppetsError, RunDirError
+from muppets.interop.model_card import Provenance
 from muppets.paths import resolve_data_path, resolve_model_path
 from muppets.train import TrainConfig
 from muppets.train.distributed import any_rank, dist_info, init_distributed
@@ -120,6 +121,15 @@ def load_pretrained(sec: PretrainedModelSection, load: Callable[[Path], M], voca
         raise ConfigError(f"model.init_from={sec.init_from} has {model.cfg.vocab_size} tokens, "
                           f"the tokenizer {vocab_size}")
     return model
+
+
+def run_provenance(cfg: Any) -> Provenance:
+    """What a pretraining run's ``final/`` model card says it came from: ``model.init_from``
+    (none: trained from scratch) and the corpus (``corpus.languages``' inputs, else ``corpus.inputs``)."""
+    languages = cfg.corpus.languages or {}
+    inputs = [str(p) for spec in languages.values() for p in (spec.get("inputs", []) if isinstance(spec, dict) else spec)]
+    return Provenance(base_model=str(getattr(cfg.model, "init_from", "") or ""),
+                      datasets=tuple(inputs or (str(p) for p in cfg.corpus.inputs)))
 
 
 def checkpoint_tokenizer(sec: PretrainedModelSection, configured: str, load: Callable[[Path], Tok],

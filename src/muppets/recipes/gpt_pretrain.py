@@ -26,7 +26,7 @@ from muppets.models.gpt import GPTConfig, GPTLanguageModel
 from muppets.objectives.clm import CausalLMData, CLMDataConfig
 from muppets.recipes.common import (PretrainedModelSection, RunSection, TokenizerSection, checkpoint_tokenizer,
                                     config_loader, corpus_texts, load_pretrained, open_inputs, pretraining_run,
-                                    seeded_model, tokenizer_stage)
+                                    run_provenance, seeded_model, tokenizer_stage)
 from muppets.recipes.pretraining import (Pretraining, held_out, held_out_evaluator, train_and_export,
                                          unigram_scores)
 from muppets.tokenizers.bpe import ByteLevelBPETokenizer
@@ -125,6 +125,6 @@ def _run(cfg: GPTPretrainConfig, resume: bool) -> dict:
     data = CausalLMData(corpus, tok.eos_id, cfg.data, cfg.train.batch_size, cfg.train.accumulation,
                         cfg.train.seed)
     job = Pretraining(model, data, evaluator(data, cfg.eval_batch_size),
-                      export=lambda final: save_hf_gpt(model, final, tok),
+                      export=lambda final: save_hf_gpt(model, final, tok, provenance=run_provenance(cfg)),
                       baseline=lambda: unigram_baseline(data, cfg.eval_batch_size, model.cfg.vocab_size))
     return train_and_export(cfg, corpus, job, resume)

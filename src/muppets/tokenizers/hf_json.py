@@ -25,7 +25,7 @@ from tokenizers import Encoding, Tokenizer
 
 from muppets.errors import DataError
 from muppets.tokenizers.wordpiece import (CONFIG_FILE, SPECIAL_TOKENS_MAP_FILE, TOKENIZER_FILE, _longest_first,
-                                          _read_configs, _token_text, plain_text_copy)
+                                          _read_configs, _token_text, parse_tokenizer_json, plain_text_copy)
 
 log = logging.getLogger(__name__)
 
@@ -66,9 +66,10 @@ class JsonTokenizer:
         if not path.is_file():
             raise DataError(f"no {TOKENIZER_FILE} (this family reads its tokenizer from one)", path=directory)
         try:
-            backend = Tokenizer.from_file(str(path))
-        except Exception as err:  # the Rust parser raises a bare Exception
-            raise DataError(f"not a valid tokenizer.json: {err}", path=path) from err
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as err:
+            raise DataError(f"cannot read it: {err}", path=path) from err
+        backend = parse_tokenizer_json(text, path)
         config = _read_configs(directory)
         specials = {r: _token_text(config.get(f"{r}_token"), defaults[r]) for r in ROLES}
         return cls(backend, specials, path, config)

@@ -230,15 +230,35 @@ def _check_ids(vocab: dict[str, Any], path: str | Path | None) -> dict[str, int]
     return vocab
 
 
-def _backend_from_str(text: str, source: str | Path | None) -> Tokenizer:
-    """Parse a ``tokenizer.json`` string and check that it holds a WordPiece model."""
+TOKENIZER_MODELS = ("BPE", "Unigram", "WordLevel", "WordPiece")  # the model types the tokenizers library reads
+
+
+def parse_tokenizer_json(text: str, source: str | Path | None) -> Tokenizer:
+    """Parse a ``tokenizer.json`` string; a ``model.type`` the ``tokenizers`` library cannot read
+    is a :class:`DataError` naming the file and the key (instead of the Rust parser's
+    "untagged enum" message), any other flaw one naming the file."""
     try:
-        backend = Tokenizer.from_str(text)
+        data = json.loads(text)
+    except ValueError as err:
+        raise DataError(f"not a valid tokenizer.json: {err}", path=source) from err
+    model = data.get("model") if isinstance(data, dict) else None
+    kind = model.get("type") if isinstance(model, dict) else None
+    if kind is not None and kind not in TOKENIZER_MODELS:  # (older files omit it: the library infers it)
+        raise DataError(f"key 'model.type' is {kind!r}, not a tokenizer model muppets reads "
+                        f"(one of: {', '.join(TOKENIZER_MODELS)})", path=source, value=kind)
+    try:
+        return Tokenizer.from_str(text)
     except Exception as err:  # the Rust parser raises a bare Exception
         raise DataError(f"not a valid tokenizer.json: {err}", path=source) from err
+
+
+def _backend_from_str(text: str, source: str | Path | None) -> Tokenizer:
+    """Parse a ``tokenizer.json`` string and check that it holds a WordPiece model."""
+    backend = parse_tokenizer_json(text, source)
     if not isinstance(backend.model, WordPiece):
         kind = type(backend.model).__name__
-        raise DataError("tokenizer.json does not hold a WordPiece model", path=source, value=kind)
+        raise DataError(f"key 'model.type' is {kind!r}: this tokenizer.json does not hold a WordPiece model "
+                        "(a RoBERTa / XLM-R directory says so in its config.json's model_type)", path=source, value=kind)
     _check_ids(backend.get_vocab(with_added_tokens=True), source)
     unk = backend.model.unk_token  # without it in the vocabulary, encoding an unknown word fails
     if unk not in backend.get_vocab(with_added_tokens=False):

@@ -46,6 +46,7 @@ from muppets.config import atomic_dir, atomic_path, load_typed, to_dict, write_j
 from muppets.errors import ConfigError, RunDirError, TrainingInterrupted
 from muppets.heads import POOLS, TaskModel
 from muppets.interop.hf_tasks import task_labels
+from muppets.interop.model_card import Provenance, write_model_card
 from muppets.metrics import compute
 from muppets.nn.block import init_weights
 from muppets.paths import resolve_data_path, resolve_model_path
@@ -350,11 +351,16 @@ def model_saver(model: TaskModel, tok: WordPieceTokenizer, spec: TaskSpec, cfg: 
 
     def save() -> None:
         with atomic_dir(directory) as tmp:
-            save_task_model(model, tmp, tok, list(spec.labels))
+            save_task_model(model, tmp, tok, list(spec.labels), provenance=finetune_provenance(cfg, spec))
             save_settings(tmp, cfg.feature_options, cfg.span_options,
                           {"task": spec.name, "metric": spec.metric, "finetune": to_dict(cfg)})
 
     return save
+
+
+def finetune_provenance(cfg: FinetuneConfig, spec: TaskSpec) -> Provenance:
+    """What a fine-tuned ``best/``'s model card says it came from: ``--model`` as given, the task."""
+    return Provenance(base_model=str(cfg.model), datasets=(spec.name,) if spec.name else ())
 
 
 # ----------------------------------------------------------------------------- the run
@@ -520,6 +526,7 @@ def _run(cfg: FinetuneConfig, resume: bool, data: TaskData | None) -> dict:
     if dist.is_main:
         summary.update(final_predictions(run_dir, data, cfg))
         write_json_atomic(run_dir / "metrics.json", summary)
+        write_model_card(run_dir / "best", finetune_provenance(cfg, s.spec), metrics=summary)
     return summary
 
 

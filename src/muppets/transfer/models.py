@@ -16,6 +16,7 @@ from typing import Any
 from muppets import families
 from muppets.errors import CheckpointError
 from muppets.heads import TaskModel
+from muppets.interop.model_card import Provenance
 
 SIMILARITY_TASKS = ("mrpc", "stsb", "qqp")  # a family with pair_orderings 2 (GPT) reads both orders of these pairs (§3.3)
 
@@ -59,7 +60,8 @@ def load_task_model(directory: str | Path, kind: str | None = None,
     return model
 
 
-def save_task_model(model: TaskModel, directory: str | Path, tok: Any, labels: Sequence[str] = ()) -> Path:
+def save_task_model(model: TaskModel, directory: str | Path, tok: Any, labels: Sequence[str] = (),
+                    provenance: Provenance | None = None) -> Path:
     """Write a task model in its family's names, so :func:`load_task_model` (and, for the
-    encoder families, transformers) reads it."""
-    return families.of_model(model).save_task_model(model, directory, tok, labels)
+    encoder families, transformers) reads it, with a model card from ``provenance``."""
+    return families.of_model(model).save_task_model(model, directory, tok, labels, provenance=provenance)
