@@ -254,3 +254,12 @@ def test_at_least_as_good_as_snorkel_label_model_on_synthetic_lfs() -> None:
     theirs.fit(L, n_epochs=500, seed=123, progress_bar=False)
     their_acc = float((theirs.predict(L, tie_break_policy="random") == y).mean())
     assert LabelModel(2).fit(L).score(L, y) >= their_acc - 0.005
+
+
+def test_majority_vote_equals_snorkels_majority_label_voter_without_a_balance() -> None:
+    snorkel_model = pytest.importorskip("snorkel.labeling.model")
+    for L in (imbalanced_one_sided(n=2000)[0], one_trick_spam(n=2000)[0], symmetric_lfs(n=2000, K=3)[0]):
+        K = int(L.max()) + 1
+        theirs = snorkel_model.MajorityLabelVoter(cardinality=K).predict(L, tie_break_policy="abstain")
+        ours = MajorityVote(K).fit(L).predict(L)
+        assert ((ours == -1) == (theirs == -1)).all() and np.array_equal(ours, theirs)
