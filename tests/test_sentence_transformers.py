@@ -180,3 +180,17 @@ def test_a_dense_activation_muppets_cannot_run_is_refused_naming_file_and_key(de
     with pytest.raises(CheckpointError, match=r"2_Dense/config.json: key 'activation_function' is "
                                               r"'torch.nn.modules.activation.Softmax2d'"):
         read_head(copy)
+
+
+def test_onnx_export_keeps_the_dense_module(dense_dir, tmp_path):
+    pytest.importorskip("onnxruntime")
+    from muppets.interop.onnx_export import export_onnx
+    from muppets.serve import ServeConfig, load_engine
+
+    export_onnx(dense_dir, tmp_path / "onnx")
+    assert (tmp_path / "onnx" / "2_Dense" / "model.safetensors").is_file()  # the server runs it after the graph
+    engine = load_engine(ServeConfig(str(tmp_path / "onnx"), backend="onnx"))
+    assert engine.backend == "onnx"
+    vectors = np.stack(engine.embed_rows(engine.token_ids(SENTENCES, truncate=False)))
+    assert vectors.shape == (len(SENTENCES), 16)
+    assert cosines(vectors, reference(dense_dir)).min() >= 0.9999
