@@ -194,3 +194,13 @@ def test_onnx_export_keeps_the_dense_module(dense_dir, tmp_path):
     vectors = np.stack(engine.embed_rows(engine.token_ids(SENTENCES, truncate=False)))
     assert vectors.shape == (len(SENTENCES), 16)
     assert cosines(vectors, reference(dense_dir)).min() >= 0.9999
+
+
+@pytest.mark.parametrize("mode", ["last", "mean"])
+def test_export_of_a_gpt_round_trips(mode, tmp_path):
+    from _tiny_backbones import tiny_gpt
+
+    gpt = tiny_gpt(tmp_path / "gpt")
+    out = export_sentence_transformers(gpt, tmp_path / "st", pooling=mode, normalize=True)
+    ours = encode(gpt, SENTENCES, pooling=mode, normalize=True)
+    assert cosines(reference(out), ours).min() >= 0.9999
