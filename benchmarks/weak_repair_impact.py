@@ -85,7 +85,7 @@ def compare(before: dict, after: dict) -> dict:
     """Per matrix and model: how many train labels moved (all rows, and rows some LF labels),
     and the held-out accuracies and balances side by side."""
     out = {}
-    for name in after:
+    for name in (k for k, v in after.items() if isinstance(v, dict) and "models" in v):
         out[name] = {"rows": after[name]["rows"], "covered": after[name]["covered"]}
         for label, new in after[name]["models"].items():
             old = before[name]["models"].get(label)

@@ -454,6 +454,7 @@ def test_smoke_minilm_on_a_squad_slice(tmp_path):
     assert summary["steps"] == summary["steps_per_epoch"] >= 2 and 0 <= summary["dev"]["f1"] <= 100
     answer = Predictor(tmp_path / "best").predict([("Who wrote it?", "It was written by John Smith.")])
     assert answer[0]["answer"] in "It was written by John Smith."
+    assert (tmp_path / "best" / "modules.json").is_file()  # minilm's pooling + normalize kept (issue 49)
 
 
 def test_init_random_draws_fresh_weights_with_the_same_architecture(model_dir, tmp_path):

@@ -181,7 +181,7 @@ def test_close_drains_the_queue():
         loop.close()
 
 
-@pytest.mark.parametrize("name", ["muppets.serve.errors", "muppets.serve.pooling"])
+@pytest.mark.parametrize("name", ["muppets.serve.errors", "muppets.sentence.pooling"])
 def test_doctests(name):
     import doctest
     import importlib

@@ -56,14 +56,15 @@ def test_majority_vote_probabilities_ties_and_empty_rows() -> None:
     unfitted = MajorityVote(3)
     assert unfitted.predict_proba(L).tolist() == [
         [1, 0, 0], [.5, .5, 0], [1 / 3, 1 / 3, 1 / 3], [0, 0, 1], [0, 1, 0]]
-    assert unfitted.predict(L).tolist() == [0, 0, -1, 2, 1]  # ties: lowest index; no vote: abstain
+    assert unfitted.predict(L).tolist() == [0, -1, -1, 2, 1]  # no prior: ties and no vote abstain
     assert unfitted.predict(L, tie_break="abstain").tolist() == [0, -1, -1, 2, 1]
     fitted = MajorityVote(3).fit(np.array([[1, 1], [1, -1], [0, -1], [2, 2]]))
     assert fitted.class_balance_.tolist() == pytest.approx([1 / 3] * 3)  # nothing learned from votes
-    assert fitted.predict(L).tolist() == [0, 0, -1, 2, 1]
-    assert fitted.score(L, np.array([0, 0, 1, 2, -1])) == 0.75  # unknown gold skipped, abstain wrong
+    assert fitted.predict(L).tolist() == [0, -1, -1, 2, 1]
+    assert fitted.score(L, np.array([0, 0, 1, 2, -1])) == 0.5  # unknown gold skipped, abstain wrong
     given = MajorityVote(3, class_balance=[0.2, 0.5, 0.3]).fit(L)
     assert given.predict(L).tolist() == [0, 1, 1, 2, 1]  # ties and the empty row -> the likelier class
+    assert given.predict(L, tie_break="abstain").tolist() == [0, -1, 1, 2, 1]
     assert given.predict_proba(L)[2].tolist() == pytest.approx([0.2, 0.5, 0.3])
 
 
@@ -100,7 +101,10 @@ def test_majority_vote_gives_uncovered_rows_no_class_of_a_biased_prior() -> None
     uncovered = (L == -1).all(axis=1)
     labels = MajorityVote(2).fit(L).predict(L)
     assert (labels[uncovered] == -1).all()  # abstains, as Snorkel's MajorityLabelVoter
-    assert (labels[~uncovered] >= 0).all()  # every row an LF votes on gets its majority
+    counts = np.stack([(L == k).sum(axis=1) for k in (0, 1)], axis=1)
+    decisive = counts.max(axis=1) > counts.min(axis=1)
+    assert np.array_equal(labels[decisive], counts[decisive].argmax(axis=1))
+    assert (labels[~decisive] == -1).all()  # uncovered and tied rows: no prior to decide with
     given = MajorityVote(2, class_balance=[0.9, 0.1]).fit(L).predict(L)
     assert (given[uncovered] == 0).all()  # the old learned prior gave them all class 1
 
@@ -250,3 +254,12 @@ def test_at_least_as_good_as_snorkel_label_model_on_synthetic_lfs() -> None:
     theirs.fit(L, n_epochs=500, seed=123, progress_bar=False)
     their_acc = float((theirs.predict(L, tie_break_policy="random") == y).mean())
     assert LabelModel(2).fit(L).score(L, y) >= their_acc - 0.005
+
+
+def test_majority_vote_equals_snorkels_majority_label_voter_without_a_balance() -> None:
+    snorkel_model = pytest.importorskip("snorkel.labeling.model")
+    for L in (imbalanced_one_sided(n=2000)[0], one_trick_spam(n=2000)[0], symmetric_lfs(n=2000, K=3)[0]):
+        K = int(L.max()) + 1
+        theirs = snorkel_model.MajorityLabelVoter(cardinality=K).predict(L, tie_break_policy="abstain")
+        ours = MajorityVote(K).fit(L).predict(L)
+        assert ((ours == -1) == (theirs == -1)).all() and np.array_equal(ours, theirs)

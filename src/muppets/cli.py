@@ -176,7 +176,7 @@ def _weak_label(args: argparse.Namespace) -> int:
     n = write_labels(args.out, weak, probs, labels, L, overwrite=args.overwrite)
     shares = ", ".join(f"{name} {np.mean(labels == k):.1%}" for k, name in enumerate(weak.label_names))
     if (labels == -1).any():
-        shares += f", no label {np.mean(labels == -1):.1%} (no LF votes; --class-balance gives them one)"
+        shares += f", no label {np.mean(labels == -1):.1%} (majority vote: no vote or a tie; --class-balance decides them)"
     print(f"wrote {n} labels ({args.model}) of {weak.description} to {args.out}: {shares}")
     if weak.gold is not None and (weak.gold != -1).any():
         print(f"accuracy against the split's own labels: {model.score(L, weak.gold):.2%}")
@@ -788,7 +788,7 @@ def _add_weak_parser(sub: argparse._SubParsersAction) -> None:
             w.add_argument("--model", choices=MODELS, default="snorkel", help="the label model (default snorkel)")
             w.add_argument("--class-balance", default="learned",
                            help="the prior of every label model: learned (majority vote: none, rows "
-                                "without a vote get no label) | uniform | shares such as 0.46,0.54 | "
+                                "without a vote or with a tie get no label) | uniform | shares such as 0.46,0.54 | "
                                 "from:SPLIT (the label shares of a labelled split, e.g. from:dev)")
             w.add_argument("--out", required=True, help="the jsonl file to write")
             w.add_argument("--overwrite", action="store_true", help="replace the file at --out")

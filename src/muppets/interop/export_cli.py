@@ -1,4 +1,5 @@
-"""``muppets export onnx MODEL --out DIR``: the argparse entry (:mod:`muppets.cli` adds it).
+"""``muppets export onnx MODEL --out DIR`` and ``muppets export sentence-transformers MODEL --out
+DIR``: the argparse entry (:mod:`muppets.cli` adds it).
 
 Imports neither the exporter nor onnxruntime until it runs, so ``muppets --help`` works without
 the ``onnx`` extra (``pip install -e ".[onnx]"``).
@@ -14,7 +15,7 @@ from muppets.errors import MuppetsError
 
 def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Add ``export`` (sub-action ``onnx``) to the ``muppets`` subcommands; returns its parser."""
-    e = sub.add_parser("export", help="export a model to another runtime's format (onnx)")
+    e = sub.add_parser("export", help="export a model to another runtime's format (onnx, sentence-transformers)")
     actions = e.add_subparsers(dest="export_format", required=True)
     o = actions.add_parser("onnx", help="a BERT encoder or a fine-tuned task model -> model.onnx, checked "
                            "against onnxruntime, with its tokenizer and settings beside it")
@@ -33,7 +34,36 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
                    help="export a model without tokenizer files: the graph alone, for callers that tokenize "
                         "themselves (muppets serve refuses such an export)")
     o.set_defaults(func=run)
+    _add_sentence_transformers(actions)
     return e
+
+
+def _add_sentence_transformers(actions: argparse._SubParsersAction) -> None:
+    from muppets.sentence.pooling import MODES
+
+    st = actions.add_parser("sentence-transformers", help="any encoder or GPT muppets reads -> a directory "
+                            "sentence_transformers.SentenceTransformer(DIR) loads (Transformer, Pooling, Dense, Normalize)")
+    st.add_argument("model", metavar="MODEL", help="an HF directory of any family, 'minilm', or a muppets run")
+    st.add_argument("--out", required=True, metavar="DIR", help="a new (or empty) directory; never overwritten")
+    st.add_argument("--pooling", choices=MODES, default="",
+                    help="the Pooling module's mode (default: as the model's modules.json says, else mean)")
+    st.add_argument("--normalize", action=argparse.BooleanOptionalAction, default=None,
+                    help="end with a Normalize module (default: as the model's modules.json says, else no)")
+    st.set_defaults(func=run_sentence_transformers)
+
+
+def run_sentence_transformers(args: argparse.Namespace) -> int:
+    """Export; print the directory and its modules; 2 on a user error."""
+    try:
+        from muppets.sentence import read_head
+        from muppets.sentence.encode import export_sentence_transformers
+
+        out = export_sentence_transformers(args.model, args.out, args.pooling, args.normalize)
+    except MuppetsError as err:
+        print(f"muppets export sentence-transformers: error: {err}", file=sys.stderr)
+        return 2
+    print(f"exported {args.model} to {out}: {read_head(out).describe()}")
+    return 0
 
 
 def run(args: argparse.Namespace) -> int:

@@ -8,7 +8,7 @@
                           opset, the check's max |onnx - torch|, a fingerprint of the source weights
     config.json …         the source's settings: HF config (labels, ``muppets_task``), tokenizer
                           files, ``muppets_finetune.json`` (features, span decoding), the
-                          sentence-transformers pooling files (``modules.json``, ``1_Pooling/``)
+                          sentence-transformers modules (``modules.json``, ``1_Pooling/``, ``2_Dense/`` …)
 
 so :class:`~muppets.interop.onnx_runtime.OnnxPredictor` and ``muppets serve --backend onnx``
 run it with no torch weights. A source without tokenizer files is refused before anything is
@@ -339,24 +339,16 @@ def check_onnx(path: Path, graph: nn.Module, inputs: list[dict], tolerance: floa
 
 
 def _copy_settings(source: Path, out: Path) -> None:
-    """Every settings file of ``source`` (configs, tokenizer, pooling modules), never its weights."""
+    """Every settings file of ``source`` (configs, tokenizer), never its weights, and its sentence
+    head (:mod:`muppets.sentence`: pooling, dense with its weights, normalize), which the server
+    runs after the graph's top layer; a module muppets cannot run is refused here, by name."""
+    from muppets.sentence import read_head, write_head
+
     for item in source.iterdir():
         if item.is_file() and item.name not in _SKIP_FILES and item.suffix not in _WEIGHT_SUFFIXES:
             shutil.copy2(item, out / item.name)
-    for module in _st_modules(source):
-        sub = source / module
-        if sub.is_dir() and sub.resolve().parent == source.resolve():
-            shutil.copytree(sub, out / module, ignore=shutil.ignore_patterns(*(f"*{s}" for s in _WEIGHT_SUFFIXES)))
-
-
-def _st_modules(source: Path) -> list[str]:
-    """Folders sentence-transformers' ``modules.json`` names (``1_Pooling`` …)."""
-    path = source / "modules.json"
-    try:
-        modules = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else []
-    except (OSError, ValueError) as err:
-        raise CheckpointError(f"{path}: not readable JSON: {err}") from err
-    return [str(m["path"]) for m in modules if isinstance(m, dict) and m.get("path")] if isinstance(modules, list) else []
+    if (source / "modules.json").is_file():
+        write_head(read_head(source), out)
 
 
 def weights_fingerprint(directory: str | Path) -> str:

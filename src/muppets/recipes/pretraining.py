@@ -62,10 +62,22 @@ def train_and_export(cfg: RunSection, corpus: TokenCorpus, job: Pretraining, res
     if dist_info().is_main:
         with atomic_dir(final) as tmp:  # a re-run's export replaces the last one whole
             job.export(tmp)
+            _keep_sentence_files(cfg, tmp)
             write_json_atomic(tmp / "muppets_config.json", to_dict(cfg))
         summary["unigram_baseline"] = job.baseline()
         write_json_atomic(run_dir / "summary.json", summary)
     return summary
+
+
+def _keep_sentence_files(cfg: RunSection, final: Path) -> None:
+    """Continued pretraining from a sentence-transformers directory (``model.init_from=minilm``)
+    keeps its sentence modules: the adapted model is served pooled and normalised as it was."""
+    init_from = getattr(getattr(cfg, "model", None), "init_from", "")
+    if init_from:
+        from muppets.paths import resolve_model_path
+        from muppets.sentence import keep_sentence_files
+
+        keep_sentence_files(resolve_model_path(init_from), final)
 
 
 # ----------------------------------------------------------------------------- evaluation

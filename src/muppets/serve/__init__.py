@@ -3,7 +3,7 @@
 Routes (only those the loaded model supports are active; the others answer 404 saying why):
 
 - ``POST /v1/embeddings`` — OpenAI-compatible; pooling as the model's sentence-transformers
-  config says (:mod:`~muppets.serve.pooling`);
+  config says (:mod:`~muppets.sentence`: pooling, dense, normalize);
 - ``POST /v1/completions`` — OpenAI-compatible, GPT models, ``"stream": true`` as server-sent events;
 - ``POST /predict`` — a fine-tuned task directory of any kind (:mod:`~muppets.serve.tasks`);
 - ``POST /fill-mask`` — BERT with its masked-LM head (:mod:`~muppets.serve.fill_mask`);

@@ -6,8 +6,8 @@ import os
 from dataclasses import dataclass
 
 from muppets.errors import ConfigError
+from muppets.sentence.pooling import MODES as POOLINGS  # sentence vectors: cls | mean | max | mean_sqrt_len | weighted_mean | last
 
-POOLINGS = ("cls", "mean", "max", "mean_sqrt_len", "last")  # sentence vectors (sentence-transformers' names)
 BACKENDS = ("auto", "torch", "onnx")  # what runs the forward pass (muppets.serve.onnx_backend)
 PRECISIONS = ("float32", "bf16")  # BERT encoders' linear layers (muppets.serve.engines.Encoder)
 
@@ -30,7 +30,7 @@ class ServeConfig:
     max_chars: int = 20000  # characters one input may have (413 beyond)
     max_body_bytes: int = 4 << 20  # request body size limit in bytes (413 beyond)
     max_new_tokens: int = 512  # largest max_tokens a completion may ask for (413 beyond)
-    pooling: str = ""  # embeddings: cls | mean | max | mean_sqrt_len | last ("" = as the model's config says, else mean)
+    pooling: str = ""  # embeddings: cls | mean | max | mean_sqrt_len | weighted_mean | last ("" = as the model's config says, else mean)
     normalize: bool | None = None  # embeddings: unit length (None = as the model's config says, else no)
     shutdown_timeout: float = 30.0  # seconds a graceful shutdown waits for requests in flight
     log_level: str = "info"  # uvicorn's log level: critical | error | warning | info | debug

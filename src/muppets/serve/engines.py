@@ -36,7 +36,7 @@ from muppets.errors import ConfigError
 from muppets.serve.batcher import Work
 from muppets.serve.config import ServeConfig
 from muppets.serve.errors import ApiError
-from muppets.serve.pooling import SentencePooling, pool, read_pooling
+from muppets.sentence import SentenceHead, read_head
 
 log = logging.getLogger(__name__)
 
@@ -97,14 +97,16 @@ def fit_length(ids: list[int], limit: int, truncate: bool, index: int, tail: Seq
 
 
 class SentenceEncoder(Engine):
-    """Token-level backbone + :func:`~muppets.serve.pooling.pool` = ``/v1/embeddings``."""
+    """Token-level backbone + the directory's :class:`~muppets.sentence.SentenceHead` (pooling,
+    dense, normalize) = ``/v1/embeddings``."""
 
-    def __init__(self, source: Path, backbone: torch.nn.Module, pooling: SentencePooling, positions: int,
+    def __init__(self, source: Path, backbone: torch.nn.Module, head: SentenceHead, positions: int,
                  pad_id: int) -> None:
         super().__init__(source)
-        self.backbone, self.pooling, self.pad_id = backbone.eval(), pooling, pad_id
-        self.max_tokens = min(positions, pooling.max_seq_length or positions)
-        self.dim = int(backbone.cfg.hidden_size)
+        self.backbone, self.head, self.pad_id = backbone.eval(), head.eval(), pad_id
+        self.max_tokens = min(positions, head.max_seq_length or positions)
+        head.check(int(backbone.cfg.hidden_size), source)
+        self.dim = head.dim()
 
     def token_ids(self, texts: Sequence[str], truncate: bool) -> list[list[int]]:
         """Model input ids per text (specials included), checked against :attr:`max_tokens`."""
@@ -121,7 +123,7 @@ class SentenceEncoder(Engine):
         """Sentence vectors ``(H,)`` float32 of id rows (one padded forward pass)."""
         ids, mask = pad_right(rows, self.pad_id)
         with torch.inference_mode():
-            vectors = pool(self.forward(ids, mask).float(), mask, self.pooling)  # (B, H)
+            vectors = self.head(self.forward(ids, mask).float(), mask)  # (B, D)
         return list(vectors.numpy())
 
     def run(self, key: Hashable, items: list[Work]) -> list[Any]:
@@ -146,7 +148,7 @@ class Encoder(SentenceEncoder):
         self.tok = family.tokenizer(source)
         self.has_mlm = family.has_mlm(source)
         self.routes = (EMBED, FILL) if self.has_mlm else (EMBED,)
-        super().__init__(source, self.model.backbone, read_pooling(source, cfg.pooling, cfg.normalize),
+        super().__init__(source, self.model.backbone, read_head(source, cfg.pooling, cfg.normalize),
                          self.model.cfg.max_positions, self.tok.pad_id)
 
     def why_not(self, route: str) -> str:
@@ -230,7 +232,7 @@ class LMEngine(SentenceEncoder):
         self.model = load_hf_gpt(source).eval()
         self.tok = ByteLevelBPETokenizer.load(source)
         self.positions = self.model.cfg.max_position_embeddings
-        super().__init__(source, self.model.backbone, read_pooling(source, cfg.pooling, cfg.normalize),
+        super().__init__(source, self.model.backbone, read_head(source, cfg.pooling, cfg.normalize),
                          self.positions, self.tok.pad_id)
 
     def token_ids(self, texts: Sequence[str], truncate: bool) -> list[list[int]]:

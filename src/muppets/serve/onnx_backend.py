@@ -43,7 +43,7 @@ from muppets.interop.onnx_export import MANIFEST, read_manifest, sample_inputs, 
 from muppets.interop.onnx_runtime import OnnxModel, OnnxPredictor, require_onnxruntime
 from muppets.serve.config import ServeConfig
 from muppets.serve.engines import EMBED, FILL, Encoder, Engine, SentenceEncoder
-from muppets.serve.pooling import read_pooling
+from muppets.sentence import read_head
 from muppets.serve.tasks import TaskEngine
 
 log = logging.getLogger(__name__)
@@ -64,11 +64,12 @@ class OnnxEncoder(Encoder):
         if manifest.get("what") != "encoder":
             raise ConfigError(f"{export}: a {manifest.get('kind')} task model export; it answers /predict")
         self.tok, self.has_mlm, self.backbone = families.of_directory(export).tokenizer(export), False, None
-        self.pooling = read_pooling(export, cfg.pooling, cfg.normalize)
+        self.head = read_head(export, cfg.pooling, cfg.normalize).eval()
         self.pad_id = self.tok.pad_id
         positions = int(manifest["max_positions"])
-        self.max_tokens = min(positions, self.pooling.max_seq_length or positions)
-        self.dim = int(manifest["output_axes"]["last_hidden_state"][-1])
+        self.max_tokens = min(positions, self.head.max_seq_length or positions)
+        self.head.check(int(manifest["output_axes"]["last_hidden_state"][-1]), export)
+        self.dim = self.head.dim()
 
     def why_not(self, route: str) -> str:
         if route == FILL:

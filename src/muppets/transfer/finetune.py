@@ -50,6 +50,7 @@ from muppets.interop.model_card import Provenance, write_model_card
 from muppets.metrics import compute
 from muppets.nn.block import init_weights
 from muppets.paths import resolve_data_path, resolve_model_path
+from muppets.sentence import keep_sentence_files
 from muppets.tasks import load_task, read_conll, read_squad, read_table
 from muppets.tasks.spec import TaskData, TaskSpec
 from muppets.tokenizers.wordpiece import WordPieceTokenizer
@@ -352,6 +353,7 @@ def model_saver(model: TaskModel, tok: WordPieceTokenizer, spec: TaskSpec, cfg: 
     def save() -> None:
         with atomic_dir(directory) as tmp:
             save_task_model(model, tmp, tok, list(spec.labels), provenance=finetune_provenance(cfg, spec))
+            keep_sentence_files(resolve_model_path(cfg.model), tmp)  # e.g. minilm's pooling + normalize
             save_settings(tmp, cfg.feature_options, cfg.span_options,
                           {"task": spec.name, "metric": spec.metric, "finetune": to_dict(cfg)})
 

@@ -3,15 +3,16 @@
 * ``predict_proba``: a row's probability is spread uniformly over its tied-most-voted classes
   (``[2, 2, 1]`` votes → ``[.5, .5, 0]``), as Snorkel's ``MajorityLabelVoter``. A row where
   every LF abstains gets the ``class_balance`` given to the constructor, else uniform.
-* ``predict``: a row no LF labels is **abstained** on (-1), as Snorkel's ``MajorityLabelVoter``
-  does, unless a ``class_balance`` was given: then it gets that balance's most likely class.
-  Nothing about the classes' shares is learned from the votes: with one-sided LFs the share of
-  each class among the votes says how often each class's LFs *fire*, not how common the
-  class is (three spam keyword LFs against one ham LF make "spam" the winner of most votes
-  on a corpus that is 90% ham), so a prior learned from them would give every uncovered row
+* ``predict``: without a ``class_balance`` there is no prior to decide with, so a row no LF
+  labels and a row whose most voted classes tie are **abstained** on (-1), as Snorkel's
+  ``MajorityLabelVoter`` does by default. With a ``class_balance`` both get the likelier class
+  under it (ties: among the tied classes, then the lowest index; ``tie_break="abstain"``
+  abstains on ties whatever the balance).
+* Nothing about the classes' shares is learned from the votes: with one-sided LFs the share of
+  each class among the votes says how often each class's LFs *fire*, not how common the class
+  is (three spam keyword LFs against one ham LF make "spam" the winner of most votes on a
+  corpus that is 90% ham), so a prior learned from them would give every uncovered or tied row
   the wrong class.
-* Ties among voted classes: the one with the larger given balance wins, then the lowest index;
-  ``tie_break="abstain"`` gives -1 for tied rows.
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ from __future__ import annotations
 import numpy as np
 
 from muppets.weak.base import LabelModelBase, majority_posteriors
-from muppets.weak.matrix import vote_counts
 
 __all__ = ["MajorityVote"]
 
@@ -29,7 +29,7 @@ class MajorityVote(LabelModelBase):
 
     >>> L = np.array([[0, 1, -1], [-1, -1, -1], [0, 0, 1]])
     >>> MajorityVote(2).fit(L).predict(L).tolist()
-    [0, -1, 0]
+    [-1, -1, 0]
     >>> MajorityVote(2, class_balance=[0.2, 0.8]).fit(L).predict(L).tolist()
     [1, 1, 0]
     """
@@ -49,9 +49,7 @@ class MajorityVote(LabelModelBase):
         return majority_posteriors(self._check(L), self.cardinality, self.fixed_balance)
 
     def predict(self, L: np.ndarray, tie_break: str = "prior") -> np.ndarray:
-        """``(n,)`` the most voted class; -1 on rows without a vote unless a balance was given."""
-        L = self._check(L)
-        labels = super().predict(L, tie_break)
-        if self.fixed_balance is None:
-            labels[vote_counts(L, self.cardinality).sum(axis=1) == 0] = -1
-        return labels
+        """``(n,)`` the most voted class; -1 on empty and tied rows unless a balance was given."""
+        if self.fixed_balance is None and tie_break == "prior":
+            tie_break = "abstain"  # no prior to break a tie or fill an empty row with
+        return super().predict(L, tie_break)

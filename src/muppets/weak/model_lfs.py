@@ -239,12 +239,24 @@ class PrototypeLF(BatchLabelingFunction):
         return load_embedder(self.model_dir, pooling="mean")
 
     def settings(self) -> str:
-        return repr((sorted(self.prototypes.items()), self.margin, self.max_words, _TOKEN.pattern))
+        head = "sentence-head" if (self.model_dir / "modules.json").is_file() else "word-mean"  # cached votes differ
+        return repr((sorted(self.prototypes.items()), self.margin, self.max_words, _TOKEN.pattern, head))
+
+    @cached_property
+    def sentence_model(self) -> Any:
+        """A sentence-transformers directory's own head (pooling, dense, normalize); None for
+        any other model, whose sentence vector is the mean of its top layer's word vectors."""
+        from muppets.sentence.encode import SentenceModel
+        return SentenceModel(self.model_dir) if (self.model_dir / "modules.json").is_file() else None
 
     def vectors(self, texts: Sequence[str]) -> np.ndarray:
-        """``(n, D)`` unit vectors: the mean of the top layer's word vectors."""
+        """``(n, D)`` unit vectors: the model's sentence head's, or the mean of the top layer's
+        word vectors."""
         from muppets.transfer.embed import embed
         words = [(_TOKEN.findall(t) or ["."])[: self.max_words] for t in texts]
+        if self.sentence_model is not None:
+            out = self.sentence_model.encode([" ".join(w) for w in words], self.batch_size)  # (n, D)
+            return out / np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-12)
         rows = embed(self.embedder, words, layers=[-1], batch_size=self.batch_size)
         mean = np.stack([r[0].mean(axis=0) for r in rows])  # (n, D)
         return mean / np.maximum(np.linalg.norm(mean, axis=1, keepdims=True), 1e-12)

@@ -12,7 +12,7 @@ Output of :func:`write_labels`: one JSON object per example, ``{"id", "text", "p
 "label", "votes"}`` — ``probs`` as ``{label name: probability}`` (what ``muppets finetune``
 reads as soft labels from such a file, with no label list to pass), ``label`` the model's prediction
 (most probable, ties broken as the model states; ``null`` where the model abstains: majority vote
-on a row no LF labels, unless a class balance is given), ``votes`` how many LFs did not abstain
+on a row no LF labels or whose votes tie, unless a class balance is given), ``votes`` how many LFs did not abstain
 (0: the label model's prior alone).
 """
 
