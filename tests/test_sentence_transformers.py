@@ -129,6 +129,9 @@ def test_export_round_trips(dense_dir, bert_dir, tmp_path):
 
     out = export_sentence_transformers(dense_dir, tmp_path / "dense")
     assert cosines(reference(out), encode(dense_dir, SENTENCES)).min() >= 0.9999
+    from muppets.interop.model_card import read_model_card
+    card = read_model_card(out)  # its own card, not the source's
+    assert card["base_model"] == str(dense_dir) and "sentence-transformers" in card["tags"]
     # a bare BERT (no modules.json), pooling and normalisation as configured on the command line
     assert cli.main(["export", "sentence-transformers", str(bert_dir), "--out", str(tmp_path / "bare"),
                      "--pooling", "cls", "--normalize"]) == 0

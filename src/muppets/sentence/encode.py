@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 from muppets.errors import ConfigError
+from muppets.interop.model_card import Provenance, write_model_card
 from muppets.sentence.head import SETTINGS_FILES, read_head, write_head
 from muppets.sentence.modules import read_json, write_json
 
@@ -109,6 +110,7 @@ def export_sentence_transformers(model: str | Path, out: str | Path, pooling: st
     write_head(sm.head, out)
     if sm.family.causal:
         _give_pad_token(out)
+    write_model_card(out, Provenance(base_model=str(model), task="encoder", tags=("sentence-transformers",)))
     log.info("exported %s as a sentence-transformers directory %s: %s", sm.source, out, sm.head.describe())
     return out
 
