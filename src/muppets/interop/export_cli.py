@@ -39,7 +39,7 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
 
 
 def _add_sentence_transformers(actions: argparse._SubParsersAction) -> None:
-    from muppets.sentence.pooling import MODES
+    from muppets.sentence.names import MODES
 
     st = actions.add_parser("sentence-transformers", help="any encoder or GPT muppets reads -> a directory "
                             "sentence_transformers.SentenceTransformer(DIR) loads (Transformer, Pooling, Dense, Normalize)")

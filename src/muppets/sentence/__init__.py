@@ -12,7 +12,19 @@ layout, read and written in one place.
   ``muppets export sentence-transformers``.
 """
 
-from muppets.sentence.head import SentenceHead, keep_sentence_files, read_head, write_head
-from muppets.sentence.pooling import MODES
+from __future__ import annotations
 
-__all__ = ["MODES", "SentenceHead", "keep_sentence_files", "read_head", "write_head"]
+import importlib
+from typing import Any
+
+from muppets.sentence.names import MODES
+
+_HOME = {"SentenceHead": "head", "keep_sentence_files": "head", "read_head": "head", "write_head": "head"}
+
+__all__ = ["MODES", *_HOME]
+
+
+def __getattr__(name: str) -> Any:  # torch is imported only when a module of torch code is asked for
+    if name in _HOME:
+        return getattr(importlib.import_module(f"muppets.sentence.{_HOME[name]}"), name)
+    raise AttributeError(f"module 'muppets.sentence' has no attribute {name!r}")

@@ -19,16 +19,9 @@ from collections.abc import Sequence
 import torch
 
 from muppets.errors import ConfigError
+from muppets.sentence.names import LEGACY_KEYS, MODES, ST_NAMES  # noqa: F401  (re-exported)
 
 # muppets' name -> sentence-transformers' name (``pooling_mode`` values; legacy keys add ``pooling_mode_…``)
-ST_NAMES = {"cls": "cls", "max": "max", "mean": "mean", "mean_sqrt_len": "mean_sqrt_len_tokens",
-            "weighted_mean": "weightedmean", "last": "lasttoken"}
-MODES = tuple(ST_NAMES)
-LEGACY_KEYS = {"pooling_mode_cls_token": "cls", "pooling_mode_max_tokens": "max",
-               "pooling_mode_mean_tokens": "mean", "pooling_mode_mean_sqrt_len_tokens": "mean_sqrt_len",
-               "pooling_mode_weightedmean_tokens": "weighted_mean", "pooling_mode_lasttoken": "last"}
-
-
 def pool_one(hidden: torch.Tensor, mask: torch.Tensor, mode: str) -> torch.Tensor:
     """``hidden (B, T, H)``, ``mask (B, T)`` (1 = real token, right padding) -> ``(B, H)``.
 

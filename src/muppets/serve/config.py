@@ -6,7 +6,7 @@ import os
 from dataclasses import dataclass
 
 from muppets.errors import ConfigError
-from muppets.sentence.pooling import MODES as POOLINGS  # sentence vectors: cls | mean | max | mean_sqrt_len | weighted_mean | last
+from muppets.sentence.names import MODES as POOLINGS  # sentence vectors: cls | mean | max | mean_sqrt_len | weighted_mean | last
 
 BACKENDS = ("auto", "torch", "onnx")  # what runs the forward pass (muppets.serve.onnx_backend)
 PRECISIONS = ("float32", "bf16")  # BERT encoders' linear layers (muppets.serve.engines.Encoder)
