@@ -239,7 +239,7 @@ def parse_tokenizer_json(text: str, source: str | Path | None) -> Tokenizer:
     "untagged enum" message), any other flaw one naming the file."""
     try:
         data = json.loads(text)
-    except ValueError as err:
+    except (ValueError, RecursionError) as err:  # RecursionError: nesting deeper than json parses
         raise DataError(f"not a valid tokenizer.json: {err}", path=source) from err
     model = data.get("model") if isinstance(data, dict) else None
     kind = model.get("type") if isinstance(model, dict) else None
