@@ -35,7 +35,7 @@ from muppets.errors import ConfigError, DataError
 
 __all__ = ["COMPRESSIONS", "CONTAINERS", "Compression", "compression_of", "container_of",
            "open_stream", "iter_byte_lines", "read_bytes", "text_suffix", "iter_rows",
-           "is_columnar", "column_names", "ROW_BATCH"]
+           "is_columnar", "column_names", "json_layout", "ROW_BATCH"]
 
 ROW_BATCH = 1024  # rows per record batch read from a columnar file
 
@@ -136,6 +136,24 @@ def iter_byte_lines(path: str | Path) -> Iterator[bytes]:
 def read_bytes(path: str | Path) -> bytes:
     """The whole (decompressed) content of ``path``."""
     return b"".join(iter_byte_lines(path))
+
+
+def json_layout(path: str | Path) -> str:
+    """``"lines"`` (JSON Lines: the first non-blank line is a whole JSON object) or
+    ``"document"`` (one JSON document, e.g. SQuAD: pretty-printed over many lines, or one line
+    holding an object with a ``"data"`` list). Reads only the first lines."""
+    lines = (line for line in iter_byte_lines(path) if line.strip())
+    first = next(lines, b"")
+    try:
+        obj = json.loads(first)
+    except ValueError:
+        return "document"
+    if not isinstance(obj, dict):
+        raise DataError("the first line is JSON but not an object: neither JSON Lines of "
+                        "records nor a SQuAD-style document", path=path, line=1)
+    if next(lines, None) is None and isinstance(obj.get("data"), list):
+        return "document"
+    return "lines"
 
 
 # ----------------------------------------------------------------------------- columnar
