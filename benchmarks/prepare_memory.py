@@ -116,13 +116,20 @@ def run_case(name: str, inputs: list[str], workers: int) -> dict:
 
 
 def make_double_corpus(root: Path, corpus: Path, parts: tuple[str, ...] = CORPUS_PARTS) -> Path:
-    """``root/copy{1,2}/<part>/<file>`` symlinks to every file of the corpus."""
+    """``root/copy{1,2}/<part>/<file>``: two copies of every file of the corpus (hard links
+    where the file system allows, else copies: a symlink would be read once, its real path
+    being listed already)."""
+    import shutil
+
     for copy in ("copy1", "copy2"):
         for part in parts:
             target = root / copy / part
             target.mkdir(parents=True)
             for file in sorted((corpus / part).iterdir()):
-                (target / file.name).symlink_to(file)
+                try:
+                    os.link(file, target / file.name)
+                except OSError:
+                    shutil.copyfile(file, target / file.name)
     return root
 
 
