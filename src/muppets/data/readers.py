@@ -28,9 +28,24 @@ never sits in memory. Formats (``fmt``):
 ``zhwiki``
     ``wikiextractor`` with the Chinese Wikipedia leftovers cleaned from every paragraph
     (:func:`muppets.data.languages.clean_zhwiki`).
+``csv`` / ``tsv``
+    A table with a header row; one document per row, its text in the ``text_field`` column
+    (paragraphs by the jsonl rule). Quoted fields may span lines.
+``columnar``
+    Parquet files, Arrow IPC files and ``datasets.save_to_disk`` directories: one document per
+    row, text in the ``text_field`` column, read one record batch at a time and only that column
+    (:mod:`muppets.data.formats`; needs ``muppets[columnar]``). A row's source is ``path:row``.
 ``auto``
-    Per file: ``.jsonl`` → jsonl; first non-blank line starts with ``<doc `` → wikiextractor;
-    a Gutenberg START line within the first 400 lines → gutenberg; anything else → text.
+    Per file, by content first: parquet / Arrow / a ``save_to_disk`` directory → columnar;
+    then by the suffix under any compression suffix: ``.jsonl`` or ``.json`` (JSON Lines) →
+    jsonl, ``.csv`` → csv, ``.tsv`` → tsv; first non-blank line starts with ``<doc `` →
+    wikiextractor; a Gutenberg START line within the first 400 lines → gutenberg; anything else
+    → text.
+
+Every text format may be gzip, bz2, xz or zstd compressed: the compression is found by the
+file's magic bytes and undone under the parser (:func:`muppets.data.formats.open_stream`). A
+text file holding NUL bytes is refused as binary. A new format is one entry of
+:data:`CORPUS_FORMATS`: its parser, and whether it reads lines or columnar rows.
 
 Documents without any paragraph (e.g. the title-only Wikipedia articles) are not yielded; they
 are counted in :attr:`ReadStats.empty_documents`.
@@ -45,6 +60,7 @@ without any text file always raise.
 
 from __future__ import annotations
 
+import csv
 import json
 import logging
 import os
@@ -52,18 +68,16 @@ import re
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import BinaryIO
 
+from muppets.data.formats import compression_of, container_of, iter_byte_lines, iter_rows, text_suffix
 from muppets.data.languages import line_paragraphs, tei_paragraphs, wrapped_paragraphs, zhwiki_paragraphs
 from muppets.errors import DataError
 
-__all__ = ["Document", "ReadStats", "FORMATS", "ERROR_MODES", "list_files", "detect_format",
-           "iter_documents"]
+__all__ = ["Document", "ReadStats", "FORMATS", "CORPUS_FORMATS", "ERROR_MODES", "list_files",
+           "detect_format", "iter_documents"]
 
 logger = logging.getLogger(__name__)
 
-FORMATS = ("auto", "text", "gutenberg", "wikiextractor", "jsonl", "novel-wrapped", "novel-lines", "novel-tei",
-           "zhwiki")
 ERROR_MODES = ("strict", "skip", "replace")
 SNIFF_LINES = 400  # how far `auto` looks for a Gutenberg START line
 
@@ -72,7 +86,7 @@ _GUTENBERG_END = re.compile(r"^\*\*\*\s*END OF (THIS|THE) PROJECT GUTENBERG EBOO
 _GUTENBERG_CREDIT = re.compile(r"^(produced by|transcribed (from|by)|e-?text prepared by)", re.I)
 _GUTENBERG_CLOSING = re.compile(r"^end of (the )?project gutenberg", re.I)
 _BLANK_LINE = re.compile(r"\n[ \t\r\f\v]*\n")
-_TEXT_SUFFIXES = frozenset({"", ".txt", ".text", ".jsonl"})
+_TEXT_SUFFIXES = frozenset({"", ".txt", ".text", ".jsonl", ".parquet", ".arrow"})  # walked in directories
 _SKIPPED_NAMES = frozenset({"MANIFEST.tsv"})
 
 
@@ -134,7 +148,9 @@ def list_files(paths: Iterable[str | Path] | str | Path, fmt: str = "auto") -> l
         paths = [paths]
     files: list[Path] = []
     for path in map(Path, paths):
-        if path.is_dir():
+        if path.is_dir() and container_of(path) == "hf-dataset":
+            files.append(path)  # a datasets.save_to_disk directory is one input
+        elif path.is_dir():
             found = _walk(path, fmt)
             if not found:
                 raise DataError("directory contains no text files to read", path=path)
@@ -161,17 +177,19 @@ def _unique_files(files: list[Path]) -> list[Path]:
 
 
 def _walk(directory: Path, fmt: str) -> list[Path]:
-    suffixes = _TEXT_SUFFIXES | ({".json"} if fmt == "jsonl" else set())
+    suffixes = _TEXT_SUFFIXES | ({".json"} if fmt == "jsonl" else set()) | ({f".{fmt}"} if fmt in ("csv", "tsv") else set())
 
     def fail(err: OSError) -> None:
         raise DataError(f"cannot list directory: {err.strerror}", path=err.filename)
 
     found = []
     for root, dirs, names in os.walk(directory, onerror=fail, followlinks=True):
-        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        datasets = {d for d in dirs if container_of(Path(root) / d) == "hf-dataset"}
+        found.extend(Path(root) / d for d in sorted(datasets) if not d.startswith("."))
+        dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d not in datasets)
         for name in sorted(names):
             path = Path(root) / name
-            if name.startswith(".") or name in _SKIPPED_NAMES or path.suffix not in suffixes:
+            if name.startswith(".") or name in _SKIPPED_NAMES or text_suffix(path) not in suffixes:
                 logger.debug("not a corpus file, skipped: %s", path)
             elif path.is_file():
                 found.append(path)
@@ -219,6 +237,8 @@ def iter_documents(
 def detect_format(path: str | Path) -> str:
     """The format ``auto`` picks for ``path`` (raises DataError if the file is empty)."""
     path = Path(path)
+    if container_of(path) is not None:
+        return "columnar"
     sniff = _sniff(path)
     if sniff.empty:
         raise DataError("file is empty (no non-blank line)", path=path)
@@ -226,19 +246,42 @@ def detect_format(path: str | Path) -> str:
 
 
 def _file_documents(ctx: _Context, fmt: str) -> Iterator[Document]:
-    sniff = _sniff(ctx.path)
-    if sniff.empty:
-        if ctx.errors == "strict":
-            raise DataError("file is empty (no non-blank line)", path=ctx.path)
-        logger.warning("empty file skipped: %s", ctx.path)
-        ctx.stats.skipped_files += 1
+    kind = _file_format(ctx, fmt)
+    if kind is None:
         return
-    kind = _auto_format(ctx.path, sniff) if fmt == "auto" else fmt
     ctx.stats.files += 1
     ctx.stats.formats[kind] = ctx.stats.formats.get(kind, 0) + 1
-    done = ctx.stats.bytes_read + ctx.path.stat().st_size
-    yield from _PARSERS[kind](ctx, _read_lines(ctx))
+    done = ctx.stats.bytes_read + _size(ctx.path)
+    entry = CORPUS_FORMATS[kind]
+    yield from entry.parse(ctx) if entry.columnar else entry.parse(ctx, _read_lines(ctx))
     ctx.stats.bytes_read = done  # count the whole file, even a skipped Gutenberg footer
+
+
+def _file_format(ctx: _Context, fmt: str) -> str | None:
+    """The format to read ``ctx.path`` with (None: an empty or binary file skipped)."""
+    container = container_of(ctx.path)
+    if container is not None or fmt == "columnar":
+        if fmt not in ("auto", "columnar") or container is None:
+            raise DataError(f"a {container or 'text'} input cannot be read as format {fmt!r} "
+                            f"(use 'auto')", path=ctx.path)
+        return "columnar"
+    sniff = _sniff(ctx.path)
+    problem = ("file is empty (no non-blank line)" if sniff.empty else
+               "binary content, not text (a NUL byte)" if sniff.nul is not None else None)
+    if problem is None:
+        return _auto_format(ctx.path, sniff) if fmt == "auto" else fmt
+    if ctx.errors == "strict":
+        raise DataError(problem, path=ctx.path, position=sniff.nul)
+    logger.warning("%s, skipped: %s", problem, ctx.path)
+    ctx.stats.skipped_files += 1
+    return None
+
+
+def _size(path: Path) -> int:
+    """Bytes on disk of a file, or of the files of a directory (a save_to_disk dataset)."""
+    if path.is_dir():
+        return sum(p.stat().st_size for p in path.iterdir() if p.is_file())
+    return path.stat().st_size
 
 
 @dataclass
@@ -248,25 +291,32 @@ class _Sniff:
     first_line: str | None  # the first non-blank line, if any
     gutenberg: bool  # a Gutenberg START line was seen
     empty: bool  # the whole file holds no non-blank line
+    nul: int | None = None  # byte offset of a NUL byte in the lines looked at: a binary file
 
 
 def _sniff(path: Path) -> _Sniff:
-    first, marker = None, False
-    with _open(path) as fh:
-        for _, raw in zip(range(SNIFF_LINES), fh):
-            line = raw.decode("utf-8", errors="replace").lstrip("\ufeff")
-            if first is None and line.strip():
-                first = line
-            if _GUTENBERG_START.match(line):
-                marker = True
-                break
-        empty = first is None and not any(raw.strip() for raw in fh)
-    return _Sniff(first, marker, empty)
+    first, marker, nul, offset = None, False, None, 0
+    lines = iter_byte_lines(path)
+    for _, raw in zip(range(SNIFF_LINES), lines):
+        if nul is None and b"\x00" in raw:
+            nul = offset + raw.index(b"\x00")
+            break
+        offset += len(raw)
+        line = raw.decode("utf-8", errors="replace").lstrip("\ufeff")
+        if first is None and line.strip():
+            first = line
+        if _GUTENBERG_START.match(line):
+            marker = True
+            break
+    empty = nul is None and first is None and not any(raw.strip() for raw in lines)
+    lines.close()
+    return _Sniff(first, marker, empty, nul)
 
 
 def _auto_format(path: Path, sniff: _Sniff) -> str:
-    if path.suffix == ".jsonl":
-        return "jsonl"
+    by_suffix = {".jsonl": "jsonl", ".json": "jsonl", ".csv": "csv", ".tsv": "tsv"}
+    if text_suffix(path) in by_suffix:
+        return by_suffix[text_suffix(path)]
     if sniff.first_line is not None and sniff.first_line.startswith("<doc "):
         return "wikiextractor"
     return "gutenberg" if sniff.gutenberg else "text"
@@ -275,26 +325,21 @@ def _auto_format(path: Path, sniff: _Sniff) -> str:
 # ----------------------------------------------------------------------------- decoding
 
 
-def _open(path: Path) -> BinaryIO:
-    try:
-        return open(path, "rb", buffering=1 << 20)
-    except OSError as err:
-        raise DataError(f"cannot open file: {err.strerror}", path=path) from err
-
-
 def _read_lines(ctx: _Context) -> Iterator[tuple[int, str]]:
-    """Yield ``(line_number, text)`` with line endings (LF or CRLF) and a leading BOM removed."""
+    """Yield ``(line_number, text)`` with line endings (LF or CRLF) and a leading BOM removed,
+    decompressing first. Progress (``bytes_read``) counts bytes on disk: a compressed file's
+    are counted when it is done."""
     offset = 0
-    with _open(ctx.path) as fh:
-        for number, raw in enumerate(fh, start=1):
-            text = _decode(ctx, raw, number, offset)
-            offset += len(raw)
-            ctx.stats.bytes_read += len(raw)
-            if text is None:
-                continue
-            if number == 1:
-                text = text.lstrip("\ufeff")
-            yield number, text.rstrip("\r\n")
+    plain = compression_of(ctx.path) is None
+    for number, raw in enumerate(iter_byte_lines(ctx.path), start=1):
+        text = _decode(ctx, raw, number, offset)
+        offset += len(raw)
+        ctx.stats.bytes_read += len(raw) if plain else 0
+        if text is None:
+            continue
+        if number == 1:
+            text = text.lstrip("\ufeff")
+        yield number, text.rstrip("\r\n")
 
 
 def _decode(ctx: _Context, raw: bytes, number: int, offset: int) -> str | None:
@@ -309,7 +354,7 @@ def _decode(ctx: _Context, raw: bytes, number: int, offset: int) -> str | None:
         context = raw[max(0, err.start - 20):err.end + 20]
         ctx.problem(DataError(
             f"invalid UTF-8 at column {err.start + 1} ({err.reason}) in {context!r}; "
-            "use errors='replace' to substitute U+FFFD",
+            "rerun with --errors replace (errors='replace' in Python) to substitute U+FFFD",
             path=ctx.path, line=number, position=offset + err.start,
             value=raw[err.start:err.end],
         ))
@@ -466,13 +511,74 @@ def _parse_zhwiki(ctx: _Context, lines: Iterator[tuple[int, str]]) -> Iterator[D
         yield Document(doc.source, zhwiki_paragraphs(iter(doc.paragraphs)))
 
 
-_PARSERS = {
-    "novel-wrapped": _whole_file(wrapped_paragraphs),
-    "novel-lines": _whole_file(line_paragraphs),
-    "novel-tei": _whole_file(tei_paragraphs),
-    "zhwiki": _parse_zhwiki,
-    "text": _parse_text,
-    "gutenberg": _parse_gutenberg,
-    "wikiextractor": _parse_wikiextractor,
-    "jsonl": _parse_jsonl,
+class _LineTracker:
+    """Feeds decoded lines to ``csv.reader`` and remembers the number of the last one fed."""
+
+    def __init__(self, lines: Iterator[tuple[int, str]]) -> None:
+        self.lines, self.number = lines, 0
+
+    def __iter__(self) -> Iterator[str]:
+        for self.number, text in self.lines:
+            yield text + "\n"
+
+
+def _table(delimiter: str) -> Callable[..., Iterator[Document]]:
+    """A parser for a csv / tsv table with a header: one document per row, ``text_field``'s cell."""
+    def parse(ctx: _Context, lines: Iterator[tuple[int, str]]) -> Iterator[Document]:
+        tracker = _LineTracker(lines)
+        rows = csv.reader(iter(tracker), delimiter=delimiter)
+        header = next(rows, None)
+        if header is None or ctx.text_field not in header:
+            raise DataError(f"no column {ctx.text_field!r} in the header {header}", path=ctx.path,
+                            line=tracker.number or None, value=ctx.text_field)
+        column = header.index(ctx.text_field)
+        start = tracker.number + 1
+        for row in rows:
+            if len(row) <= column:
+                if row:
+                    ctx.problem(DataError(f"{len(row)} cells, no {ctx.text_field!r} column",
+                                          path=ctx.path, line=start))
+            else:
+                yield Document(f"{ctx.path}:{start}", text_paragraphs(row[column]))
+            start = tracker.number + 1
+    return parse
+
+
+def _parse_columnar(ctx: _Context) -> Iterator[Document]:
+    for row, record in iter_rows(ctx.path, [ctx.text_field]):
+        text = record[ctx.text_field]
+        if isinstance(text, str):
+            yield Document(f"{ctx.path}:{row}", text_paragraphs(text))
+        elif text is not None:
+            ctx.problem(DataError(f"column {ctx.text_field!r} is not a string", path=ctx.path,
+                                  line=row, value=short_repr(text)))
+
+
+def short_repr(value: object, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
+@dataclass(frozen=True)
+class CorpusFormat:
+    """One entry of the table of corpus formats: the parser, and whether it reads text lines
+    (``parse(ctx, lines)``, compression undone underneath) or columnar rows (``parse(ctx)``)."""
+
+    parse: Callable[..., Iterator[Document]]
+    columnar: bool = False
+
+
+CORPUS_FORMATS: dict[str, CorpusFormat] = {
+    "text": CorpusFormat(_parse_text),
+    "gutenberg": CorpusFormat(_parse_gutenberg),
+    "wikiextractor": CorpusFormat(_parse_wikiextractor),
+    "jsonl": CorpusFormat(_parse_jsonl),
+    "csv": CorpusFormat(_table(",")),
+    "tsv": CorpusFormat(_table("\t")),
+    "columnar": CorpusFormat(_parse_columnar, columnar=True),
+    "novel-wrapped": CorpusFormat(_whole_file(wrapped_paragraphs)),
+    "novel-lines": CorpusFormat(_whole_file(line_paragraphs)),
+    "novel-tei": CorpusFormat(_whole_file(tei_paragraphs)),
+    "zhwiki": CorpusFormat(_parse_zhwiki),
 }
+FORMATS = ("auto", *CORPUS_FORMATS)

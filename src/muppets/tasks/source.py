@@ -8,7 +8,10 @@ Every task reader goes through :func:`iter_lines` (line-based formats) or :func:
 * bytes that do not decode raise :class:`~muppets.errors.DataError` naming the file, the line
   and the byte offset in the file (``errors="strict"``), or mark the line bad (``"skip"``) so
   the reader drops the whole record it belongs to;
-* quoted CSV fields may span lines; a record's line is the line it starts on.
+* quoted CSV fields may span lines; a record's line is the line it starts on;
+* gzip / bz2 / xz / zstd files are decompressed first (found by their magic bytes), and
+  parquet / Arrow files and ``datasets.save_to_disk`` directories (``fmt="columnar"``) give one
+  record per row, numbered from 1: the one format layer of :mod:`muppets.data.formats`.
 
 :class:`Problems` is the error policy of one load: ``"strict"`` raises the first problem,
 ``"skip"`` logs it (the first few in full) and counts it.
@@ -24,6 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from muppets.config import parse_json
+from muppets.data.formats import iter_rows
+from muppets.data.formats import read_bytes as _decompressed
 from muppets.errors import ConfigError, DataError
 
 __all__ = ["ERROR_MODES", "TABLE_FORMATS", "Problems", "Line", "Record", "iter_lines",
@@ -34,7 +39,7 @@ logger = logging.getLogger(__name__)
 ERROR_MODES = ("strict", "skip")
 # fmt -> (delimiter, quoted?). "tsv" is GLUE-style: a quote character is just a character.
 TABLE_FORMATS = {"csv": (",", True), "tsv": ("\t", False), "tsv-quoted": ("\t", True),
-                 "jsonl": (None, False)}
+                 "jsonl": (None, False), "columnar": (None, False)}
 _LOGGED_IN_FULL = 5  # skipped problems logged one by one before only counting
 
 
@@ -90,12 +95,10 @@ def short(text: object, limit: int = 80) -> str:
 
 
 def _read_bytes(path: Path) -> bytes:
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        raise DataError("no such file", path=path) from None
-    except OSError as err:
-        raise DataError(f"cannot read file: {err.strerror}", path=path) from None
+    if path.is_dir():
+        raise DataError("a directory, not a file (a datasets.save_to_disk directory is read "
+                        "as a table: task.format columnar)", path=path)
+    data = _decompressed(path)
     if not data.strip():
         raise DataError("file is empty", path=path)
     return data
@@ -195,7 +198,8 @@ def _iter_jsonl(path: Path, problems: Problems, encoding: str) -> Iterator[Recor
 
 def iter_records(path: str | Path, fmt: str, problems: Problems,
                  encoding: str = "utf-8") -> Iterator[Record]:
-    """Yield the records of a ``csv``, ``tsv`` (unquoted), ``tsv-quoted`` or ``jsonl`` file.
+    """Yield the records of a ``csv``, ``tsv`` (unquoted), ``tsv-quoted``, ``jsonl`` or
+    ``columnar`` (parquet, Arrow, save_to_disk: one dict per row) file.
 
     Blank lines are passed over. Cells are returned as read (not stripped).
     """
@@ -203,7 +207,9 @@ def iter_records(path: str | Path, fmt: str, problems: Problems,
         raise ConfigError(f"fmt must be one of {tuple(TABLE_FORMATS)}, not {fmt!r}")
     path = Path(path)
     delimiter, quoted = TABLE_FORMATS[fmt]
-    if delimiter is None:
+    if fmt == "columnar":
+        yield from (Record(row, cells) for row, cells in iter_rows(path))
+    elif delimiter is None:
         yield from _iter_jsonl(path, problems, encoding)
     elif quoted:
         yield from _iter_quoted(path, problems, delimiter, encoding)

@@ -26,13 +26,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from muppets.data.formats import container_of, json_layout, text_suffix
 from muppets.errors import ConfigError, DataError
 from muppets.tasks.source import Problems, Record, iter_records, short
 from muppets.tasks.spec import TaskData, TaskSpec, TextExample
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Columns", "LabelRule", "read_text_file", "read_table", "natural_sorted"]
+__all__ = ["Columns", "LabelRule", "read_text_file", "read_table", "natural_sorted", "table_format"]
 
 Column = str | int
 _TEXT_KINDS = ("classify", "pair", "regress")
@@ -273,7 +274,7 @@ def read_text_file(path: str | Path, fmt: str, columns: Columns, rule: LabelRule
     """
     path = Path(path)
     records = iter_records(path, fmt, problems, encoding)
-    layout = _resolve(records, columns, header, path, jsonl=fmt == "jsonl")
+    layout = _resolve(records, columns, header, path, jsonl=fmt in ("jsonl", "columnar"))
     layout.width = width if width is not None else layout.width
     examples = []
     for row, record in enumerate(records, start=1):
@@ -316,9 +317,10 @@ def read_table(path: str | Path | Mapping[str, str | Path], kind: str,
     ``path`` is one file (split ``"train"``) or a mapping ``{split: file}``. With
     ``labels=None`` the label set is every label seen, numbers in numeric order.
     ``fmt="tsv"`` treats quotes as plain characters (GLUE style); use ``"tsv-quoted"`` for
-    tab-separated files with CSV quoting; ``"auto"`` takes each file's format from its
-    extension (``.jsonl``, ``.tsv``, else csv), e.g. a weakly labelled ``train.jsonl`` beside
-    gold ``dev.csv``. A ``probs`` column gives training examples a probability per label
+    tab-separated files with CSV quoting; ``"columnar"`` for parquet / Arrow files and
+    ``datasets.save_to_disk`` directories; ``"auto"`` takes each file's format from its content
+    and extension (:func:`table_format`), e.g. a weakly labelled ``train.jsonl`` beside gold
+    ``dev.csv``. Compressed files (gzip, bz2, xz, zstd) are read as their content. A ``probs`` column gives training examples a probability per label
     (soft labels, e.g. from ``muppets weak label``); files or rows without it have none.
     """
     files = dict(path) if isinstance(path, Mapping) else {"train": path}
@@ -349,9 +351,26 @@ def read_table(path: str | Path | Mapping[str, str | Path], kind: str,
 
 
 def _format_of(path: str | Path, fmt: str) -> str:
-    if fmt != "auto":
-        return fmt
-    return {".jsonl": "jsonl", ".tsv": "tsv"}.get(Path(path).suffix.lower(), "csv")
+    return fmt if fmt != "auto" else table_format(path)
+
+
+def table_format(path: str | Path) -> str:
+    """The table format of ``path`` by content, then by the suffix under any compression one:
+    parquet / Arrow / save_to_disk → ``columnar``; ``.jsonl`` and ``.json`` holding JSON Lines
+    → ``jsonl``; ``.tsv``; ``.csv``. Anything else — another suffix, a ``.json`` holding one
+    JSON document — is refused with the reason, never guessed."""
+    if container_of(path) is not None:
+        return "columnar"
+    suffix = text_suffix(path)
+    if suffix == ".json" and json_layout(path) == "document":
+        raise DataError("a .json file holding one JSON document, not JSON Lines (one record a "
+                        "line): a table needs JSON Lines (a SQuAD file is task.kind span)", path=path)
+    known = {".jsonl": "jsonl", ".json": "jsonl", ".tsv": "tsv", ".csv": "csv"}
+    if suffix not in known:
+        raise DataError(f"cannot tell the table format from the suffix {suffix or '(none)'!r}: name "
+                        f"the file .csv, .tsv, .jsonl, .json (JSON Lines) or .parquet, or set task.format "
+                        f"(csv, tsv, tsv-quoted, jsonl, columnar)", path=path)
+    return known[suffix]
 
 
 def _check_kind(kind: str, columns: Columns) -> None:

@@ -43,6 +43,7 @@ import torch
 from torch import nn
 
 from muppets.config import atomic_dir, atomic_path, load_typed, to_dict, write_json_atomic
+from muppets.data.formats import json_layout, text_suffix
 from muppets.errors import ConfigError, RunDirError, TrainingInterrupted
 from muppets.heads import POOLS, TaskModel
 from muppets.interop.hf_tasks import task_labels
@@ -77,7 +78,7 @@ class TaskSection:
     name: str = ""  # a registered task (see muppets.tasks.list_tasks), or a name for your own files
     files: dict = field(default_factory=dict)  # your own data {split: path}, e.g. {train: a.csv, dev: b.csv}; {} = the registered task
     kind: str = ""  # your files: classify | pair | regress (csv/tsv/jsonl), tag (CoNLL), span (SQuAD json); "" = from the extension
-    format: str = ""  # table files: csv | tsv | tsv-quoted | jsonl ("" = from the extension)
+    format: str = ""  # table files: csv | tsv | tsv-quoted | jsonl | columnar ("" = from the content and extension)
     columns: dict = field(default_factory=dict)  # table files: {text: col, text_b: col, label: col, id: col, probs: col}; {} = text/text_b/label/probs
     labels: list[str] = field(default_factory=list)  # table files: the label set in head order ([] = the labels seen)
     metric: str = ""  # metric to report and select the best model on ("" = the task's own)
@@ -185,8 +186,7 @@ def load_task_data(sec: TaskSection) -> TaskData:
 
 
 def _read_files(sec: TaskSection, files: dict[str, Path]) -> TaskData:
-    suffix = next(iter(files.values())).suffix.lower()
-    kind = sec.kind or {".json": "span", ".conll": "tag", ".txt": "tag"}.get(suffix, "classify")
+    kind = sec.kind or guess_kind(next(iter(files.values())))
     name = sec.name or None
     if kind in _TABLE_KINDS:
         fmt = sec.format or "auto"  # each file's own extension
@@ -200,6 +200,16 @@ def _read_files(sec: TaskSection, files: dict[str, Path]) -> TaskData:
         return read_squad(files, sec.errors, name=name)
     raise ConfigError(f"task.kind {kind!r}: your own files can be classify, pair, regress, tag "
                       "or span")
+
+
+def guess_kind(path: Path) -> str:
+    """The task kind of a file when task.kind is not given: a .json SQuAD document → span
+    (JSON Lines in .json → classify, as .jsonl), .conll / .txt → tag, other tables → classify
+    (compression suffixes looked through)."""
+    suffix = text_suffix(path)
+    if suffix == ".json" and not path.is_dir():
+        return "span" if json_layout(path) == "document" else "classify"
+    return {".conll": "tag", ".txt": "tag"}.get(suffix, "classify")
 
 
 def _limit(examples: list, n: int) -> list:

@@ -27,12 +27,13 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from muppets.data.formats import container_of, text_suffix
 from muppets.config import atomic_path
 from muppets.errors import ConfigError
 from muppets.tasks.spec import TaskData, TaskSpec, TextExample
 from muppets.weak.apply import read_texts
 
-TABLE_SUFFIXES = (".csv", ".tsv", ".json", ".jsonl")  # tables: a text file given as --task is one example a line
+TABLE_SUFFIXES = (".csv", ".tsv", ".json", ".jsonl", ".parquet", ".arrow")  # tables: a text file given as --task is one example a line
 
 __all__ = ["WeakInput", "load_weak_input", "write_labels", "weak_task_data"]
 
@@ -66,8 +67,8 @@ def load_weak_input(task: str, split: str = "train", cardinality: int = 2,
     if not path.is_file() and (path.suffix or "/" in task):  # a file's name, not a registered task's
         raise ConfigError(f"{task}: no such file (give a text file, one example per line, or a registered task)")
     if path.is_file():
-        if path.suffix.lower() in TABLE_SUFFIXES:
-            raise ConfigError(f"{path}: a {path.suffix} file would be read as plain text, one example per line (its "
+        if text_suffix(path) in TABLE_SUFFIXES or container_of(path) is not None:
+            raise ConfigError(f"{path}: a {''.join(path.suffixes[-2:])} file would be read as plain text, one example per line (its "
                               f"header and every column included); give a text file with one example per line, or "
                               f"a registered task")
         names = [str(k) for k in range(cardinality)]
