@@ -38,10 +38,7 @@ Layout (see DESIGN.md): ``tokenizers/`` → ``data/`` → ``objectives/`` → ``
 the HTTP server; ``cli.py`` is a thin shell.
 """
 
-from __future__ import annotations
-
 import importlib
-from typing import Any
 
 __version__ = "0.1.0"
 
@@ -56,7 +53,7 @@ _MODULES = ("weak",)
 __all__ = ["__version__", *_HOME, *_MODULES]
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> object:  # typing is not imported: it would double the import time
     if name in _MODULES:
         return importlib.import_module(f"muppets.{name}")
     if name in _HOME:
@@ -64,5 +61,5 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module 'muppets' has no attribute {name!r}")
 
 
-def __dir__() -> list[str]:
+def __dir__() -> list:
     return sorted({*globals(), *__all__})
