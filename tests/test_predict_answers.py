@@ -13,14 +13,14 @@ import numpy as np
 import pytest
 import torch
 
-from muppets.models.bert import BertConfig, BertForPreTraining
 from muppets.interop.hf_bert import save_hf_bert
+from muppets.models.bert import BertConfig, BertForPreTraining
 from muppets.tokenizers import WordPieceTokenizer
 from muppets.transfer import Predictor
 from muppets.transfer import entities as entities_module
 from muppets.transfer.entities import group_entities, piece_windows
 from muppets.transfer.features import FeatureOptions
-from muppets.transfer.models import load_tokenizer, new_task_model, save_task_model
+from muppets.transfer.models import new_task_model, save_task_model
 
 transformers = pytest.importorskip("transformers")
 
