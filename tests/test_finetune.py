@@ -228,13 +228,13 @@ def test_span_decoding_nbest_word_edges_and_null(tok):
     logits[at["mary"], 0], logits[at["paris"], 1] = 5.0, 4.0
     logits[at["."], 0] = 6.0  # a start after the best end: no span
     logits[1, 1] = 8.0  # a question token: never an end
-    [(text, score)] = decode_spans([ex], [f], [logits], SpanOptions())
-    assert (text, score) == ("mary went to paris", 9.0)
+    [(text, score, start, end)] = decode_spans([ex], [f], [logits], SpanOptions())
+    assert (text, score, start, end) == ("mary went to paris", 9.0, 0, 18) and context[start:end] == text
     short = decode_spans([ex], [f], [logits], SpanOptions(max_answer_len=2))
-    assert short == [(".", 6.0)]  # 4 tokens is too long now; "." alone (6 + 0) beats "paris" (0 + 4)
+    assert short == [(".", 6.0, 19, 20)]  # 4 tokens is too long now; "." alone (6 + 0) beats "paris" (0 + 4)
     logits[0] = [6.0, 5.0]  # s_null = 11 > 9
     assert decode_spans([ex], [f], [logits], SpanOptions())[0][0] == "mary went to paris"
-    assert decode_spans([ex], [f], [logits], SpanOptions(allow_null=True))[0] == ("", 11.0)
+    assert decode_spans([ex], [f], [logits], SpanOptions(allow_null=True))[0] == ("", 11.0, 0, 0)
     assert decode_spans([ex], [f], [logits], SpanOptions(allow_null=True, null_threshold=3.0))[0][0] != ""
 
 

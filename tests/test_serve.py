@@ -220,7 +220,7 @@ def as_python(kind, x):
     if isinstance(x, dict):
         x = tuple(x.values())
     if kind == "tag" and isinstance(x, str):
-        return x.split()
+        return x  # raw text: entity groups
     return tuple(x) if isinstance(x, list) and kind != "tag" else x
 
 
@@ -246,9 +246,17 @@ def test_predict_equals_predictor_for_every_kind(kind, family, bert_dir, gpt_dir
     if kind == "regress":
         assert np.allclose(got, expected, atol=1e-5)
     elif kind == "span":
-        assert [g["answer"] for g in got] == [e["answer"] for e in expected]
+        assert [(g["answer"], g["start"], g["end"]) for g in got] == [(e["answer"], e["start"], e["end"])
+                                                                       for e in expected]
+        contexts = [as_python(kind, x)[1] for x in INPUTS[kind]]
+        assert [g["answer"] for g in got] == [c[g["start"]:g["end"]] for c, g in zip(contexts, got)]
     else:
         assert got == expected
+    if kind == "tag":
+        assert isinstance(got[1], list) and all(set(g) == {"entity_group", "score", "word", "start", "end"}
+                                                for g in got[1])
+    if kind in ("classify", "pair", "choice"):
+        assert len(body["scores"]) == len(got) and all(0 < s <= 1 for s in body["scores"])
     if kind in ("classify", "pair"):
         assert all(abs(sum(p.values()) - 1) < 1e-6 and set(p) == set(labels) for p in body["probabilities"])
     assert wrong[0] == 422 and f"a {kind} model takes" in wrong[1]["error"]["message"]

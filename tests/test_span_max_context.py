@@ -73,6 +73,11 @@ def _logits(feats, spans):
     return out
 
 
+def answers(*args) -> list[tuple[str, float]]:
+    """(text, score) of decode_spans' (text, score, start, end)."""
+    return [p[:2] for p in decode_spans(*args)]
+
+
 def test_a_span_at_a_window_edge_loses_to_the_same_span_where_it_is_central(tok):
     ex = SpanExample("q", "where ?", CONTEXT, [], "t", "toy")
     feats = span_features([ex], tok, OPTIONS)
@@ -81,18 +86,18 @@ def test_a_span_at_a_window_edge_loses_to_the_same_span_where_it_is_central(tok)
     # "dull" opens window 2 (no left context) and scores 10 there; in window 1, where it is
     # central, it scores 5; "plot" scores 7 in window 1, its max-context window.
     logits = _logits(feats, {(2, 8): 10.0, (1, 8): 5.0, (1, 6): 7.0})
-    assert decode_spans([ex], feats, logits, SpanOptions(max_context=False)) == [("dull", 10.0)]
-    assert decode_spans([ex], feats, logits, SpanOptions()) == [("plot", 7.0)]
+    assert answers([ex], feats, logits, SpanOptions(max_context=False)) == [("dull", 10.0)]
+    assert answers([ex], feats, logits, SpanOptions()) == [("plot", 7.0)]
     # alone, "dull" is still the answer, with its score from the central window
     logits = _logits(feats, {(2, 8): 10.0, (1, 8): 5.0})
-    assert decode_spans([ex], feats, logits, SpanOptions()) == [("dull", 5.0)]
+    assert answers([ex], feats, logits, SpanOptions()) == [("dull", 5.0)]
     # a longer span is judged by its start token: "dull and the story" (8..11) lies in
     # windows 1 and 2, and only window 1 (the max-context window of "dull") scores it
     logits = _logits(feats, {})
     logits[1][HEAD + 8 - 4, 0], logits[1][HEAD + 11 - 4, 1] = 3.0, 3.0
     logits[2][HEAD + 8 - 8, 0], logits[2][HEAD + 11 - 8, 1] = 4.0, 4.0
-    assert decode_spans([ex], feats, logits, SpanOptions()) == [("dull and the story", 6.0)]
-    assert decode_spans([ex], feats, logits, SpanOptions(max_context=False)) == [("dull and the story", 8.0)]
+    assert answers([ex], feats, logits, SpanOptions()) == [("dull and the story", 6.0)]
+    assert answers([ex], feats, logits, SpanOptions(max_context=False)) == [("dull and the story", 8.0)]
 
 
 def test_doctests():

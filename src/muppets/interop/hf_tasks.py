@@ -24,7 +24,7 @@ from muppets.models.bert import BertBackbone, BertConfig
 
 log = logging.getLogger(__name__)
 
-__all__ = ["TASK_HEADS", "is_task_architecture", "save_hf_task_model", "load_hf_task_model", "task_labels"]
+__all__ = ["TASK_HEADS", "is_task_architecture", "is_task_config", "save_hf_task_model", "load_hf_task_model", "task_labels"]
 _KIND_OF_ARCH = {"ForTokenClassification": "tag", "ForQuestionAnswering": "span",
                  "ForMultipleChoice": "choice", "ForSequenceClassification": "classify"}  # architecture suffix -> kind
 
@@ -32,6 +32,12 @@ _KIND_OF_ARCH = {"ForTokenClassification": "tag", "ForQuestionAnswering": "span"
 def is_task_architecture(arch: object) -> bool:
     """Whether an HF ``architectures`` entry names a task model (``…ForSequenceClassification`` …)."""
     return isinstance(arch, str) and arch.endswith(tuple(_KIND_OF_ARCH))
+
+
+def is_task_config(config: dict) -> bool:
+    """Whether a ``config.json`` (as a dict) is a fine-tuned task model's: muppets' ``muppets_task``
+    or an HF task architecture."""
+    return "muppets_task" in config or any(is_task_architecture(a) for a in config.get("architectures", []))
 
 
 def save_hf_task_model(model: TaskModel, directory: str | Path, tokenizer=None,

@@ -141,9 +141,9 @@ class _Source:
 
 
 def _is_task_dir(meta: dict) -> bool:
-    from muppets.interop.hf_tasks import is_task_architecture
+    from muppets.interop.hf_tasks import is_task_config
 
-    return "muppets_task" in meta or any(is_task_architecture(a) for a in meta.get("architectures", []))
+    return is_task_config(meta)
 
 
 def load_source(model: str | Path, layers: str = "last") -> _Source:

@@ -231,6 +231,8 @@ async def predict(server: Server, request: Request) -> Response:
     answers = await server.submit(items, request)
     server.metrics.count_tokens(PREDICT, inputs=sum(w.cost for w in items))
     body = {"model": server.name, "task": engine.kind, "predictions": [a["prediction"] for a in answers]}
+    if any("score" in a for a in answers):
+        body["scores"] = [a.get("score") for a in answers]
     if req.probabilities and any("probabilities" in a for a in answers):
         body["probabilities"] = [a.get("probabilities") for a in answers]
     return JSONResponse(body)

@@ -329,10 +329,10 @@ def load_torch_engine(cfg: ServeConfig) -> Engine:
                               "it was exported from with --precision") from None
         raise
     from muppets import families
-    from muppets.interop.hf_tasks import is_task_architecture
+    from muppets.interop.hf_tasks import is_task_config
 
     meta = _config(path) if path.is_dir() else {}
-    task = "muppets_task" in meta or any(is_task_architecture(a) for a in meta.get("architectures", []))
+    task = is_task_config(meta)
     encoder = families.is_family(kind) and not families.get(kind).causal
     if cfg.precision != "float32" and (task or not encoder):
         what = "a fine-tuned task model" if task else f"a {kind} model"

@@ -2,23 +2,26 @@
 
 Each input is what :meth:`Predictor.predict` takes, written in JSON:
 
-========  ==================================================  ==============================
+========  ==================================================  ========================================
 kind      input                                               prediction
-========  ==================================================  ==============================
+========  ==================================================  ========================================
 classify  ``"text"``                                          label name
 pair      ``["a", "b"]`` or ``{"text": a, "text_pair": b}``   label name
 regress   ``"text"``, ``["a", "b"]`` or the object form       float
-tag       ``["tok", …]`` (or a string, split on whitespace)   one tag per token
-span      ``["question", "context"]`` or                      ``{"answer": text, "score": s}``
-          ``{"question": q, "context": c}``
+tag       ``"raw text"``                                      entity groups: ``[{"entity_group",
+                                                              "score", "word", "start", "end"}]``
+tag       ``["tok", …]`` (pre-split words)                    one tag per token
+span      ``["question", "context"]`` or                      ``{"answer", "score", "start",
+          ``{"question": q, "context": c}``                   "end"}`` (character span)
 choice    ``["context", ["e1", "e2", …]]`` or                 index of the best ending
           ``{"context": c, "endings": [...]}``
-========  ==================================================  ==============================
+========  ==================================================  ========================================
 
-With ``"return_probabilities": true`` classify and pair answers add each label's probability,
-choice answers each ending's. Inputs of several requests run through one
-:func:`~muppets.transfer.predict.feature_logits` call (the batcher's batch), then
-:func:`~muppets.transfer.predict.decode`, so served predictions are the offline ones.
+Classify, pair and choice answers come with ``scores`` (the probability of the predicted label
+or ending); with ``"return_probabilities": true`` also each label's probability (choice: each
+ending's). Inputs of several requests run through one :meth:`Predictor.run
+<muppets.transfer.predict.Predictor.run>` call (the batcher's batch), so served predictions
+are the offline ones.
 """
 
 from __future__ import annotations
@@ -33,8 +36,7 @@ from muppets.serve.batcher import Work
 from muppets.serve.config import ServeConfig
 from muppets.serve.engines import PREDICT, Engine
 from muppets.serve.errors import ApiError
-from muppets.transfer.features import make_features
-from muppets.transfer.predict import Predictor, decode, feature_logits, softmax
+from muppets.transfer.predict import Predictor
 
 _OBJECT_FIELDS = {"pair": ("text", "text_pair"), "regress": ("text", "text_pair"), "span": ("question", "context"),
                   "choice": ("context", "endings")}
@@ -83,8 +85,6 @@ class TaskEngine(Engine):
             if first not in x or (second not in x and kind != "regress"):
                 bad = f"an object with {first!r} and {second!r}"
             x = (x.get(first), x.get(second)) if second in x else x.get(first)
-        if kind == "tag" and isinstance(x, str):
-            x = x.split()
         bad = bad or _shape_problem(kind, x)
         if bad:
             raise ApiError(422, f"inputs[{i}]: a {kind} model takes {bad}", param="inputs")
@@ -98,20 +98,15 @@ class TaskEngine(Engine):
         return pieces if self.kind in ("tag", "span") else min(pieces, self.max_len)
 
     def run(self, key: Hashable, items: list[Work]) -> list[Any]:
-        p = self.predictor
-        examples = [w.payload.example for w in items]
-        feats = make_features(self.kind, examples, p.tokenizer, p.features, p.labels)
-        logits = feature_logits(p.model, feats, max(len(feats), 1), p.tokenizer.pad_id)
-        preds = decode(self.kind, examples, feats, logits, p.labels, p.span)
-        if self.kind == "span":
-            preds = [{"answer": text, "score": score} for text, score in preds]
-        one_each = len(feats) == len(examples)  # classify / pair / choice: one feature per example
+        preds, probs = self.predictor.run([w.payload.example for w in items])
         out = []
-        for w, pred, lg in zip(items, preds, logits if one_each else [None] * len(items)):
+        for w, pred, prob in zip(items, preds, probs):
             answer = {"prediction": pred}
-            if w.payload.probabilities and lg is not None and self.kind in ("classify", "pair", "choice"):
-                probs = softmax(lg).tolist()
-                answer["probabilities"] = dict(zip(p.labels, probs)) if self.kind != "choice" else probs
+            if prob is not None:
+                answer["score"] = float(prob.max())
+                if w.payload.probabilities:
+                    answer["probabilities"] = (prob.tolist() if self.kind == "choice" else
+                                               dict(zip(self.predictor.labels, prob.tolist())))
             out.append(answer)
         return out
 
@@ -130,8 +125,8 @@ def _shape_problem(kind: str, x: Any) -> str | None:
     if kind == "regress":
         return None if _is_text(x) or pair else "a non-empty string or two [a, b]"
     if kind == "tag":
-        ok = isinstance(x, list) and x and all(_is_text(t) for t in x)
-        return None if ok else "a non-empty list of non-empty tokens"
+        ok = _is_text(x) or (isinstance(x, list) and x and all(_is_text(t) for t in x))
+        return None if ok else "a non-empty string (raw text) or a non-empty list of non-empty tokens"
     if kind == "span":
         return None if pair else "[question, context], two non-empty strings"
     ok = (isinstance(x, (list, tuple)) and len(x) == 2 and _is_text(x[0]) and isinstance(x[1], list)

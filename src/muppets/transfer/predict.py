@@ -9,7 +9,8 @@ kind       prediction
 classify   the label name (pair likewise)
 regress    a float
 tag        one tag per word (first-piece prediction; windows merged)
-span       ``(answer text, score)``: the best span over all windows of the example
+span       ``(answer text, score, start, end)``: the best span over all windows of the
+           example, ``context[start:end]`` its text
 choice     the index of the best ending
 =========  ============================================================================
 
@@ -37,6 +38,10 @@ Usage::
 
     predictor = Predictor("runs/sst2/best")
     predictor.predict(["a gripping film", "dull"])            # ['1', '0']
+    predictor(["a gripping film"])                 # [{'label': '1', 'score': 0.97}]
+    Predictor("runs/ner/best")("John lives in Paris.")
+    # [{'entity_group': 'PER', 'score': 0.99, 'word': 'John', 'start': 0, 'end': 4},
+    #  {'entity_group': 'LOC', 'score': 0.98, 'word': 'Paris', 'start': 14, 'end': 19}]
 """
 
 from __future__ import annotations
@@ -57,6 +62,7 @@ from muppets.interop.safetensors_io import read_json_object
 from muppets.tasks.spec import ChoiceExample, SpanExample, TagExample, TextExample
 from muppets.transfer.models import load_task_model, load_tokenizer
 from muppets.transfer.batching import collate, eval_batches
+from muppets.transfer.entities import entities_of, text_tag_features
 from muppets.transfer.features import (Feature, FeatureOptions, make_features, merge_tag_predictions,
                                        merge_word_values)
 
@@ -132,21 +138,22 @@ def decode(kind: str, examples: Sequence[Any], features: Sequence[Feature],
 
 
 def decode_spans(examples: Sequence[SpanExample], features: Sequence[Feature],
-                 logits: Sequence[np.ndarray], opts: SpanOptions) -> list[tuple[str, float]]:
-    """``(answer text, score)`` per example: n-best span search over all its windows."""
+                 logits: Sequence[np.ndarray], opts: SpanOptions) -> list[tuple[str, float, int, int]]:
+    """``(answer text, score, start, end)`` per example: n-best span search over all its windows
+    (a null answer is ``("", s_null, 0, 0)``)."""
     windows: list[list[int]] = [[] for _ in examples]
     for k, f in enumerate(features):
         windows[f.example].append(k)
     out = []
     for ex, ks in zip(examples, windows):
-        best: tuple[str, float] | None = None
+        best: tuple[str, float, int, int] | None = None
         s_null = min(float(logits[k][0, 0] + logits[k][0, 1]) for k in ks)
         for k in ks:
             found = _best_in_window(ex.context, features[k], logits[k], opts)
             if found is not None and (best is None or found[1] > best[1]):
                 best = found
         if best is None or (opts.allow_null and s_null - best[1] > opts.null_threshold):
-            best = ("", s_null)
+            best = ("", s_null, 0, 0)
         out.append(best)
     return out
 
@@ -164,7 +171,7 @@ def word_edges(words: Sequence[int | None]) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _best_in_window(context: str, feature: Feature, logits: np.ndarray,
-                    opts: SpanOptions) -> tuple[str, float] | None:
+                    opts: SpanOptions) -> tuple[str, float, int, int] | None:
     """Best span of one window: starts on a word's first piece (a max-context token with
     ``opts.max_context``), ends on a word's last piece."""
     first_pieces, last_pieces = word_edges(feature.context_words or [])
@@ -181,7 +188,7 @@ def _best_in_window(context: str, feature: Feature, logits: np.ndarray,
     if not np.isfinite(scores[i, j]):
         return None
     first, last = feature.offsets[starts[i]], feature.offsets[ends[j]]
-    return context[first[0]: last[1]], float(scores[i, j])
+    return context[first[0]: last[1]], float(scores[i, j]), int(first[0]), int(last[1])
 
 
 # ----------------------------------------------------------------------------- Predictor
@@ -249,23 +256,82 @@ class Predictor:
 
         - classify: strings -> label names; pair: ``(a, b)`` tuples -> label names;
           regress: strings or ``(a, b)`` tuples -> floats;
-        - tag: token lists -> one tag per token;
-        - span: ``(question, context)`` -> ``{"answer": text, "score": float}``;
+        - tag: token lists -> one tag per token; a string (raw text) -> its entity groups,
+          ``[{"entity_group", "score", "word", "start", "end"}, …]`` with character offsets, as
+          transformers' token-classification pipeline with ``aggregation_strategy="simple"``
+          gives them (:mod:`muppets.transfer.entities`);
+        - span: ``(question, context)`` -> ``{"answer", "score", "start", "end"}``, the answer
+          being ``context[start:end]``;
         - choice: ``(context, [endings])`` -> index of the best ending.
         """
         examples = self.examples(inputs)
+        return self.run(examples)[0] if examples else []
+
+    def __call__(self, inputs: Any, all_scores: bool = False) -> Any:
+        """Answers in the shapes of transformers' pipelines (one input, or a list of them):
+
+        - classify / pair / choice: ``{"label", "score"}`` (the label's probability; choice:
+          the index of the best ending), with ``all_scores`` also ``"scores"``: every label's
+          probability (choice: a list, one per ending);
+        - regress: ``{"score": value}``;
+        - tag, span: as :meth:`predict` (entity groups for raw text; answer with its span).
+        """
+        if isinstance(inputs, str):
+            return self([inputs], all_scores)[0]
+        examples = self.examples(inputs)
         if not examples:
             return []
-        return self.predict_examples(examples)
+        preds, probs = self.run(examples)
+        return [self._answer(pred, prob, all_scores) for pred, prob in zip(preds, probs)]
+
+    def _answer(self, pred: Any, prob: np.ndarray | None, all_scores: bool) -> Any:
+        if prob is not None:
+            out = {"label": pred, "score": float(prob.max())}
+            if all_scores:
+                out["scores"] = prob.tolist() if self.kind == "choice" else dict(zip(self.labels, prob.tolist()))
+            return out
+        return {"score": pred} if self.kind == "regress" else pred
 
     def predict_examples(self, examples: Sequence[Any]) -> list[Any]:
         """Predictions for task examples (``TextExample`` …); labels in them are ignored."""
+        return self.run(examples)[0]
+
+    def run(self, examples: Sequence[Any]) -> tuple[list[Any], list[np.ndarray | None]]:
+        """Predictions for task examples (as :meth:`predict` gives them) and each example's
+        class probabilities where it has one row of them (classify, pair, choice; else None):
+        the one code path behind :meth:`predict`, :meth:`__call__` and the server's ``/predict``.
+        A tagger takes :class:`TagExample` (pre-split words) and :class:`TextExample` (raw text)."""
+        if self.kind == "tag" and any(isinstance(ex, TextExample) for ex in examples):
+            return self._tag_mixed(examples), [None] * len(examples)
         feats = make_features(self.kind, examples, self.tokenizer, self.features, self.labels)
         logits = feature_logits(self.model, feats, self.batch_size, self.tokenizer.pad_id)
         preds = decode(self.kind, examples, feats, logits, self.labels, self.span)
         if self.kind == "span":
-            return [{"answer": text, "score": score} for text, score in preds]
-        return preds
+            preds = [{"answer": text, "score": score, "start": start, "end": end}
+                     for text, score, start, end in preds]
+        one_each = len(feats) == len(examples) and self.kind in ("classify", "pair", "choice")
+        return preds, [softmax(lg) for lg in logits] if one_each else [None] * len(examples)
+
+    def _tag_mixed(self, examples: Sequence[Any]) -> list[Any]:
+        """Raw texts to entity groups, pre-split words to tags, in the order given."""
+        out: list[Any] = [None] * len(examples)
+        raw = [i for i, ex in enumerate(examples) if isinstance(ex, TextExample)]
+        split = [i for i, ex in enumerate(examples) if not isinstance(ex, TextExample)]
+        for i, pred in zip(split, self.run([examples[i] for i in split])[0] if split else []):
+            out[i] = pred
+        for i, groups in zip(raw, self.entities([examples[i] for i in raw])):
+            out[i] = groups
+        return out
+
+    def entities(self, examples: Sequence[TextExample]) -> list[list[dict[str, Any]]]:
+        """Entity groups of raw texts (:mod:`muppets.transfer.entities`)."""
+        feats = text_tag_features(examples, self.tokenizer, self.features.max_seq_len)
+        probs = [softmax(lg) for lg in feature_logits(self.model, feats, self.batch_size, self.tokenizer.pad_id)]
+        per: list[list[int]] = [[] for _ in examples]
+        for k, f in enumerate(feats):
+            per[f.example].append(k)
+        return [entities_of(ex.text, [feats[k] for k in ks], [probs[k] for k in ks], self.labels)
+                for ex, ks in zip(examples, per)]
 
     def predict_proba(self, inputs: Sequence[Any]) -> Any:
         """Class probabilities (softmax of the logits) for raw inputs, as :meth:`predict` takes
@@ -301,7 +367,7 @@ class Predictor:
                 return TextExample(str(i), a, b, None, source)
             if kind == "tag":
                 if isinstance(x, str):
-                    raise ValueError
+                    return TextExample(str(i), x, None, None, source)  # raw text: entity groups
                 return TagExample(str(i), [str(t) for t in x], None, source)
             if kind == "span":
                 question, context = x
