@@ -419,7 +419,7 @@ def test_read_utf8_names_the_line_and_the_byte(tmp_path):
                                         (["probe", "minilm", "--max-train-sentences", "-1"], "--max-train-sentences"),
                                         (["weak", "label", "lfs.py", "--task", "t.txt", "--jobs", "0"], "--jobs"),
                                         (["data", "prepare", "--input", "x", "--tokenizer", "t", "--out", "o",
-                                          "--format", "csv"], "--format")])
+                                          "--format", "xml"], "--format")])
 def test_bad_numbers_and_choices_are_argparse_errors(argv, flag, capsys):
     from muppets import cli
 
