@@ -113,15 +113,16 @@ def test_model_inputs_equal_autotokenizer_with_pairs_and_truncation(tok_dir):
     assert ours.pad_id == theirs.pad_token_id and ours.mask_id == theirs.mask_token_id
 
 
-def test_roberta_pair_template_has_two_separators(tok_dir):
+def test_pair_template_has_the_familys_separators(tok_dir):
+    """RoBERTa / XLM-R: ``<s> A </s></s> B </s>``; WordPiece families: ``[CLS] A [SEP] B [SEP]``."""
     name, directory = tok_dir
-    if name not in ("roberta", "xlm-roberta"):
-        pytest.skip("a WordPiece pair has one [SEP] between its segments")
     ours = families.of_directory(directory).tokenizer(directory)
     ids = ours.encode_for_model("a b", "c")["input_ids"]
     sep = ours.sep_id
     assert ids[0] == ours.cls_id and ids[-1] == sep
-    assert any(ids[i] == ids[i + 1] == sep for i in range(len(ids) - 1))
+    doubled = any(ids[i] == ids[i + 1] == sep for i in range(len(ids) - 1))
+    assert doubled == (name in ("roberta", "xlm-roberta"))
+    assert ids.count(sep) == (3 if doubled else 2)
 
 
 def test_words_are_read_as_the_joined_text(tok_dir):
