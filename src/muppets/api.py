@@ -38,7 +38,7 @@ def load(model: str | Path, device: str = "cpu") -> Any:
     kind, path = locate_model(model)
     if not families.is_family(kind):
         return load_embedder(model, device=device)
-    if is_task_config(_config(path)):
+    if is_task_config(config_dict(path)):
         from muppets.transfer.predict import Predictor
 
         return Predictor(path, device=device)
@@ -47,7 +47,8 @@ def load(model: str | Path, device: str = "cpu") -> Any:
     return families.get(kind).load(path).to(device).eval()
 
 
-def _config(directory: Path) -> dict:
+def config_dict(directory: Path) -> dict:
+    """``directory/config.json`` as a dict; {} when it is missing, unreadable or not an object."""
     try:
         data = json.loads((directory / "config.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):

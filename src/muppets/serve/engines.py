@@ -23,7 +23,6 @@ event loop: tokenizing is fast, and the token counts drive the batcher) and runs
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Hashable, Sequence
 from pathlib import Path
@@ -32,6 +31,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from muppets.api import config_dict
 from muppets.errors import ConfigError
 from muppets.serve.batcher import Work
 from muppets.serve.config import ServeConfig
@@ -294,12 +294,6 @@ class WordEngine(Engine):
 # ----------------------------------------------------------------------------- loading
 
 
-def _config(directory: Path) -> dict:
-    try:
-        data = json.loads((directory / "config.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
 
 
 
@@ -331,7 +325,7 @@ def load_torch_engine(cfg: ServeConfig) -> Engine:
     from muppets import families
     from muppets.interop.hf_tasks import is_task_config
 
-    meta = _config(path) if path.is_dir() else {}
+    meta = config_dict(path) if path.is_dir() else {}
     task = is_task_config(meta)
     encoder = families.is_family(kind) and not families.get(kind).causal
     if cfg.precision != "float32" and (task or not encoder):
