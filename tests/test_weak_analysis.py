@@ -78,7 +78,7 @@ def test_bad_matrices() -> None:
 
 
 @pytest.mark.parametrize("module", ["lf", "apply", "analysis", "majority", "dawid_skene",
-                                    "label_model"])
+                                    "label_model", "base", "matrix"])
 def test_docstring_examples_run(module) -> None:
     import doctest
     import importlib

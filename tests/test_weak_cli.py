@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import re
 
+import numpy as np
 import pytest
 
 from muppets.cli import main
@@ -74,17 +76,17 @@ def test_label_with_a_fixed_or_labelled_class_balance(tmp_path, capsys) -> None:
     texts.write_text("check my channel now\nnice song\nlove this song my friend\nno keyword in this one\n",
                      encoding="utf-8")
     for model in ("majority", "dawid-skene"):  # every label model takes a fixed balance
-        assert main(["weak", "label", str(lfs), "--task", str(texts), "--model", model,
+        assert main(["weak", "label", str(lfs), "--task", str(texts), "--model", model, "--keep-uncovered",
                      "--class-balance", "0.2,0.8", "--out", str(labels), "--overwrite"]) == 0
         rows = [json.loads(line) for line in labels.read_text(encoding="utf-8").splitlines()]
         assert rows[3]["votes"] == 0 and rows[3]["label"] == "1"
         if model == "majority":  # no vote: the given balance (Dawid-Skene also reads the abstains)
             assert rows[3]["probs"] == {"0": 0.2, "1": 0.8}
-    assert main(["weak", "label", str(lfs), "--task", str(texts), "--model", "majority",
+    assert main(["weak", "label", str(lfs), "--task", str(texts), "--model", "majority", "--keep-uncovered",
                  "--out", str(labels), "--overwrite"]) == 0
     rows = [json.loads(line) for line in labels.read_text(encoding="utf-8").splitlines()]
     assert rows[3]["label"] is None and rows[2]["label"] is None  # no vote, and a tie: no label
-    assert "no label 50.0%" in capsys.readouterr().out
+    assert "no label 50.0% (majority vote: a tie or no vote" in capsys.readouterr().out
     assert np.allclose(class_balance("1,3", "x"), [0.25, 0.75])
     assert np.allclose(class_balance("from:dev", "spam"), [0.46, 0.54])  # the tutorial's 100 labelled comments
     for bad in ("0.5", "a,b", "0,1", "nan,1", "inf,1"):
@@ -152,3 +154,101 @@ def test_label_refuses_its_output_and_a_bad_balance_before_any_lf_runs(tmp_path,
     monkeypatch.chdir(tmp_path)
     assert main(["weak", "analyze", str(lfs), "--task", str(texts)]) == 0  # no --plot: no picture written
     assert sorted(p.name for p in tmp_path.iterdir()) == ["labels.jsonl", "lfs.py", "texts.txt"]
+
+
+# --- issue 51: rows no LF votes on, LF names in messages, the README's commands -----------------
+
+UNCOVERED = "check my channel now\nnice song\nno keyword in this one at all\nok\n"
+
+
+def test_label_drops_the_rows_no_lf_votes_on_unless_told_to_keep_them(tmp_path, capsys, caplog) -> None:
+    from muppets.weak.pipeline import rows_to_write
+
+    lfs, texts, out = tmp_path / "lfs.py", tmp_path / "texts.txt", tmp_path / "labels.jsonl"
+    lfs.write_text(LFS, encoding="utf-8")
+    texts.write_text(UNCOVERED, encoding="utf-8")
+    with caplog.at_level("INFO", logger="muppets.weak.pipeline"):
+        assert main(["weak", "label", str(lfs), "--task", str(texts), "--model", "dawid-skene", "--out", str(out)]) == 0
+    rows = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
+    assert [r["id"] for r in rows] == ["texts.txt:1", "texts.txt:2", "texts.txt:4"]  # line 3: no LF votes
+    assert all(r["votes"] > 0 for r in rows)
+    said = "dropped 1 of 4 rows with no LF vote (25.0%)"
+    assert said in capsys.readouterr().out and said in caplog.text and "--keep-uncovered" in caplog.text
+    assert main(["weak", "label", str(lfs), "--task", str(texts), "--model", "dawid-skene", "--out", str(out),
+                 "--overwrite", "--keep-uncovered"]) == 0
+    rows = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
+    assert len(rows) == 4 and rows[2]["votes"] == 0 and "dropped" not in capsys.readouterr().out
+    assert rows_to_write(np.array([[-1, 0], [-1, -1]])).tolist() == [True, False]
+    assert rows_to_write(np.array([[-1, 0], [-1, -1]]), keep_uncovered=True).tolist() == [True, True]
+    with pytest.raises(ConfigError, match="no LF votes on any of the 2 rows"):
+        rows_to_write(np.full((2, 3), -1))
+
+
+def test_task_split_writes_a_labelled_split_finetune_reads(tmp_path, capsys) -> None:
+    from muppets.tasks import load_task, read_table
+    from muppets.tasks.spec import TextExample
+    from muppets.tasks.table import write_table
+
+    out = tmp_path / "valid.csv"
+    assert main(["data", "task-split", "spam", "--split", "valid", "--out", str(out)]) == 0
+    assert "wrote 120 labelled examples of spam/valid" in capsys.readouterr().out
+    valid = load_task("spam")["valid"]
+    back = read_table({"dev": out}, "classify", {"text": "text", "label": "label", "id": "id"})["dev"]
+    assert [(ex.id, ex.text, ex.label) for ex in back] == [(ex.id, ex.text.strip(), ex.label) for ex in valid]
+    assert main(["data", "task-split", "spam", "--split", "valid", "--out", str(out)]) == 2  # not overwritten
+    assert main(["data", "task-split", "spam", "--split", "nope", "--out", str(tmp_path / "x.csv")]) == 2
+    assert "has no split 'nope'" in capsys.readouterr().err
+    pair = [TextExample("a", "one", "two", "1", "f:1"), TextExample("b", 'say "hi",\nthen', "x", "0", "f:2")]
+    assert write_table(pair, "pair", tmp_path / "p.jsonl") == 2
+    again = read_table(tmp_path / "p.jsonl", "pair", {"text": "text", "text_b": "text_b", "label": "label"},
+                       fmt="auto")["train"]
+    assert [(ex.text, ex.text_b, ex.label) for ex in again] == [("one", "two", "1"), ('say "hi",\nthen', "x", "0")]
+    for bad, kind, match in ((pair, "tag", "only classify, pair and regress"), (pair, "pair", r"\.csv or \.jsonl"),
+                             ([TextExample("c", "t", None, None, "f:3")], "classify", "c .f:3. has no label")):
+        with pytest.raises(ConfigError, match=match):
+            write_table(bad, kind, tmp_path / ("x.tsv" if match.startswith("\\") else "x.csv"))
+
+
+def _readme_block(title: str) -> list[str]:
+    """The commands of the first bash block under the README heading starting with ``title``."""
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    section = text[text.index(f"\n## {title}"):]
+    block = section[section.index("```bash\n") + 8:]
+    return [line.split("   #")[0].strip() for line in block[:block.index("```")].splitlines() if line.strip()]
+
+
+def test_the_readme_weak_supervision_commands_run_as_written(tmp_path, monkeypatch, capsys, caplog) -> None:
+    """Every command of the README's weak-supervision block, from a fresh directory; finetune on
+    a tiny random BERT for a few steps instead of MiniLM for 3 epochs."""
+    import shlex
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from _tiny_backbones import tiny_bert
+
+    commands = _readme_block("Weak supervision")
+    assert [c.split()[1:3] for c in commands] == [["weak", "analyze"], ["weak", "label"], ["data", "task-split"],
+                                                  ["data", "task-split"], ["finetune", "runs/weak/spam.jsonl"]]
+    tiny = tiny_bert(tmp_path / "tiny-bert")
+    (tmp_path / "work").mkdir()
+    (tmp_path / "work" / "examples").symlink_to(Path(__file__).resolve().parents[1] / "examples")
+    monkeypatch.chdir(tmp_path / "work")
+    for command in commands:
+        argv = shlex.split(command)[1:]
+        if argv[0] == "finetune":
+            argv[argv.index("--model") + 1] = str(tiny)
+            argv += ["epochs=1", "max_train_examples=64", "max_seq_len=32", "batch_size=16", "progress=false",
+                     "device=cpu"]
+        with caplog.at_level("INFO"):
+            assert main(argv) == 0, command
+    out = capsys.readouterr().out
+    assert "dropped 424 of 1,586 rows with no LF vote (26.7%)" in out
+    assert "keyword_http's votes for class 1 count for next to nothing" in caplog.text
+    assert not re.search(r"\bLFs? \d", caplog.text)
+    rows = [json.loads(line) for line in open("runs/weak/spam.jsonl", encoding="utf-8")]
+    assert len(rows) == 1162 and min(r["votes"] for r in rows) == 1
+    metrics = json.loads(Path("runs/finetune/spam/metrics.json").read_text())
+    assert {"dev", "test"} <= set(metrics) and Path("lfs.png").stat().st_size > 1000

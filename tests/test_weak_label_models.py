@@ -9,6 +9,8 @@ LFs, where second moments carry less information; class balance within 0.06 (0.1
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -263,3 +265,72 @@ def test_majority_vote_equals_snorkels_majority_label_voter_without_a_balance() 
         theirs = snorkel_model.MajorityLabelVoter(cardinality=K).predict(L, tie_break_policy="abstain")
         ours = MajorityVote(K).fit(L).predict(L)
         assert ((ours == -1) == (theirs == -1)).all() and np.array_equal(ours, theirs)
+
+
+# --- issue 51: LF names in every message; an accurate LF the fit makes count for nothing -----------
+
+def test_every_label_model_message_names_lfs_by_name(caplog) -> None:
+    L, _ = one_trick_spam()
+    names = ["kw_check", "kw_subscribe", "kw_http", "kw_song", "short"]
+    for model in (LabelModel(2), DawidSkene(2), MajorityVote(2)):
+        caplog.clear()
+        with caplog.at_level("WARNING"):
+            model.fit(L, names)
+        assert model.lf_names_ == names
+        assert not re.search(r"\bLFs? \d", caplog.text), caplog.text
+        assert isinstance(model, MajorityVote) or "largest misfit" not in caplog.text or "misfit: kw_" in caplog.text
+    with caplog.at_level("WARNING"):
+        LabelModel(2).fit(L, names)
+    assert re.search(r"largest misfit: (kw_\w+|short) and (kw_\w+|short)\)", caplog.text)
+    caplog.clear()
+    with caplog.at_level("WARNING"):
+        LabelModel(2).fit(L)  # no names given: "LF 2", never a bare index
+    assert re.search(r"largest misfit: LF \d and LF \d\)", caplog.text)
+    with pytest.raises(ConfigError, match="3 LF names for 5"):
+        LabelModel(2).fit(L, names[:3])
+
+
+def http_like(n=4000, seed=1):
+    """The spam tutorial's keyword_http in miniature: three precise spam LFs, one trick per spam
+    comment (they never vote together), and the third's comments are mostly short, so the ham LF
+    ``short`` votes with it; a second ham LF is independent."""
+    rng = np.random.default_rng(seed)
+    y = rng.random(n) < 0.5
+    trick = rng.integers(0, 3, n)
+    L = np.full((n, 5), -1)
+    for j in range(3):
+        L[:, j] = np.where(y & (trick == j) & (rng.random(n) < 0.9), 1, -1)
+    L[:, 3] = np.where((~y & (rng.random(n) < 0.3)) | (y & (trick == 2) & (rng.random(n) < 0.8)), 0, -1)
+    L[:, 4] = np.where(~y & (rng.random(n) < 0.3), 0, -1)
+    return L, y.astype(int)
+
+
+def test_an_accurate_lf_whose_co_votes_contradict_independence_is_named(caplog) -> None:
+    L, y = http_like()
+    names = ["check_out", "subscribe", "http", "short", "song"]
+    with caplog.at_level("WARNING"):
+        model = LabelModel(2).fit(L, names)
+    assert (L[:, 2] == 1).any() and (y[L[:, 2] == 1] == 1).all()  # http: never wrong
+    assert (2, 1) in model.no_evidence_  # ... yet its vote counts for (next to) nothing
+    assert "http's votes for class 1 count" in caplog.text and "with short" in caplog.text
+    only_http = ((L != -1).sum(axis=1) == 1) & (L[:, 2] == 1)
+    probs = model.predict_proba(L)
+    assert abs(probs[only_http, 1].mean() - probs[(L == -1).all(axis=1), 1].mean()) < 0.05  # the puzzle
+    assert (MajorityVote(2).fit(L).predict(L)[only_http] == 1).all()  # majority vote counts the vote
+    rng = np.random.default_rng(2)
+    independent = np.where(rng.random((len(y), 3)) < 0.4, np.where(y[:, None] == 1, 1, -1), -1)
+    assert LabelModel(2).fit(np.c_[independent, L[:, 4]]).no_evidence_ == []  # accurate, independent: fine
+
+
+def test_no_evidence_by_hand() -> None:
+    from muppets.weak.base import no_evidence
+
+    theta = np.zeros((3, 2, 3))
+    theta[:, :, 0] = 0.5
+    theta[0, :, 2] = [0.1, 0.4]  # votes 1: 4x likelier under 1 -> evidence
+    theta[1, :, 2] = [0.4, 0.42]  # votes 1: 1.05x -> below the floor of 1.1
+    theta[2, :, 1] = [0.1, 0.3]  # votes 0, likelier under 1 -> counts against 0
+    L = np.array([[1, 1, 0], [-1, -1, -1]])
+    assert no_evidence(theta, L) == [(1, 1), (2, 0)]
+    assert no_evidence(theta, L, floor=1.0) == [(2, 0)]
+    assert no_evidence(theta, np.array([[1, -1, -1]])) == []  # LFs that never vote are not judged

@@ -111,9 +111,9 @@ def test_an_lf_file_with_a_model_lf_runs_from_the_cli(clf_dir, tmp_path, capsys)
                    encoding="utf-8")
     texts.write_text("\n".join(TEXTS) + "\n", encoding="utf-8")
     out = tmp_path / "labels.jsonl"
-    assert main(["weak", "label", str(lfs), "--task", str(texts), "--model", "majority",
+    assert main(["weak", "label", str(lfs), "--task", str(texts), "--model", "majority", "--keep-uncovered",
                  "--out", str(out), "--cache-dir", str(tmp_path / "cache")]) == 0
-    assert len(out.read_text().splitlines()) == len(TEXTS)
+    assert len(out.read_text().splitlines()) == len(TEXTS)  # every row, those no LF votes on too
     assert list((tmp_path / "cache").glob("col-*.npy"))  # the model's column cached apart
 
 

@@ -2,7 +2,7 @@
 tutorial (``snorkel-tutorials/spam/01_spam_tutorial.py``), written with muppets' API.
 
 Run them (``--task spam`` is the tutorial's own split and raw text; ``--task youtube-spam`` the
-registry's split and cleaned text; any text file works too)::
+registry's other split and cleaned text; any text file works too)::
 
     muppets weak analyze examples/weak/spam_lfs.py --task spam --split dev --plot lfs.png
     muppets weak label examples/weak/spam_lfs.py --task spam --model snorkel --out labels.jsonl

@@ -107,6 +107,18 @@ def _data_task_text(args: argparse.Namespace) -> int:
     return 0
 
 
+def _data_task_split(args: argparse.Namespace) -> int:
+    from muppets.tasks import load_task
+    from muppets.tasks.table import write_table
+
+    refuse_existing(args.out, overwrite=args.overwrite)
+    data = load_task(args.task)
+    n = write_table(data[args.split], data.spec.kind, args.out, overwrite=args.overwrite,
+                    name=f"{args.task}/{args.split}")
+    print(f"wrote {n:,} labelled examples of {args.task}/{args.split} to {args.out}")
+    return 0
+
+
 def _data_lexicon(args: argparse.Namespace) -> int:
     from muppets.data.readers import list_files
     from muppets.data.units import tagged_entities, wiki_titles, write_lexicon
@@ -145,14 +157,14 @@ def _weak_matrix(args: argparse.Namespace, before: Callable[[Any], Any] = lambda
 
 def _weak_analyze(args: argparse.Namespace) -> int:
     from muppets.weak import lf_summary, plot_lf_summary
-    from muppets.weak.matrix import ONE_SIDED_ADVICE, one_sided
+    from muppets.weak.matrix import ONE_SIDED_ADVICE, covered, one_sided
 
     refuse_existing(args.plot, overwrite=args.overwrite)
     lfs, weak, L, _ = _weak_matrix(args)
     gold = None if args.no_gold else weak.gold
     summary = lf_summary(L, gold, [lf.name for lf in lfs])
     print(f"{weak.description}: {L.shape[0]} examples, {L.shape[1]} LFs, "
-          f"{(L != -1).any(axis=1).mean():.1%} labelled by at least one"
+          f"{covered(L).mean():.1%} labelled by at least one"
           + ("" if gold is None else "; gold labels used for correct/incorrect/emp.acc"))
     print(summary.format())
     if one_sided(L):
@@ -166,20 +178,25 @@ def _weak_label(args: argparse.Namespace) -> int:
     import numpy as np
 
     from muppets.weak import make_label_model
-    from muppets.weak.pipeline import class_balance, write_labels
+    from muppets.weak.pipeline import class_balance, rows_to_write, write_labels
 
     refuse_existing(args.out, overwrite=args.overwrite)
-    _, weak, L, balance = _weak_matrix(args, lambda weak: class_balance(args.class_balance, args.task,
-                                                                         weak.cardinality))
-    model = make_label_model(args.model, weak.cardinality, balance).fit(L)
+    lfs, weak, L, balance = _weak_matrix(args, lambda weak: class_balance(args.class_balance, args.task,
+                                                                           weak.cardinality))
+    model = make_label_model(args.model, weak.cardinality, balance).fit(L, [lf.name for lf in lfs])
     probs, labels = model.predict_proba(L), model.predict(L)
-    n = write_labels(args.out, weak, probs, labels, L, overwrite=args.overwrite)
-    shares = ", ".join(f"{name} {np.mean(labels == k):.1%}" for k, name in enumerate(weak.label_names))
-    if (labels == -1).any():
-        shares += f", no label {np.mean(labels == -1):.1%} (majority vote: no vote or a tie; --class-balance decides them)"
-    print(f"wrote {n} labels ({args.model}) of {weak.description} to {args.out}: {shares}")
-    if weak.gold is not None and (weak.gold != -1).any():
-        print(f"accuracy against the split's own labels: {model.score(L, weak.gold):.2%}")
+    keep = rows_to_write(L, args.keep_uncovered)
+    n = write_labels(args.out, weak, probs, labels, L, overwrite=args.overwrite, keep=keep)
+    shares = ", ".join(f"{name} {np.mean(labels[keep] == k):.1%}" for k, name in enumerate(weak.label_names))
+    if (labels[keep] == -1).any():
+        shares += (f", no label {np.mean(labels[keep] == -1):.1%} (majority vote: a tie"
+                   f"{' or no vote' if args.keep_uncovered else ''}; --class-balance decides them)")
+    print(f"wrote {n:,} labels ({args.model}) of {weak.description} to {args.out}: {shares}")
+    if n < len(keep):
+        print(f"dropped {len(keep) - n:,} of {len(keep):,} rows with no LF vote ({1 - n / len(keep):.1%}): "
+              "their label would be the prior alone; keep them with --keep-uncovered")
+    if weak.gold is not None and (weak.gold[keep] != -1).any():
+        print(f"accuracy against the split's own labels, on the rows written: {model.score(L[keep], weak.gold[keep]):.2%}")
     return 0
 
 
@@ -701,7 +718,7 @@ def finish_subcommands(parser: argparse.ArgumentParser, top: bool = True) -> Non
 
 
 def _add_corpus_parsers(sub: argparse._SubParsersAction) -> None:
-    """``tokenizer train``, ``data prepare | task-text | lexicon``."""
+    """``tokenizer train``, ``data prepare | task-text | task-split | lexicon``."""
     from muppets.data.readers import FORMATS as CORPUS_FORMATS
     from muppets.tokenizers.script import SCRIPTS
 
@@ -749,6 +766,13 @@ def _add_corpus_parsers(sub: argparse._SubParsersAction) -> None:
     t.add_argument("--split", default="train", help="the split to read (default train; never the one you report)")
     t.add_argument("--overwrite", action="store_true", help="replace the file at --out")
     t.set_defaults(func=_data_task_text)
+    ts = data.add_parser("task-split", help="a labelled split of a registered task as a csv/jsonl file that "
+                         "finetune reads (--dev/--test beside a weakly labelled train file)")
+    ts.add_argument("task", help="a registered classify / pair / regress task (e.g. spam, sst2)")
+    ts.add_argument("--split", required=True, help="the split to write (e.g. valid, dev, test)")
+    ts.add_argument("--out", required=True, help="the .csv (id,text[,text_b],label) or .jsonl file to write")
+    ts.add_argument("--overwrite", action="store_true", help="replace the file at --out")
+    ts.set_defaults(func=_data_task_split)
     lx = data.add_parser("lexicon", help="an entity lexicon for entity masking (corpus.entity_lexicon): "
                          "a corpus's Wikipedia article titles, or a tagging task's entities")
     src = lx.add_mutually_exclusive_group(required=True)
@@ -772,8 +796,8 @@ def _add_weak_parser(sub: argparse._SubParsersAction) -> None:
         w = weak.add_parser(name, help=text)
         w.add_argument("lfs", help="a Python file of labeling functions (LFS list or "
                        "@labeling_function), e.g. examples/weak/spam_lfs.py")
-        w.add_argument("--task", required=True, help="'spam' (Snorkel tutorial split), a "
-                       "registered task, or a text file (one example per line)")
+        w.add_argument("--task", required=True, help="a registered task (e.g. spam: the Snorkel "
+                       "tutorial's split of YouTube spam), or a text file (one example per line)")
         w.add_argument("--split", default="train", help="the task split (default train)")
         w.add_argument("--cardinality", type=at_least(2), default=2, help="classes, for a text file")
         w.add_argument("--jobs", type=at_least(1), default=1, help="worker processes applying the LFs")
@@ -791,6 +815,8 @@ def _add_weak_parser(sub: argparse._SubParsersAction) -> None:
                                 "without a vote or with a tie get no label) | uniform | shares such as 0.46,0.54 | "
                                 "from:SPLIT (the label shares of a labelled split, e.g. from:dev)")
             w.add_argument("--out", required=True, help="the jsonl file to write")
+            w.add_argument("--keep-uncovered", action="store_true",
+                           help="also write the rows no LF votes on (left out by default: their probs are the prior alone)")
             w.add_argument("--overwrite", action="store_true", help="replace the file at --out")
 
 

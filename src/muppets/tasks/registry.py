@@ -5,6 +5,7 @@
 (['entailment', 'not_entailment'], {'train': 2490, 'dev': 277})
 
 Names: ``sst2 cola mrpc stsb rte qnli conll2003 conll2003-pos conll2003-chunk squad hellaswag mr youtube-spam``,
+``spam`` (the same YouTube comments in the Snorkel spam tutorial's split: weak supervision),
 ``chnsenticorp msra-ner cmrc2018`` (Chinese: :mod:`muppets.tasks.chinese`) and
 ``xnli-<lang>`` / ``pawsx-<lang>`` (staged: en de fr es zh). Datasets that ship as one file
 (QNLI, SQuAD, HellaSwag, MR, XNLI, PAWS-X, YouTube file 05, MSRA's training file, CMRC 2018)
@@ -25,7 +26,7 @@ from muppets.tasks.conll import load_conll2003, load_conll2003_chunk, load_conll
 from muppets.tasks.glue import load_cola, load_mrpc, load_qnli, load_rte, load_sst2, load_stsb
 from muppets.tasks.sentiment import load_mr
 from muppets.tasks.source import Problems
-from muppets.tasks.spam import load_youtube_spam
+from muppets.tasks.spam import load_spam_tutorial, load_youtube_spam
 from muppets.tasks.spec import TaskData
 from muppets.tasks.squad import load_squad
 from muppets.tasks.xlingual import load_pawsx, load_xnli
@@ -39,6 +40,7 @@ _LOADERS: dict[str, Loader] = {
     "rte": load_rte, "qnli": load_qnli, "conll2003": load_conll2003,
     "conll2003-pos": load_conll2003_pos, "conll2003-chunk": load_conll2003_chunk, "squad": load_squad,
     "hellaswag": load_hellaswag, "mr": load_mr, "youtube-spam": load_youtube_spam,
+    "spam": load_spam_tutorial,
     "chnsenticorp": load_chnsenticorp, "msra-ner": load_msra_ner, "cmrc2018": load_cmrc2018,
 }
 _FAMILIES: dict[str, Callable[..., TaskData]] = {"xnli": load_xnli, "pawsx": load_pawsx}

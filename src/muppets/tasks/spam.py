@@ -6,6 +6,9 @@ tutorial's layout: ``train`` = files 01–04 (1,586 comments), and file 05 (Shak
 split into ``dev`` (120) and ``test`` (250) by :func:`~muppets.tasks.splits.hash_split` on the
 comment id (Snorkel samples these with scikit-learn; ours is deterministic without it).
 
+The registry's ``spam`` (:func:`load_spam_tutorial`) is the same data with the Snorkel spam
+tutorial's exact split and raw text instead, for weak supervision and comparisons with Snorkel.
+
 Cleaning, for the quirks of this data: HTML tags (``<br />``, ``<a href=…>``) become a space,
 entities (``&#39;``, ``&quot;``, ``&lt;``) are unescaped, stray U+FEFF characters are dropped
 and whitespace is collapsed. The 3 exactly duplicated comments are kept (the published
@@ -27,7 +30,8 @@ from muppets.tasks.spec import TaskData, TaskSpec, TextExample
 from muppets.tasks.splits import hash_split, legacy_stratified_shuffle_split
 from muppets.tasks.table import Columns, LabelRule, read_text_file, unique_ids
 
-__all__ = ["SPAM_TEST_SIZE", "clean_comment", "load_youtube_spam", "load_spam_tutorial_split"]
+__all__ = ["SPAM_TEST_SIZE", "clean_comment", "load_youtube_spam", "load_spam_tutorial",
+           "load_spam_tutorial_split"]
 
 SPAM_TEST_SIZE = 250  # of the 370 comments of file 05, as in the Snorkel tutorial
 _TAG = re.compile(r"</?[A-Za-z][^<>]*>")
@@ -124,3 +128,21 @@ def load_spam_tutorial_split(root: Path, problems: Problems | None = None
         [ex.label for ex in last], SPAM_TEST_SIZE, TUTORIAL_SEED)
     return {"train": train, "dev": [train[i] for i in dev_rows],
             "valid": [last[i] for i in valid_rows], "test": [last[i] for i in test_rows]}
+
+
+def load_spam_tutorial(root: Path, problems: Problems) -> TaskData:
+    """The registry's ``spam``: :func:`load_spam_tutorial_split` as a task (label 1 = spam).
+
+    Splits ``train`` 1,586, ``dev`` 100 (drawn *from train*: the labelled comments LFs are
+    written and checked against), ``valid`` 120 and ``test`` 250 (video 5). For weak supervision
+    the train labels stand hidden (``muppets weak label --task spam`` replaces them) and the
+    model trained on the weak labels chooses on ``valid`` (``muppets data task-split spam --split
+    valid``). ``muppets finetune spam`` on the gold labels would choose on dev, which it trains
+    on: fine-tune on gold with ``youtube-spam``."""
+    splits = load_spam_tutorial_split(root, problems)
+    spec = TaskSpec("spam", "classify", ["0", "1"], "accuracy", ("CONTENT",))
+    return TaskData(spec, splits, notes=(
+        "The Snorkel spam tutorial's split (load_spam_dataset, seed 123): train = videos 1-4 "
+        "(1,586), dev = 100 comments of train, video 5 stratified into valid (120) and test (250). "
+        "Raw CONTENT (HTML kept). dev is part of train: fine-tune on gold labels with youtube-spam, "
+        "or select on valid."))

@@ -12,11 +12,13 @@ when ``labels`` is None) or, for ``regress``, a finite number. Problems raise
 :class:`~muppets.errors.DataError` naming file, line and value (``errors="strict"``) or are
 skipped and counted (``errors="skip"``).
 
-:func:`read_text_file` is the same reader for one file, used by the shared-dataset readers.
+:func:`read_text_file` is the same reader for one file, used by the shared-dataset readers;
+:func:`write_table` writes a task split back as such a file (``muppets data task-split``).
 """
 
 from __future__ import annotations
 
+import csv
 import json
 import logging
 import math
@@ -26,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from muppets.config import atomic_path
 from muppets.data.formats import container_of, json_layout, text_suffix
 from muppets.errors import ConfigError, DataError
 from muppets.tasks.source import Problems, Record, iter_records, short
@@ -33,7 +36,8 @@ from muppets.tasks.spec import TaskData, TaskSpec, TextExample
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Columns", "LabelRule", "read_text_file", "read_table", "natural_sorted", "table_format"]
+__all__ = ["Columns", "LabelRule", "read_text_file", "read_table", "write_table", "natural_sorted",
+           "table_format"]
 
 Column = str | int
 _TEXT_KINDS = ("classify", "pair", "regress")
@@ -381,3 +385,34 @@ def _check_kind(kind: str, columns: Columns) -> None:
         raise ConfigError("kind 'pair' needs columns['text_b']")
     if kind == "classify" and columns.text_b is not None:
         raise ConfigError("two text columns make a 'pair' task, not 'classify'")
+
+
+def write_table(examples: list[TextExample], kind: str, out: str | Path, overwrite: bool = False,
+                name: str = "split") -> int:
+    """Write labelled ``examples`` of a classify / pair / regress task as the file
+    :func:`read_table` reads with its default columns: ``id,text[,text_b],label`` CSV (``.csv``)
+    or one JSON object a line (``.jsonl``); atomically, an existing file only with ``overwrite``.
+    ``name`` (e.g. ``spam/valid``) names the split in errors. Returns the rows written."""
+    out = Path(out)
+    if out.exists() and not overwrite:
+        raise ConfigError(f"{out} exists; choose another path or pass --overwrite")
+    if kind not in _TEXT_KINDS:
+        raise ConfigError(f"{name} is a {kind} task; only classify, pair and regress splits are written as "
+                          "tables (tag, span and choice tasks keep their own formats)")
+    suffix = out.suffix.lower()
+    if suffix not in (".csv", ".jsonl"):
+        raise ConfigError(f"{out}: write a task split as .csv or .jsonl (uncompressed)")
+    unlabelled = next((ex for ex in examples if ex.label is None), None)
+    if unlabelled is not None:
+        raise ConfigError(f"{name}: example {unlabelled.id} ({unlabelled.source}) has no label; "
+                          "only a labelled split can be written")
+    fields = ["id", "text", *(["text_b"] if kind != "classify" else []), "label"]
+    rows = [{"id": ex.id, "text": ex.text, "text_b": ex.text_b, "label": ex.label} for ex in examples]
+    with atomic_path(out) as tmp, tmp.open("w", encoding="utf-8", newline="") as fh:
+        if suffix == ".csv":
+            writer = csv.DictWriter(fh, fields, extrasaction="ignore")
+            writer.writeheader()
+            writer.writerows(rows)
+        else:
+            fh.writelines(json.dumps({k: row[k] for k in fields}, ensure_ascii=False) + "\n" for row in rows)
+    return len(rows)

@@ -29,6 +29,7 @@ _HOME = {
     "predictor_lf": "model_lfs", "tagger_lf": "model_lfs", "zero_shot_lf": "model_lfs",
     "prototype_lf": "model_lfs",
     "MajorityVote": "majority", "DawidSkene": "dawid_skene", "LabelModel": "label_model",
+    "covered": "matrix",
 }
 
 __all__ = [*_HOME, "MODELS", "make_label_model"]

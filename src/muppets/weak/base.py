@@ -22,12 +22,24 @@ balance, all of them).
 to 1, in label order) to fix the prior instead of learning it. With one-sided LFs (each votes
 one class only: spam, fraud, rare entities) the balance is barely identifiable from their
 agreements; give it from labelled data or domain knowledge (``weak label --class-balance``).
+
+**LFs whose votes count for nothing** (:func:`no_evidence`): after fitting a latent-class model,
+an LF whose vote for class ``l`` moves the odds of ``l`` by less than ``EVIDENCE_FLOOR``
+(``P(vote l | l) < 1.1 * max_{y != l} P(vote l | y)``), or against ``l``, is named in a warning
+with the LFs whose co-votes with it the fitted model misses most: under the conditional
+independence assumption, an LF that rarely votes with the others of its class and often with
+the other class's looks uninformative (Snorkel's ``LabelModel`` inverts it), however accurate
+it is. A row it alone votes on then gets the prior, as a row without votes does
+(``keyword_http`` on the spam tutorial, :mod:`muppets.weak.label_model`).
+
+Messages name LFs by the ``lf_names`` given to ``fit`` (``LF 3`` without).
 """
 
 from __future__ import annotations
 
 import itertools
 import logging
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -35,11 +47,13 @@ from muppets.errors import ConfigError
 from muppets.weak.matrix import (ONE_SIDED_ADVICE, accuracy, check_gold, check_label_matrix, one_sided,
                                  vote_counts)
 
-__all__ = ["LabelModelBase", "majority_posteriors", "outcome_one_hot", "align_classes", "check_balance"]
+__all__ = ["LabelModelBase", "majority_posteriors", "outcome_one_hot", "align_classes", "check_balance",
+           "no_evidence", "vote_moments", "model_moments", "EVIDENCE_FLOOR"]
 
 logger = logging.getLogger(__name__)
 
 _TIE = 1e-9
+EVIDENCE_FLOOR = 1.1  # an LF's vote must make its class this many times likelier than any other
 
 
 class LabelModelBase:
@@ -55,6 +69,8 @@ class LabelModelBase:
         # (K,) the prior the user fixed, in label order; None = learned (module docstring)
         self.fixed_balance = None if class_balance is None else check_balance(class_balance, cardinality)
         self.class_balance_: np.ndarray | None = None  # (K,) once fitted
+        self.lf_names_: list[str] | None = None  # once fitted: the names messages use
+        self.no_evidence_: list[tuple[int, int]] = []  # once fitted: (LF, class) votes that count for nothing
 
     def _align(self, theta: np.ndarray, balance: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``theta`` and ``balance`` with the latent classes renamed onto the labels."""
@@ -64,15 +80,52 @@ class LabelModelBase:
     def _check(self, L: object) -> np.ndarray:
         return check_label_matrix(L, self.cardinality)
 
-    def _check_fit(self, L: object) -> np.ndarray:
-        """``L`` to fit on: checked, and with at least one row and one LF."""
+    def _check_fit(self, L: object, lf_names: Sequence[str] | None = None) -> np.ndarray:
+        """``L`` to fit on: checked, and with at least one row and one LF; sets ``lf_names_``."""
         L = self._check(L)
         if L.shape[0] == 0 or L.shape[1] == 0:
             raise ConfigError(f"{type(self).__name__}: cannot fit on an empty label matrix "
                               f"{L.shape}")
+        names = [f"LF {j}" for j in range(L.shape[1])] if lf_names is None else [str(n) for n in lf_names]
+        if len(names) != L.shape[1]:
+            raise ConfigError(f"{type(self).__name__}: {len(names)} LF names for {L.shape[1]} label-matrix columns")
+        self.lf_names_ = names
         if self.learns_balance and self.fixed_balance is None and one_sided(L):
             logger.warning("%s: %s", type(self).__name__, ONE_SIDED_ADVICE)
         return L
+
+    def _report_evidence(self, L: np.ndarray, outcomes: np.ndarray) -> None:
+        """Set ``no_evidence_`` (``(lf, class)`` pairs, :func:`no_evidence`) from the fitted
+        ``theta_`` and warn, naming each LF and the LFs its co-votes are most off with."""
+        self.no_evidence_ = no_evidence(self.theta_, L)
+        if not self.no_evidence_:
+            return
+        _, observed = vote_moments(outcomes)
+        fitted = model_moments(self.theta_, self.class_balance_)
+        voted = np.array([[(L[:, j] == c).any() for c in range(self.cardinality)] for j in range(L.shape[1])])
+        for j, label in self.no_evidence_:
+            logger.warning("%s: %s", type(self).__name__,
+                           self._no_evidence_message(j, label, observed, fitted, voted, L.shape[0]))
+
+    def _no_evidence_message(self, j: int, label: int, observed: np.ndarray, fitted: np.ndarray,
+                             voted: np.ndarray, n: int) -> str:
+        K, names, theta = self.cardinality, self.lf_names_, self.theta_
+        own = theta[j, label, 1 + label]
+        rival, y = max((theta[j, y, 1 + label], y) for y in range(K) if y != label)
+        against = own * EVIDENCE_FLOOR < rival
+        text = (f"{names[j]}'s votes for class {label} count {'against it' if against else 'for next to nothing'} "
+                f"(P(vote {label} | {label}) = {own:.3f}, P(vote {label} | {y}) = {rival:.3f}): a row it alone "
+                f"votes on gets {'less of it than' if against else 'about what'} a row with no vote gets")
+        a = j * K + label
+        ratios = sorted(((observed[a, k * K + c] + 0.5 / n) / (fitted[a, k * K + c] + 0.5 / n), names[k])
+                        for k in range(len(names)) for c in range(K) if k != j and voted[k, c])
+        off = [f"with {name} {ratio:.2g}x" for ratio, name in (ratios[:1] + ratios[-1:])
+               if not 0.8 < ratio < 1.25]
+        if off:
+            text += (f". Under the independence model its co-votes say so: it votes {' and '.join(dict.fromkeys(off))} "
+                     "as often as the fitted model expects")
+        return text + ("; if it is accurate on labelled rows, LFs fire together or exclude each other: majority "
+                       "vote counts its votes (--model majority)")
 
     def _fitted_outcomes(self, L: object, theta: np.ndarray | None) -> np.ndarray:
         """``L``'s outcome indicators ``(n, m, K+1)`` for a fitted latent-class model."""
@@ -83,7 +136,7 @@ class LabelModelBase:
             raise ConfigError(f"fitted on {theta.shape[0]} LFs, got {L.shape[1]} columns")
         return outcome_one_hot(L, self.cardinality)
 
-    def fit(self, L: np.ndarray) -> LabelModelBase:  # pragma: no cover - abstract
+    def fit(self, L: np.ndarray, lf_names: Sequence[str] | None = None) -> LabelModelBase:  # pragma: no cover
         raise NotImplementedError
 
     def predict_proba(self, L: np.ndarray) -> np.ndarray:  # pragma: no cover - abstract
@@ -109,6 +162,42 @@ class LabelModelBase:
         an abstained prediction counts as wrong)."""
         L = self._check(L)
         return accuracy(self.predict(L, tie_break), check_gold(Y, L.shape[0], self.cardinality))
+
+
+def no_evidence(theta: np.ndarray, L: np.ndarray, floor: float = EVIDENCE_FLOOR) -> list[tuple[int, int]]:
+    """``(j, l)`` pairs: LF ``j`` votes class ``l`` in ``L``, yet under the fitted ``theta``
+    (m, K, K+1) that vote makes ``l`` less than ``floor`` times likelier than some other class:
+    ``P(vote l | l) < floor * max_{y != l} P(vote l | y)`` (an uninformative or inverted LF).
+
+    >>> theta = np.array([[[.9, .0, .1], [.9, .0, .1]], [[.9, .0, .1], [.5, .0, .5]]])
+    >>> no_evidence(theta, np.array([[1, 1], [-1, 1]]))
+    [(0, 1)]
+    """
+    K = theta.shape[1]
+    out = []
+    for j in range(theta.shape[0]):
+        for label in np.unique(L[:, j][L[:, j] >= 0]):
+            label = int(label)
+            rivals = max(theta[j, y, 1 + label] for y in range(K) if y != label)
+            if theta[j, label, 1 + label] < floor * rivals:
+                out.append((j, label))
+    return out
+
+
+def vote_moments(outcomes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``O1 (d,)`` and ``O2 (d, d)`` of the vote indicators ``A[i, (j, l)] = [L_ij = l]``,
+    ``d = m * K`` (column ``j * K + l``): vote rates and co-vote rates."""
+    n, m, k1 = outcomes.shape
+    A = outcomes[:, :, 1:].reshape(n, m * (k1 - 1))  # (n, d)
+    return A.mean(axis=0), A.T @ A / n
+
+
+def model_moments(theta: np.ndarray, balance: np.ndarray) -> np.ndarray:
+    """``(d, d)`` co-vote rates conditionally independent LFs with ``theta`` (m, K, K+1) and
+    ``balance`` (K,) imply: ``sum_y P(y) P(vote a | y) P(vote b | y)``."""
+    m, K = theta.shape[:2]
+    mu = theta[:, :, 1:].transpose(0, 2, 1).reshape(m * K, K)  # (d, K): [(j, l), y]
+    return (mu * balance) @ mu.T
 
 
 def majority_posteriors(L: np.ndarray, cardinality: int,

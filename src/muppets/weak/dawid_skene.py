@@ -18,6 +18,7 @@ re-estimated).
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -60,9 +61,10 @@ class DawidSkene(LabelModelBase):
         self.theta_: np.ndarray | None = None  # (m, K, K+1) P(outcome | class)
         self.n_iter_ = 0
 
-    def fit(self, L: np.ndarray) -> DawidSkene:
-        """EM on ``L`` (n, m); see the module docstring."""
-        L = self._check_fit(L)
+    def fit(self, L: np.ndarray, lf_names: Sequence[str] | None = None) -> DawidSkene:
+        """EM on ``L`` (n, m); see the module docstring. ``lf_names`` (m) name the LFs in
+        messages."""
+        L = self._check_fit(L, lf_names)
         outcomes = outcome_one_hot(L, self.cardinality)
         theta, pi = self._m_step(outcomes, majority_posteriors(L, self.cardinality))
         for step in range(1, self.max_iter + 1):
@@ -75,6 +77,7 @@ class DawidSkene(LabelModelBase):
         else:
             logger.info("Dawid-Skene: stopped after %d EM steps (last change %.2e)", step, change)
         self.theta_, self.class_balance_ = self._align(theta, pi)
+        self._report_evidence(L, outcomes)
         return self
 
     def _m_step(self, outcomes: np.ndarray, q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

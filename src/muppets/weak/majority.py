@@ -17,6 +17,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
 from muppets.weak.base import LabelModelBase, majority_posteriors
@@ -36,10 +38,10 @@ class MajorityVote(LabelModelBase):
 
     learns_balance = False
 
-    def fit(self, L: np.ndarray) -> MajorityVote:
+    def fit(self, L: np.ndarray, lf_names: Sequence[str] | None = None) -> MajorityVote:
         """Nothing to learn: checks ``L`` and sets ``class_balance_`` (the given one, else
-        uniform)."""
-        self._check_fit(L)
+        uniform); ``lf_names`` as the other models take them."""
+        self._check_fit(L, lf_names)
         uniform = np.full(self.cardinality, 1.0 / self.cardinality)
         self.class_balance_ = uniform if self.fixed_balance is None else self.fixed_balance
         return self

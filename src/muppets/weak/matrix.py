@@ -11,7 +11,7 @@ import numpy as np
 from muppets.errors import ConfigError
 
 __all__ = ["check_label_matrix", "check_gold", "vote_counts", "one_hot_votes", "accuracy", "one_sided",
-           "ONE_SIDED_ADVICE"]
+           "covered", "ONE_SIDED_ADVICE"]
 
 ONE_SIDED_ADVICE = ("every LF votes one class only (one-sided LFs): the class balance is barely identifiable "
                     "from their agreements; give one from labelled data or domain knowledge "
@@ -68,6 +68,16 @@ def accuracy(pred: np.ndarray, gold: np.ndarray) -> float:
     if not keep.any():
         raise ConfigError("no gold labels to score against")
     return float((pred[keep] == gold[keep]).mean())
+
+
+def covered(L: np.ndarray) -> np.ndarray:
+    """``(n,)`` bool: the rows some LF votes on (Snorkel's ``filter_unlabeled_dataframe`` keeps
+    these).
+
+    >>> covered(np.array([[-1, 1], [-1, -1]])).tolist()
+    [True, False]
+    """
+    return (np.asarray(L) != -1).any(axis=1)
 
 
 def one_sided(L: np.ndarray) -> bool:

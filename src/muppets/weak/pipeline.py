@@ -3,22 +3,25 @@
 
 Inputs (``--task``):
 
-* ``spam`` — YouTube spam with the Snorkel tutorial's split (``train`` 1,586 / ``dev`` 100 /
-  ``valid`` 120 / ``test`` 250; :func:`~muppets.tasks.spam.load_spam_tutorial_split`), raw text;
-* any registered task name (``youtube-spam``, ``sst2``, …) — its split, labels as gold;
+* any registered task name — its split, labels as gold: ``spam`` is YouTube spam in the Snorkel
+  tutorial's split (``train`` 1,586 / ``dev`` 100 / ``valid`` 120 / ``test`` 250;
+  :func:`~muppets.tasks.spam.load_spam_tutorial`), raw text; ``youtube-spam``, ``sst2`` …;
 * a path to a UTF-8 text file — one example per non-blank line, no gold.
 
 Output of :func:`write_labels`: one JSON object per example, ``{"id", "text", "probs",
 "label", "votes"}`` — ``probs`` as ``{label name: probability}`` (what ``muppets finetune``
 reads as soft labels from such a file, with no label list to pass), ``label`` the model's prediction
 (most probable, ties broken as the model states; ``null`` where the model abstains: majority vote
-on a row no LF labels or whose votes tie, unless a class balance is given), ``votes`` how many LFs did not abstain
-(0: the label model's prior alone).
+on a row whose votes tie, or with ``keep_uncovered`` on a row no LF labels, unless a class balance
+is given), ``votes`` how many LFs did not abstain. Rows no LF votes on (``votes`` 0: the label
+model's prior alone) are left out unless ``keep_uncovered`` (:func:`rows_to_write`), as
+Snorkel's ``filter_unlabeled_dataframe`` does before training.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,10 +35,13 @@ from muppets.config import atomic_path
 from muppets.errors import ConfigError
 from muppets.tasks.spec import TaskData, TaskSpec, TextExample
 from muppets.weak.apply import read_texts
+from muppets.weak.matrix import covered
 
 TABLE_SUFFIXES = (".csv", ".tsv", ".json", ".jsonl", ".parquet", ".arrow")  # tables: a text file given as --task is one example a line
 
-__all__ = ["WeakInput", "load_weak_input", "write_labels", "weak_task_data"]
+__all__ = ["WeakInput", "load_weak_input", "rows_to_write", "write_labels", "weak_task_data"]
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -75,40 +81,55 @@ def load_weak_input(task: str, split: str = "train", cardinality: int = 2,
         return WeakInput(read_texts(path), names, None, f"{path} ({cardinality} classes)")
     from muppets.paths import data_dir as default_data_dir
     root = Path(data_dir) if data_dir is not None else default_data_dir()
-    if task == "spam":
-        from muppets.tasks.spam import load_spam_tutorial_split
-        splits = load_spam_tutorial_split(root)
-        names = ["0", "1"]
-    else:
-        from muppets.tasks import load_task
-        data = load_task(task, data_dir=root)
-        if data.spec.kind not in ("classify", "pair"):
-            raise ConfigError(f"task {task!r} is a {data.spec.kind} task; weak labels need "
-                              "classify or pair")
-        splits, names = data.splits, list(data.spec.labels)
+    from muppets.tasks import load_task
+    data = load_task(task, data_dir=root)
+    if data.spec.kind not in ("classify", "pair"):
+        raise ConfigError(f"task {task!r} is a {data.spec.kind} task; weak labels need "
+                          "classify or pair")
+    splits, names = data.splits, list(data.spec.labels)
     if split not in splits:
         raise ConfigError(f"task {task!r} has no split {split!r} (has {sorted(splits)})")
     examples = list(splits[split])
     return WeakInput(examples, names, _gold(examples, names), f"{task}/{split}")
 
 
+def rows_to_write(L: np.ndarray, keep_uncovered: bool = False) -> np.ndarray:
+    """``(n,)`` bool: the rows of ``L`` a label file holds — those some LF votes on, or all of
+    them with ``keep_uncovered`` (a row without a vote carries the label model's prior alone,
+    the same for every such row; training on it teaches the class balance, not the task). The
+    count dropped is logged."""
+    keep = np.ones(L.shape[0], dtype=bool) if keep_uncovered else covered(L)
+    if not keep.any():
+        raise ConfigError(f"no LF votes on any of the {L.shape[0]:,} rows: no label to write (--keep-uncovered "
+                          "writes the label model's prior for each)")
+    dropped = int((~keep).sum())
+    if dropped:
+        logger.info("dropped %s of %s rows with no LF vote (%.1f%%); keep them with --keep-uncovered",
+                    f"{dropped:,}", f"{len(keep):,}", 100 * dropped / len(keep))
+    return keep
+
+
 def write_labels(path: str | Path, weak: WeakInput, probs: np.ndarray, labels: np.ndarray,
-                 L: np.ndarray, overwrite: bool = False) -> int:
+                 L: np.ndarray, overwrite: bool = False, keep: np.ndarray | None = None) -> int:
     """Write one JSON line per example (module docstring): ``probs`` (n, K) and ``labels``
-    (n,) class indices from the label model, ``L`` the label matrix; atomically. Returns the
-    count."""
+    (n,) class indices from the label model, ``L`` the label matrix; only the rows where
+    ``keep`` (n,) bool is true (default all; :func:`rows_to_write`); atomically. Returns the
+    count written."""
     path = Path(path)
     if path.exists() and not overwrite:
         raise ConfigError(f"{path} exists; choose another path or pass --overwrite")
     votes = (L != -1).sum(axis=1)
+    keep = np.ones(len(weak.examples), dtype=bool) if keep is None else np.asarray(keep, dtype=bool)
     with atomic_path(path) as tmp, tmp.open("w", encoding="utf-8") as fh:
-        for ex, row, label, n_votes in zip(weak.examples, probs, labels, votes):
+        for ex, row, label, n_votes, kept in zip(weak.examples, probs, labels, votes, keep):
+            if not kept:
+                continue
             fh.write(json.dumps({
                 "id": ex.id, "text": ex.text,
                 "probs": {name: round(float(p), 6) for name, p in zip(weak.label_names, row)},
                 "label": weak.label_names[int(label)] if label >= 0 else None, "votes": int(n_votes)},
                 ensure_ascii=False) + "\n")
-    return len(weak.examples)
+    return int(keep.sum())
 
 
 def weak_task_data(name: str, label_names: Sequence[str], train: Sequence[TextExample],
@@ -118,8 +139,8 @@ def weak_task_data(name: str, label_names: Sequence[str], train: Sequence[TextEx
 
     ``train`` gets the label model's ``probs`` (n, K) as :attr:`TextExample.probs` and its most
     probable class as ``label`` — gold labels in ``train`` are replaced, so none reaches
-    training; ``keep`` (n,) bool drops rows (e.g. those no LF labels, as Snorkel's tutorial
-    does); ``evaluate`` adds gold splits as they are (``{"dev": …, "test": …}``)."""
+    training; ``keep`` (n,) bool drops rows (e.g. ``covered(L)``: those no LF labels, as
+    Snorkel's tutorial does); ``evaluate`` adds gold splits as they are (``{"dev": …, "test": …}``)."""
     probs = np.asarray(probs, dtype=np.float64)
     if probs.shape != (len(train), len(label_names)):
         raise ConfigError(f"probs of shape {probs.shape} for {len(train)} examples and "
