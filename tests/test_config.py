@@ -454,3 +454,20 @@ def test_a_real_configs_post_init_check_names_the_line_of_its_key(tmp_path):
     path.write_text("train:\n  lr: 0.1\n  steps: -5\n")
     with pytest.raises(ConfigError, match=rf"^{path}:3: train\.steps: invalid value -5$"):
         load_typed(Recipe, path, [])
+
+
+def test_an_override_reaches_into_a_list_of_sections():
+    """``tasks[1].weight=2`` sets one entry of a list of sections and leaves the others; an index
+    past the end, or on a setting that is no list of sections, is refused naming the key."""
+    from muppets.multitask.config import MultitaskConfig, TaskEntry
+
+    cfg = MultitaskConfig(tasks=[TaskEntry(name="rte"), TaskEntry(name="mrpc")])
+    out = apply_overrides(cfg, ["tasks[1].weight=2", "tasks[0].max_train_examples=16"])
+    assert [(t.weight, t.max_train_examples) for t in out.tasks] == [(1.0, 16), (2.0, 0)]
+    assert cfg.tasks[1].weight == 1.0  # a copy
+    with pytest.raises(ConfigError, match=r"tasks has 2 items"):
+        apply_overrides(cfg, ["tasks[2].weight=1"])
+    with pytest.raises(ConfigError, match=r"'run_dir' is not a list of sections"):
+        apply_overrides(cfg, ["run_dir[0].weight=1"])
+    with pytest.raises(ConfigError, match=r"name a setting of tasks\[0\]"):
+        apply_overrides(cfg, ["tasks[0]=x"])

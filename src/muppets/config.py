@@ -251,7 +251,8 @@ def _union_from_text(text: str, args: tuple, key: str, finite: bool) -> Any:
 
 
 def apply_overrides(cfg: T, overrides: list[str]) -> T:
-    """Return a copy of ``cfg`` with ``a.b.c=value`` overrides applied, each read as its field's type."""
+    """Return a copy of ``cfg`` with ``a.b.c=value`` overrides applied, each read as its field's
+    type; ``tasks[1].weight=2`` reaches into a list of sections (e.g. a multi-task run's tasks)."""
     data = to_dict(cfg)
     for item in overrides:
         if "=" not in item:
@@ -259,20 +260,38 @@ def apply_overrides(cfg: T, overrides: list[str]) -> T:
         key, raw = item.split("=", 1)
         node, cls = data, type(cfg)
         parts = key.strip().split(".")
-        for depth, part in enumerate(parts):
+        for depth, written in enumerate(parts):
+            part, index = _indexed(written)
             names = [f.name for f in dataclasses.fields(cls)]
             if part not in names:
                 where = ".".join(parts[:depth]) or cls.__name__
                 raise ConfigError(f"unknown key {key!r}: {part!r} is not in {where}; valid keys: {', '.join(names)}")
-            if depth == len(parts) - 1:
+            if depth == len(parts) - 1 and index is None:
                 field = next(f for f in dataclasses.fields(cls) if f.name == part)
                 node[part] = _from_text(raw, _field_types(cls)[part], key.strip(), _finite(field))
+                continue
+            sub = _field_types(cls)[part]
+            if index is not None:
+                item_type = typing.get_args(sub)[0] if typing.get_origin(sub) is list else None
+                if item_type is None or not dataclasses.is_dataclass(item_type):
+                    raise ConfigError(f"{key!r}: {part!r} is not a list of sections", key=key.strip())
+                if index >= len(node[part]):
+                    raise ConfigError(f"{key!r}: {part} has {len(node[part])} items (counted from 0)", key=key.strip())
+                if depth == len(parts) - 1:
+                    raise ConfigError(f"{key!r}: name a setting of {written}, e.g. {written}.{dataclasses.fields(item_type)[0].name}",
+                                      key=key.strip())
+                node, cls = node[part][index], item_type
+            elif not dataclasses.is_dataclass(sub):
+                raise ConfigError(f"{key!r}: {part!r} is a value, not a section")
             else:
-                sub = _field_types(cls)[part]
-                if not dataclasses.is_dataclass(sub):
-                    raise ConfigError(f"{key!r}: {part!r} is a value, not a section")
                 node, cls = node[part], sub
     return from_dict(type(cfg), data)
+
+
+def _indexed(part: str) -> tuple[str, int | None]:
+    """``"tasks[2]"`` -> ``("tasks", 2)``; ``"lr"`` -> ``("lr", None)``."""
+    found = re.fullmatch(r"(.+)\[(\d+)\]", part)
+    return (found.group(1), int(found.group(2))) if found else (part, None)
 
 
 def load_typed(cls: type[T], path: str | Path | None, overrides: Sequence[str]) -> T:

@@ -52,7 +52,7 @@ from typing import Any
 
 import numpy as np
 
-from muppets.config import read_utf8
+from muppets.config import atomic_path, read_utf8
 from muppets.data.shards import UNITS_FILE  # (N,) uint8 beside tokens.bin: bit set = the token starts a unit
 from muppets.errors import ConfigError, DataError
 
@@ -210,7 +210,10 @@ def write_lexicon(entities: Iterable[tuple[str, str]], path: str | Path) -> int:
         entity = entity.strip()
         if entity and "\t" not in entity and "\n" not in entity:
             seen.setdefault(entity, kind)
-    Path(path).write_text("".join(f"{e}\t{k}\n" for e, k in seen.items()), encoding="utf-8")
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)  # `--out runs/zh/entities.txt` in a fresh folder
+    with atomic_path(path) as tmp:
+        tmp.write_text("".join(f"{e}\t{k}\n" for e, k in seen.items()), encoding="utf-8")
     return len(seen)
 
 
