@@ -154,7 +154,7 @@ def _weak_analyze(args: argparse.Namespace) -> int:
     print(f"{weak.description}: {L.shape[0]} examples, {L.shape[1]} LFs, "
           f"{(L != -1).any(axis=1).mean():.1%} labelled by at least one"
           + ("" if gold is None else "; gold labels used for correct/incorrect/emp.acc"))
-    print(summary.format())
+    print(summary.format(weak.display_names))
     if one_sided(L):
         print(f"note: {ONE_SIDED_ADVICE}")
     if args.plot:
@@ -174,7 +174,7 @@ def _weak_label(args: argparse.Namespace) -> int:
     model = make_label_model(args.model, weak.cardinality, balance).fit(L)
     probs, labels = model.predict_proba(L), model.predict(L)
     n = write_labels(args.out, weak, probs, labels, L, overwrite=args.overwrite)
-    shares = ", ".join(f"{name} {np.mean(labels == k):.1%}" for k, name in enumerate(weak.label_names))
+    shares = ", ".join(f"{name} {np.mean(labels == k):.1%}" for k, name in enumerate(weak.display_names))
     if (labels == -1).any():
         shares += f", no label {np.mean(labels == -1):.1%} (majority vote: no vote or a tie; --class-balance decides them)"
     print(f"wrote {n} labels ({args.model}) of {weak.description} to {args.out}: {shares}")

@@ -362,7 +362,8 @@ def model_saver(model: TaskModel, tok: WordPieceTokenizer, spec: TaskSpec, cfg: 
 
     def save() -> None:
         with atomic_dir(directory) as tmp:
-            save_task_model(model, tmp, tok, list(spec.labels), provenance=finetune_provenance(cfg, spec))
+            save_task_model(model, tmp, tok, list(spec.labels), provenance=finetune_provenance(cfg, spec),
+                            label_names=spec.names)
             keep_sentence_files(resolve_model_path(cfg.model), tmp)  # e.g. minilm's pooling + normalize
             save_settings(tmp, cfg.feature_options, cfg.span_options,
                           {"task": spec.name, "metric": spec.metric, "finetune": to_dict(cfg)})

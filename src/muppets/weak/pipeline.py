@@ -19,7 +19,7 @@ on a row no LF labels or whose votes tie, unless a class balance is given), ``vo
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import dataclasses
@@ -43,9 +43,13 @@ class WeakInput:
     """Examples to label, their label names and gold class indices (None without gold)."""
 
     examples: list[TextExample]
-    label_names: list[str]
+    label_names: list[str]  # class k's label as the task's files (and the labels file) hold it
     gold: np.ndarray | None  # (n,) int64, -1 = unknown
     description: str
+    display_names: list[str] = field(default_factory=list)  # what people read for class k (SST-2: negative, positive); [] = label_names
+
+    def __post_init__(self) -> None:
+        self.display_names = list(self.display_names or self.label_names)
 
     @property
     def cardinality(self) -> int:
@@ -76,20 +80,20 @@ def load_weak_input(task: str, split: str = "train", cardinality: int = 2,
     from muppets.paths import data_dir as default_data_dir
     root = Path(data_dir) if data_dir is not None else default_data_dir()
     if task == "spam":
-        from muppets.tasks.spam import load_spam_tutorial_split
+        from muppets.tasks.spam import SPAM_NAMES, load_spam_tutorial_split
         splits = load_spam_tutorial_split(root)
-        names = ["0", "1"]
+        names, shown = ["0", "1"], list(SPAM_NAMES)
     else:
         from muppets.tasks import load_task
         data = load_task(task, data_dir=root)
         if data.spec.kind not in ("classify", "pair"):
             raise ConfigError(f"task {task!r} is a {data.spec.kind} task; weak labels need "
                               "classify or pair")
-        splits, names = data.splits, list(data.spec.labels)
+        splits, names, shown = data.splits, list(data.spec.labels), data.spec.names
     if split not in splits:
         raise ConfigError(f"task {task!r} has no split {split!r} (has {sorted(splits)})")
     examples = list(splits[split])
-    return WeakInput(examples, names, _gold(examples, names), f"{task}/{split}")
+    return WeakInput(examples, names, _gold(examples, names), f"{task}/{split}", shown)
 
 
 def write_labels(path: str | Path, weak: WeakInput, probs: np.ndarray, labels: np.ndarray,
