@@ -257,6 +257,8 @@ def _multitask(args: argparse.Namespace) -> int:
     cfg = multitask.load_config(args.config, args.overrides)
     if args.print_config:
         return _print_config(cfg)
+    from muppets.transfer.report import Scored
+
     summary = multitask.run(cfg, resume=not args.fresh)
     if dist_info().is_main:
         print(f"\n{summary['run_dir']}: {summary['steps']} steps, {summary['mode']}, weighting "
@@ -266,8 +268,9 @@ def _multitask(args: argparse.Namespace) -> int:
                 for split in ("dev", "test"):
                     shown = ", ".join(f"{k} {v:.4f}" for k, v in scores.get(split, {}).items()
                                       if not k.startswith("f1_"))
-                    if shown:
-                        print(f"  {name:<16} {stage:<10} {split:<5} {shown}")
+                    scored = scores.get("scored_on", {}).get(split)
+                    if shown:  # the split named with its size (and "selected on" where it chose)
+                        print(f"  {name:<16} {stage:<10} {Scored.from_dict(scored).describe() if scored else split}  {shown}")
     return 0
 
 
@@ -278,19 +281,18 @@ def _finetune(args: argparse.Namespace) -> int:
     cfg = _finetune_config(args)
     if args.print_config:
         return _print_config(cfg, args.seeds)
+    from muppets.transfer.report import figure_lines, header_line, seed_lines
+
     if args.seeds:
         summary = finetune.run_seeds(cfg, _seed_list(args.seeds), resume=not args.fresh)
         if dist_info().is_main:
             print(f"\n{summary['task']}: {len(summary['seeds'])} seeds {summary['seeds']} (mean ± sample std)")
-            for split in ("dev", "test"):
-                for name, stats in summary.get(split, {}).items():
-                    print(f"  {split:<5} {name:<16} {stats['mean']:10.4f} ± {stats['std']:.4f}")
+            print("\n".join(seed_lines(summary)))
         return 0
     summary = finetune.run(cfg, resume=not args.fresh)
     if dist_info().is_main:
-        print(f"\n{summary['task']}: {summary['steps']} steps"
-              f"{' (stopped early)' if summary['stopped_early'] else ''}, best step {summary['best_step']}")
-        _print_metrics({split: summary[split] for split in ("dev", "test") if split in summary})
+        print("\n" + header_line(summary))
+        print("\n".join(figure_lines(summary)))
         print(f"best model: {summary['best']}")
     return 0
 
@@ -311,18 +313,12 @@ def _evaluate(args: argparse.Namespace) -> int:
     from muppets.transfer import finetune
 
     refuse_existing(args.predictions, overwrite=args.overwrite)
+    from muppets.transfer.report import figure_lines
+
     cfg = _finetune_config(args)
-    metrics = finetune.evaluate_model(cfg.task, cfg.model, args.split, cfg, args.predictions)
-    _print_metrics({args.split: metrics})
+    summary = finetune.evaluate_summary(cfg.task, cfg.model, args.split, cfg, args.predictions)
+    print("\n".join(figure_lines(summary, (args.split,))))
     return 0
-
-
-def _print_metrics(table: dict[str, dict[str, float]]) -> None:
-    for split, metrics in table.items():
-        if not metrics:
-            print(f"  {split:<5} (no gold labels)")
-        for name, value in metrics.items():
-            print(f"  {split:<5} {name:<16} {value:10.4f}")
 
 
 def _generate(args: argparse.Namespace) -> int:
@@ -515,16 +511,16 @@ def _features(args: argparse.Namespace) -> int:
     cfg = with_overrides(cfg, args.overrides)
     if args.print_config:
         return _print_config(cfg, args.seeds)
+    from muppets.transfer.report import figure_lines, header_line, seed_lines
+
     if args.seeds:
         s = feature_based.run_seeds(cfg, _seed_list(args.seeds), resume=not args.fresh)
         print(f"\n{s['task']} ({cfg.model}, layers={cfg.layers}): {len(s['seeds'])} seeds (mean ± sample std)")
-        for split in ("dev", "test"):
-            for name, stats in s.get(split, {}).items():
-                print(f"  {split:<5} {name:<16} {stats['mean']:10.4f} ± {stats['std']:.4f}")
+        print("\n".join(seed_lines(s)))
     else:
         s = feature_based.run(cfg, resume=not args.fresh)
-        print(f"\n{s['task']} ({cfg.model}, layers={cfg.layers}): {s['steps']} steps, best step {s['best_step']}")
-        _print_metrics({split: s[split] for split in ("dev", "test") if split in s})
+        print("\n" + header_line(s, f"{s['task']} ({cfg.model}, layers={cfg.layers})"))
+        print("\n".join(figure_lines(s)))
     if "mix" in s:
         weights = ", ".join(f"{n} {w:.3f}" for n, w in zip(s["mix"]["labels"], s["mix"]["weights"]))
         print(f"learned layer weights: {weights}  (gamma {s['mix']['gamma']:.3f})")
