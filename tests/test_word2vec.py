@@ -342,6 +342,29 @@ def test_format_errors_name_file_and_line(tmp_path):
         WordVectors(["a"], np.ones((1, 2)))["zzz"]
 
 
+def test_an_unknown_word_is_one_line_naming_the_nearest_spellings(tmp_path, capsys):
+    from muppets.cli import main as cli_main
+    from muppets.errors import UnknownWordError
+
+    words = ["king", "queen", "kings", "kingdom", "man", "woman", "paris"]
+    wv = WordVectors(words, np.random.default_rng(0).normal(size=(len(words), 4)).astype(np.float32))
+    with pytest.raises(UnknownWordError) as err:
+        wv.most_similar("King")
+    text = str(err.value)
+    assert isinstance(err.value, KeyError) and err.value.word == "King" and "\n" not in text
+    assert text.startswith("'King' is not among the 7 words") and "they are lower-cased: try 'king'" in text
+    assert wv.suggestions("kingz") == ["king", "kings", "kingdom"]  # difflib ratios 0.89, 0.80, 0.67
+    assert "no word spelt like it" in str(pytest.raises(KeyError, wv.__getitem__, "xyzzy").value)
+    cased = WordVectors(["Paris", "king", "parish"], np.eye(3, dtype=np.float32))  # not lower-cased: no hint
+    text = str(pytest.raises(UnknownWordError, cased.unit, "paris").value)
+    assert "lower-cased" not in text and text.endswith("(nearest spellings: 'Paris', 'parish')")
+    path = wv.save(tmp_path / "v.bin")
+    assert cli_main(["vectors", "similar", "King", "--vectors", str(path)]) == 2
+    err_text = capsys.readouterr().err.strip()
+    assert err_text.startswith("muppets: error: 'King' is not among the 7 words") and "\n" not in err_text
+    assert "try 'king'" in err_text and "Traceback" not in err_text
+
+
 def evaluation_vectors(seed: int = 0) -> tuple[list[str], np.ndarray]:
     """Vectors for the test-set words with some analogy structure, a few words missing (OOV) and
     case variants after their lower-case forms (case-insensitive lookups take the first)."""

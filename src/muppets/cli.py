@@ -166,7 +166,7 @@ def _weak_analyze(args: argparse.Namespace) -> int:
     print(f"{weak.description}: {L.shape[0]} examples, {L.shape[1]} LFs, "
           f"{covered(L).mean():.1%} labelled by at least one"
           + ("" if gold is None else "; gold labels used for correct/incorrect/emp.acc"))
-    print(summary.format())
+    print(summary.format(weak.display_names))
     if one_sided(L):
         print(f"note: {ONE_SIDED_ADVICE}")
     if args.plot:
@@ -187,7 +187,7 @@ def _weak_label(args: argparse.Namespace) -> int:
     probs, labels = model.predict_proba(L), model.predict(L)
     keep = rows_to_write(L, args.keep_uncovered)
     n = write_labels(args.out, weak, probs, labels, L, overwrite=args.overwrite, keep=keep)
-    shares = ", ".join(f"{name} {np.mean(labels[keep] == k):.1%}" for k, name in enumerate(weak.label_names))
+    shares = ", ".join(f"{name} {np.mean(labels[keep] == k):.1%}" for k, name in enumerate(weak.display_names))
     if (labels[keep] == -1).any():
         shares += (f", no label {np.mean(labels[keep] == -1):.1%} (majority vote: a tie"
                    f"{' or no vote' if args.keep_uncovered else ''}; --class-balance decides them)")
@@ -274,6 +274,8 @@ def _multitask(args: argparse.Namespace) -> int:
     cfg = multitask.load_config(args.config, args.overrides)
     if args.print_config:
         return _print_config(cfg)
+    from muppets.transfer.report import Scored
+
     summary = multitask.run(cfg, resume=not args.fresh)
     if dist_info().is_main:
         print(f"\n{summary['run_dir']}: {summary['steps']} steps, {summary['mode']}, weighting "
@@ -283,8 +285,9 @@ def _multitask(args: argparse.Namespace) -> int:
                 for split in ("dev", "test"):
                     shown = ", ".join(f"{k} {v:.4f}" for k, v in scores.get(split, {}).items()
                                       if not k.startswith("f1_"))
-                    if shown:
-                        print(f"  {name:<16} {stage:<10} {split:<5} {shown}")
+                    scored = scores.get("scored_on", {}).get(split)
+                    if shown:  # the split named with its size (and "selected on" where it chose)
+                        print(f"  {name:<16} {stage:<10} {Scored.from_dict(scored).describe() if scored else split}  {shown}")
     return 0
 
 
@@ -295,19 +298,18 @@ def _finetune(args: argparse.Namespace) -> int:
     cfg = _finetune_config(args)
     if args.print_config:
         return _print_config(cfg, args.seeds)
+    from muppets.transfer.report import figure_lines, header_line, seed_lines
+
     if args.seeds:
         summary = finetune.run_seeds(cfg, _seed_list(args.seeds), resume=not args.fresh)
         if dist_info().is_main:
             print(f"\n{summary['task']}: {len(summary['seeds'])} seeds {summary['seeds']} (mean ± sample std)")
-            for split in ("dev", "test"):
-                for name, stats in summary.get(split, {}).items():
-                    print(f"  {split:<5} {name:<16} {stats['mean']:10.4f} ± {stats['std']:.4f}")
+            print("\n".join(seed_lines(summary)))
         return 0
     summary = finetune.run(cfg, resume=not args.fresh)
     if dist_info().is_main:
-        print(f"\n{summary['task']}: {summary['steps']} steps"
-              f"{' (stopped early)' if summary['stopped_early'] else ''}, best step {summary['best_step']}")
-        _print_metrics({split: summary[split] for split in ("dev", "test") if split in summary})
+        print("\n" + header_line(summary))
+        print("\n".join(figure_lines(summary)))
         print(f"best model: {summary['best']}")
     return 0
 
@@ -328,18 +330,12 @@ def _evaluate(args: argparse.Namespace) -> int:
     from muppets.transfer import finetune
 
     refuse_existing(args.predictions, overwrite=args.overwrite)
+    from muppets.transfer.report import figure_lines
+
     cfg = _finetune_config(args)
-    metrics = finetune.evaluate_model(cfg.task, cfg.model, args.split, cfg, args.predictions)
-    _print_metrics({args.split: metrics})
+    summary = finetune.evaluate_summary(cfg.task, cfg.model, args.split, cfg, args.predictions)
+    print("\n".join(figure_lines(summary, (args.split,))))
     return 0
-
-
-def _print_metrics(table: dict[str, dict[str, float]]) -> None:
-    for split, metrics in table.items():
-        if not metrics:
-            print(f"  {split:<5} (no gold labels)")
-        for name, value in metrics.items():
-            print(f"  {split:<5} {name:<16} {value:10.4f}")
 
 
 def _generate(args: argparse.Namespace) -> int:
@@ -532,16 +528,16 @@ def _features(args: argparse.Namespace) -> int:
     cfg = with_overrides(cfg, args.overrides)
     if args.print_config:
         return _print_config(cfg, args.seeds)
+    from muppets.transfer.report import figure_lines, header_line, seed_lines
+
     if args.seeds:
         s = feature_based.run_seeds(cfg, _seed_list(args.seeds), resume=not args.fresh)
         print(f"\n{s['task']} ({cfg.model}, layers={cfg.layers}): {len(s['seeds'])} seeds (mean ± sample std)")
-        for split in ("dev", "test"):
-            for name, stats in s.get(split, {}).items():
-                print(f"  {split:<5} {name:<16} {stats['mean']:10.4f} ± {stats['std']:.4f}")
+        print("\n".join(seed_lines(s)))
     else:
         s = feature_based.run(cfg, resume=not args.fresh)
-        print(f"\n{s['task']} ({cfg.model}, layers={cfg.layers}): {s['steps']} steps, best step {s['best_step']}")
-        _print_metrics({split: s[split] for split in ("dev", "test") if split in s})
+        print("\n" + header_line(s, f"{s['task']} ({cfg.model}, layers={cfg.layers})"))
+        print("\n".join(figure_lines(s)))
     if "mix" in s:
         weights = ", ".join(f"{n} {w:.3f}" for n, w in zip(s["mix"]["labels"], s["mix"]["weights"]))
         print(f"learned layer weights: {weights}  (gamma {s['mix']['gamma']:.3f})")

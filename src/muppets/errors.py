@@ -59,6 +59,25 @@ class DataError(MuppetsError):
         super().__init__(text)
 
 
+class UnknownWordError(MuppetsError, KeyError):
+    """A word looked up in static vectors is not in their vocabulary (a :class:`KeyError` too, as
+    gensim's ``KeyedVectors`` raises); the message names the nearest spellings.
+
+    >>> str(UnknownWordError("'King' is not among the 3 words", word="King"))
+    "'King' is not among the 3 words"
+    """
+
+    def __init__(self, message: str, *, word: str = "") -> None:
+        self.word = word
+        super().__init__(message)
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return str(self.args[0]) if self.args else ""
+
+    def __reduce__(self):
+        return (_rebuild_unknown_word, (str(self), self.word))
+
+
 class CheckpointError(MuppetsError):
     """A checkpoint or model directory is missing, incomplete or incompatible."""
 
@@ -110,6 +129,10 @@ class LabelingFunctionError(MuppetsError):
 
 def _rebuild_config_error(message: str, key: str | None) -> ConfigError:
     return ConfigError(message, key=key)
+
+
+def _rebuild_unknown_word(message: str, word: str) -> UnknownWordError:
+    return UnknownWordError(message, word=word)
 
 
 def _rebuild_lf_error(message, lf, index, example_id, source, value) -> LabelingFunctionError:

@@ -26,18 +26,21 @@ the word2vec text or binary format and ``load`` reads those and GloVe text
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Iterable, Sequence
 from functools import cached_property
 from pathlib import Path
 
 import numpy as np
 
-from muppets.errors import DataError
+from muppets.errors import DataError, UnknownWordError
 from muppets.interop.word2vec_format import read_vectors, write_word2vec_format
 
 __all__ = ["WordVectors"]
 
 RESTRICT_VOCAB = 300_000  # analogies search the most frequent 300k words, as gensim
+SUGGESTIONS = 3  # spellings an unknown word's error names
+SUGGEST_AMONG = 100_000  # ...found among the most frequent words (difflib over millions would take seconds)
 
 
 class WordVectors:
@@ -67,10 +70,42 @@ class WordVectors:
         return self.vectors[self.get_index(word)]
 
     def get_index(self, word: str) -> int:
+        """Row of ``word``; an unknown word raises :class:`~muppets.errors.UnknownWordError`
+        (a ``KeyError``) naming its nearest spellings."""
         try:
             return self.index[word]
         except KeyError:
-            raise KeyError(f"{word!r} is not among the {len(self)} words of these vectors") from None
+            raise UnknownWordError(self._unknown_message(word), word=word) from None
+
+    @cached_property
+    def lowercased(self) -> bool:
+        """Whether every word is in lower case (vectors trained on lower-cased text)."""
+        return all(w == w.lower() for w in self.words)
+
+    def suggestions(self, word: str, n: int = SUGGESTIONS) -> list[str]:
+        """Up to ``n`` words of the vocabulary spelt most like ``word`` (case ignored; difflib's
+        ratio, at least 0.6), best first; the same word in other case comes first.
+
+        >>> WordVectors(["king", "kings", "queen"], np.eye(3)).suggestions("King")
+        ['king', 'kings']
+        """
+        folded = word.lower()
+        same = [w for w in self.words[:SUGGEST_AMONG] if w.lower() == folded and w != word]
+        near = [w for w in self.words[:SUGGEST_AMONG] if abs(len(w) - len(word)) <= 3 and w not in same]
+        by_fold: dict[str, str] = {}
+        for w in near:
+            by_fold.setdefault(w.lower(), w)  # the most frequent spelling of each folded form
+        close = difflib.get_close_matches(folded, list(by_fold), n=n)
+        return (same + [by_fold[c] for c in close if by_fold[c] not in same])[:n]
+
+    def _unknown_message(self, word: str) -> str:
+        text = f"{word!r} is not among the {len(self):,} words of these vectors"
+        lower = word.lower()
+        if lower != word and lower in self.index and self.lowercased:
+            text += f"; they are lower-cased: try {lower!r}"
+        found = self.suggestions(word)
+        text += f" (nearest spellings: {', '.join(map(repr, found))})" if found else " (no word spelt like it)"
+        return text
 
     @property
     def vector_size(self) -> int:

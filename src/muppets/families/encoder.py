@@ -40,8 +40,9 @@ def encoder_family(name: str, model_types: tuple[str, ...], fmt: EncoderFormat,
         return model
 
     def save_task_model(model: TaskModel, directory: str | Path, tok: Any = None, labels: Sequence[str] = (),
-                        provenance: Provenance | None = None) -> Path:
-        return save_hf_task_model(model, directory, tok, list(labels), fmt=fmt, provenance=provenance)
+                        provenance: Provenance | None = None, label_names: Sequence[str] = ()) -> Path:
+        return save_hf_task_model(model, directory, tok, list(labels), fmt=fmt, provenance=provenance,
+                                  label_names=list(label_names))
 
     def has_mlm(directory: Path) -> bool:
         return f"{fmt.heads['mlm.dense']}.weight" in read_shapes(directory)

@@ -36,8 +36,8 @@ def _load_task_model(directory: str | Path, kind: str | None = None, num_labels:
 
 
 def _save_task_model(model: Any, directory: str | Path, tok: GPTTaskTokenizer, labels: Sequence[str] = (),
-                     provenance: Provenance | None = None) -> Path:
-    return save_gpt_task_model(model, directory, tok, labels, provenance)
+                     provenance: Provenance | None = None, label_names: Sequence[str] = ()) -> Path:
+    return save_gpt_task_model(model, directory, tok, labels, provenance, label_names)
 
 
 FAMILY = register(Family(

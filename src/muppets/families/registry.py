@@ -38,7 +38,7 @@ class Family:
     task_tokenizer: Callable[[Path], Any]  # directory -> the tokenizer task features use (GPT: with task tokens)
     new_task_model: Callable[..., Any]  # (directory, kind, num_labels, tok, orderings, lm_coef, pool, dropout)
     load_task_model: Callable[..., Any]  # (directory, kind=None, num_labels=None) -> TaskModel
-    save_task_model: Callable[..., Path]  # (model, directory, tok, labels, provenance=None) -> directory, with its model card
+    save_task_model: Callable[..., Path]  # (model, directory, tok, labels, provenance=None, label_names=()) -> directory, with its model card
     has_mlm: Callable[[Path], bool]  # whether a directory's weights hold a masked-LM head (fill-mask)
     build: Callable[[Any], nn.Module]  # config -> a freshly initialised model of the kind ``load`` returns
     read_config: Callable[[Path], Any]  # directory -> its config.json as our config (what ``build`` takes)

@@ -11,11 +11,11 @@ checkpoint's pretrained pooler when there is one (as in BERT fine-tuning).
 from __future__ import annotations
 
 import dataclasses
-
 import logging
+from collections.abc import Sequence
 from pathlib import Path
 
-from muppets.errors import CheckpointError
+from muppets.errors import CheckpointError, ConfigError
 from muppets.heads import KINDS, TaskModel, build_head
 from muppets.interop.hf_bert import BERT_FORMAT, TASK_HEADS, EncoderFormat, from_hf_state, to_hf_state
 from muppets.interop.model_card import Provenance, write_config, write_model_card
@@ -24,7 +24,8 @@ from muppets.models.bert import BertBackbone, BertConfig
 
 log = logging.getLogger(__name__)
 
-__all__ = ["TASK_HEADS", "is_task_architecture", "is_task_config", "save_hf_task_model", "load_hf_task_model", "task_labels"]
+__all__ = ["TASK_HEADS", "is_task_architecture", "is_task_config", "save_hf_task_model", "load_hf_task_model",
+           "task_labels", "names_entry", "saved_label_names"]
 _KIND_OF_ARCH = {"ForTokenClassification": "tag", "ForQuestionAnswering": "span",
                  "ForMultipleChoice": "choice", "ForSequenceClassification": "classify"}  # architecture suffix -> kind
 
@@ -42,9 +43,13 @@ def is_task_config(config: dict) -> bool:
 
 def save_hf_task_model(model: TaskModel, directory: str | Path, tokenizer=None,
                        labels: list[str] | None = None, fmt: EncoderFormat = BERT_FORMAT,
-                       provenance: Provenance | None = None) -> Path:
+                       provenance: Provenance | None = None, label_names: list[str] | None = None) -> Path:
     """Write config.json (architecture, labels, ``muppets_task``), model.safetensors, tokenizer
-    and a model card (from ``provenance``), in the names of ``fmt``'s family (default BERT's)."""
+    and a model card (from ``provenance``), in the names of ``fmt``'s family (default BERT's).
+
+    ``labels`` are the values the task's files hold (what evaluation compares), ``label_names``
+    what people read for them (default: the labels): ``id2label`` / ``label2id`` hold the names,
+    so transformers' pipelines show them, and ``muppets_task`` keeps both."""
     if not isinstance(model.backbone, BertBackbone):
         raise CheckpointError("only BERT-like backbones can be saved as Hugging Face …For<Task> directories")
     directory = Path(directory)
@@ -55,9 +60,10 @@ def save_hf_task_model(model: TaskModel, directory: str | Path, tokenizer=None,
     write_weights(to_hf_state(model, cfg, heads, {}, fmt), directory / "model.safetensors", {"format": "pt"})
     pool = getattr(getattr(model.head, "vector", None), "pool", "first")
     hf = {**fmt.to_config(cfg), "architectures": [arch],
-          "muppets_task": {"kind": model.kind, "labels": labels or [], "pool": pool}}
+          "muppets_task": {"kind": model.kind, "labels": labels or [], **names_entry(labels or [], label_names or []),
+                           "pool": pool}}
     if model.kind in ("classify", "pair", "tag"):
-        names = labels or [f"LABEL_{i}" for i in range(model.head.classifier.out_features)]
+        names = label_names or labels or [f"LABEL_{i}" for i in range(model.head.classifier.out_features)]
         hf["id2label"] = {str(i): n for i, n in enumerate(names)}
         hf["label2id"] = {n: i for i, n in enumerate(names)}
     if model.kind == "regress":
@@ -106,6 +112,37 @@ def task_labels(directory: str | Path) -> list[str]:
     """The label names saved with a task model (empty for span/choice/regress)."""
     data = _read_config(Path(directory))
     return list(data.get("muppets_task", {}).get("labels", []))
+
+
+def names_entry(labels: Sequence[str], label_names: Sequence[str]) -> dict[str, list[str]]:
+    """``{"label_names": [...]}`` for a saved ``muppets_task`` when the names are not the labels
+    themselves, else ``{}``.
+
+    >>> names_entry(["0", "1"], ["negative", "positive"]), names_entry(["O", "B-PER"], [])
+    ({'label_names': ['negative', 'positive']}, {})
+    """
+    names = [str(n) for n in label_names]
+    if not names or names == [str(x) for x in labels]:
+        return {}
+    if len(names) != len(labels) or len(set(names)) != len(names):
+        raise ConfigError(f"label names {names} must name each of the labels {list(labels)} once")
+    return {"label_names": names}
+
+
+def saved_label_names(config: dict, kind: str, n: int) -> tuple[list[str], list[str]]:
+    """``(labels, names)`` of a task model from its ``config.json`` (a dict; ``n`` outputs): the
+    labels its task's files hold (``muppets_task``; an HF directory: ``id2label``; else
+    ``LABEL_i``; none for span / choice / regress) and their readable names (``label_names``;
+    a directory saved before names were kept, or without them: the labels themselves)."""
+    task = config.get("muppets_task") or {}
+    labels = [str(x) for x in task.get("labels") or []]
+    if not labels and kind in ("classify", "pair", "tag"):
+        id2label = config.get("id2label") or {}
+        labels = [str(id2label.get(str(i), f"LABEL_{i}")) for i in range(n)]
+    names = task.get("label_names")
+    if not isinstance(names, list) or len(names) != len(labels):
+        names = labels
+    return labels, [str(x) for x in names]
 
 
 def _read_config(directory: Path) -> dict:

@@ -26,6 +26,7 @@ from torch import nn
 
 from muppets.errors import ConfigError
 from muppets.heads import TaskOutput
+from muppets.interop.hf_tasks import saved_label_names
 from muppets.interop.onnx_export import INPUTS, read_manifest
 from muppets.interop.safetensors_io import read_json_object
 from muppets.transfer.predict import Predictor, load_settings
@@ -122,19 +123,14 @@ class OnnxPredictor(Predictor):
         self.model = OnnxTaskModel(OnnxModel(self.model_dir, threads)).eval()
         self.tokenizer = load_tokenizer(self.model_dir)
         self.kind = self.model.kind
-        self.labels = _labels(self.model_dir, self.kind, self.model.onnx.manifest)
+        self.labels, self.names = _labels(self.model_dir, self.kind, self.model.onnx.manifest)
         saved_features, self.span = load_settings(self.model_dir)
         limit = int(self.model.onnx.manifest["max_positions"])
         self.features = saved_features or FeatureOptions(max_seq_len=min(128, limit))
         self.batch_size = batch_size
 
 
-def _labels(directory: Path, kind: str, manifest: dict) -> list[str]:
-    """As :func:`~muppets.transfer.predict.model_labels`: saved names, else ``id2label``, else ``LABEL_i``."""
-    data = read_json_object(directory / "config.json")
-    saved = (data.get("muppets_task") or {}).get("labels") or []
-    if saved or kind not in ("classify", "pair", "tag"):
-        return list(saved)
-    id2label = data.get("id2label") or {}
-    n = int(manifest["output_axes"]["logits"][-1])  # the label count (a fixed axis)
-    return [id2label.get(str(i), f"LABEL_{i}") for i in range(n)]
+def _labels(directory: Path, kind: str, manifest: dict) -> tuple[list[str], list[str]]:
+    """As :func:`~muppets.transfer.predict.model_labels`: ``(labels, names)`` of the config.json."""
+    n = int(manifest["output_axes"]["logits"][-1]) if kind in ("classify", "pair", "tag") else 0  # a fixed axis
+    return saved_label_names(read_json_object(directory / "config.json"), kind, n)

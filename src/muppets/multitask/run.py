@@ -248,7 +248,8 @@ def run(cfg: MultitaskConfig, resume: bool = True, datas: dict[str, TaskData] | 
                  "best_step": keepers.keepers[t.name].state["best_step"] if t.name in keepers.keepers else result.step,
                  "best_selection_score": keepers.keepers[t.name].state["best"] if t.name in keepers.keepers else None}
         if dist.is_main:
-            entry.update(ft.final_predictions(run_dir / "tasks" / t.name, t.data, t.cfg))
+            entry.update(ft.final_predictions(run_dir / "tasks" / t.name, t.data, t.cfg,
+                                              ft.selected_on(t.selection, t.select, t.data, t.cfg)))
         summary["per_task"][t.name] = entry
     if cfg.then_finetune:
         _then_finetune(cfg, tasks, run_dir, resume, summary)

@@ -5,7 +5,7 @@ Each input is what :meth:`Predictor.predict` takes, written in JSON:
 ========  ==================================================  ========================================
 kind      input                                               prediction
 ========  ==================================================  ========================================
-classify  ``"text"``                                          label name
+classify  ``"text"``                                          label name (``"positive"``)
 pair      ``["a", "b"]`` or ``{"text": a, "text_pair": b}``   label name
 regress   ``"text"``, ``["a", "b"]`` or the object form       float
 tag       ``"raw text"``                                      entity groups: ``[{"entity_group",
@@ -63,7 +63,7 @@ class TaskEngine(Engine):
         self.max_len = self.predictor.features.max_seq_len
 
     def describe(self) -> dict[str, Any]:
-        return {**super().describe(), "task": self.kind, "labels": self.predictor.labels}
+        return {**super().describe(), "task": self.kind, "labels": self.predictor.names}
 
     def predict_items(self, inputs: Sequence[Any], probabilities: bool) -> list[Work]:
         """Work items for JSON inputs (422 naming the first that does not fit the kind)."""
@@ -106,7 +106,7 @@ class TaskEngine(Engine):
                 answer["score"] = float(prob.max())
                 if w.payload.probabilities:
                     answer["probabilities"] = (prob.tolist() if self.kind == "choice" else
-                                               dict(zip(self.predictor.labels, prob.tolist())))
+                                               dict(zip(self.predictor.names, prob.tolist())))
             out.append(answer)
         return out
 

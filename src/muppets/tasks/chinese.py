@@ -46,7 +46,7 @@ from pathlib import Path
 from muppets.errors import DataError
 from muppets.tasks.conll import bio_labels
 from muppets.tasks.source import Problems, iter_records, short
-from muppets.tasks.spec import SpanExample, TagExample, TaskData, TaskSpec
+from muppets.tasks.spec import SENTIMENT_NAMES, SpanExample, TagExample, TaskData, TaskSpec
 from muppets.tasks.splits import hash_split
 from muppets.tasks.squad import read_squad_articles
 from muppets.tasks.table import Columns, LabelRule, read_text_file
@@ -67,7 +67,7 @@ def load_chnsenticorp(root: Path, problems: Problems) -> TaskData:
     cols, rule = Columns(text="text_a", label="label"), LabelRule("classify", ["0", "1"])
     splits = {s: read_text_file(folder / f"{s}.tsv", "tsv", cols, rule, problems)
               for s in ("train", "dev", "test")}
-    spec = TaskSpec("chnsenticorp", "classify", ["0", "1"], "accuracy", ("text_a",))
+    spec = TaskSpec("chnsenticorp", "classify", ["0", "1"], "accuracy", ("text_a",), SENTIMENT_NAMES)
     return TaskData(spec, splits, notes="ChnSentiCorp (UER-py copy): label 1 = positive; "  # type: ignore[arg-type]
                     "official train/dev/test files.")
 

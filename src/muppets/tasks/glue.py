@@ -2,16 +2,17 @@
 
 Each reader takes the data root and the error policy and returns a :class:`TaskData`. The
 label strings are the files' own, except RTE, whose numeric labels are mapped to GLUE's names
-so that RTE and QNLI share the label set ``["entailment", "not_entailment"]``.
+so that RTE and QNLI share the label set ``["entailment", "not_entailment"]``; the 0/1 labels of
+SST-2, CoLA and MRPC carry GLUE's names as :attr:`TaskSpec.label_names` (shown in predictions).
 
 =======  ==========================================  =============  ===================  ======
 task     files → splits                              kind           labels               metric
 =======  ==========================================  =============  ===================  ======
-sst2     stsa.binary.{train,dev}: ``<label> <text>``  classify       0=neg 1=pos          acc
-cola     in_domain_train / in_domain_dev +            classify       0=bad 1=acceptable   mcc
+sst2     stsa.binary.{train,dev}: ``<label> <text>``  classify       0=negative 1=pos…    acc
+cola     in_domain_train / in_domain_dev +            classify       0=unacceptable 1=…   mcc
          out_of_domain_dev (4-column tsv, no header)
-mrpc     {train,dev}.tsv (BOM in header, quotes       pair           0, 1=paraphrase      f1
-         are plain characters)
+mrpc     {train,dev}.tsv (BOM in header, quotes       pair           0=not_equivalent,    f1
+         are plain characters)                                     1=equivalent
 stsb     {train,dev}.tsv (10 columns, score last)     regress        float 0–5            pearson
 rte      {train,dev}.tsv (CSV-quoted, 0=entailment)   pair           entailment, not_…    acc
 qnli     dev.tsv only, split 80/20 → train/dev        pair           entailment, not_…    acc
@@ -24,7 +25,7 @@ from pathlib import Path
 
 from muppets.errors import DataError
 from muppets.tasks.source import Line, Problems, iter_lines, short
-from muppets.tasks.spec import TaskData, TaskSpec, TextExample
+from muppets.tasks.spec import SENTIMENT_NAMES, TaskData, TaskSpec, TextExample
 from muppets.tasks.splits import hash_split
 from muppets.tasks.table import Columns, LabelRule, read_text_file
 
@@ -33,6 +34,8 @@ __all__ = ["load_sst2", "load_cola", "load_mrpc", "load_stsb", "load_rte", "load
 
 BINARY = ["0", "1"]
 NLI2 = ["entailment", "not_entailment"]
+COLA_NAMES = ("unacceptable", "acceptable")  # GLUE's (and the HF dataset's) names of CoLA's 0/1
+MRPC_NAMES = ("not_equivalent", "equivalent")  # ... of MRPC's 0/1
 QNLI_DEV_FRACTION = 0.2  # share of QNLI dev.tsv held out as our "dev" split
 
 
@@ -67,7 +70,7 @@ def load_sst2(root: Path, problems: Problems) -> TaskData:
     """SST-2 at sentence level: 6,920 train / 872 dev (not GLUE's 67k phrases)."""
     folder = root / "glue" / "SST-2"
     splits = {s: read_sst(folder / f"stsa.binary.{s}", problems) for s in ("train", "dev")}
-    spec = TaskSpec("sst2", "classify", BINARY, "accuracy", ("sentence",))
+    spec = TaskSpec("sst2", "classify", BINARY, "accuracy", ("sentence",), SENTIMENT_NAMES)
     return TaskData(spec, splits, notes="SST-2 sentence-level split (Kim 2014): train has "
                     "6,920 sentences, not GLUE's 67,349 phrases; label 1 = positive.")
 
@@ -82,7 +85,7 @@ def load_cola(root: Path, problems: Problems) -> TaskData:
 
     splits = {"train": read("in_domain_train.tsv"),
               "dev": read("in_domain_dev.tsv") + read("out_of_domain_dev.tsv")}
-    spec = TaskSpec("cola", "classify", BINARY, "mcc", ("sentence",))
+    spec = TaskSpec("cola", "classify", BINARY, "mcc", ("sentence",), COLA_NAMES)
     return TaskData(spec, splits, notes="GLUE CoLA: dev = in-domain dev followed by "
                     "out-of-domain dev; label 1 = acceptable.")
 
@@ -98,7 +101,7 @@ def load_mrpc(root: Path, problems: Problems) -> TaskData:
     cols = Columns(text="#1 String", text_b="#2 String", label="Quality")
     splits = _two_files(root / "glue" / "MRPC", "tsv", cols, LabelRule("pair", BINARY),
                         problems)
-    spec = TaskSpec("mrpc", "pair", BINARY, "f1", ("#1 String", "#2 String"))
+    spec = TaskSpec("mrpc", "pair", BINARY, "f1", ("#1 String", "#2 String"), MRPC_NAMES)
     return TaskData(spec, splits, notes="GLUE MRPC; label 1 = paraphrase; F1 of class 1.")
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from muppets.errors import DataError
 from muppets.tasks.source import Problems, iter_lines
-from muppets.tasks.spec import TaskData, TaskSpec, TextExample
+from muppets.tasks.spec import SENTIMENT_NAMES, TaskData, TaskSpec, TextExample
 from muppets.tasks.splits import hash_split
 
 __all__ = ["MR_ENCODING", "MR_DEV_FRACTION", "load_mr", "read_lines_as_examples"]
@@ -47,7 +47,7 @@ def load_mr(root: Path, problems: Problems) -> TaskData:
                 + read_lines_as_examples(folder / "rt-polarity.neg", "0", "neg", problems,
                                          MR_ENCODING))
     train, dev = hash_split(examples, [ex.id for ex in examples], MR_DEV_FRACTION)
-    spec = TaskSpec("mr", "classify", ["0", "1"], "accuracy", ("sentence",))
+    spec = TaskSpec("mr", "classify", ["0", "1"], "accuracy", ("sentence",), SENTIMENT_NAMES)
     return TaskData(spec, {"train": train, "dev": dev}, notes=(
         f"MR has no official split: {MR_DEV_FRACTION:.0%} of the {len(examples)} snippets "
         f"are held out as dev ({len(dev)}) by muppets.tasks.splits.hash_split on the id; "

@@ -30,10 +30,11 @@ from muppets.tasks.spec import TaskData, TaskSpec, TextExample
 from muppets.tasks.splits import hash_split, legacy_stratified_shuffle_split
 from muppets.tasks.table import Columns, LabelRule, read_text_file, unique_ids
 
-__all__ = ["SPAM_TEST_SIZE", "clean_comment", "load_youtube_spam", "load_spam_tutorial",
+__all__ = ["SPAM_NAMES", "SPAM_TEST_SIZE", "clean_comment", "load_youtube_spam", "load_spam_tutorial",
            "load_spam_tutorial_split"]
 
 SPAM_TEST_SIZE = 250  # of the 370 comments of file 05, as in the Snorkel tutorial
+SPAM_NAMES = ("ham", "spam")  # CLASS 0 / 1
 _TAG = re.compile(r"</?[A-Za-z][^<>]*>")
 _SPACES = re.compile(r"\s+")
 _COLUMNS = Columns(text="CONTENT", label="CLASS", id="COMMENT_ID", meta=("AUTHOR", "DATE"))
@@ -85,7 +86,7 @@ def load_youtube_spam(root: Path, problems: Problems) -> TaskData:
     last = _read_video(files[4], problems)
     fraction = SPAM_TEST_SIZE / len(last)
     dev, test = hash_split(last, [ex.id for ex in last], fraction)
-    spec = TaskSpec("youtube-spam", "classify", ["0", "1"], "accuracy", ("CONTENT",))
+    spec = TaskSpec("youtube-spam", "classify", ["0", "1"], "accuracy", ("CONTENT",), SPAM_NAMES)
     return TaskData(spec, {"train": train, "dev": dev, "test": test}, notes=(
         f"Snorkel layout: train = {', '.join(f.stem for f in files[:4])}; {files[4].stem} "
         f"split by hash_split on the comment id into dev ({len(dev)}) and test ({len(test)}). "
@@ -140,7 +141,7 @@ def load_spam_tutorial(root: Path, problems: Problems) -> TaskData:
     valid``). ``muppets finetune spam`` on the gold labels would choose on dev, which it trains
     on: fine-tune on gold with ``youtube-spam``."""
     splits = load_spam_tutorial_split(root, problems)
-    spec = TaskSpec("spam", "classify", ["0", "1"], "accuracy", ("CONTENT",))
+    spec = TaskSpec("spam", "classify", ["0", "1"], "accuracy", ("CONTENT",), SPAM_NAMES)
     return TaskData(spec, splits, notes=(
         "The Snorkel spam tutorial's split (load_spam_dataset, seed 123): train = videos 1-4 "
         "(1,586), dev = 100 comments of train, video 5 stratified into valid (120) and test (250). "

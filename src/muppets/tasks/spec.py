@@ -24,11 +24,12 @@ from typing import Union
 
 from muppets.errors import ConfigError
 
-__all__ = ["KINDS", "TaskSpec", "TextExample", "TagExample", "Answer", "SpanExample",
+__all__ = ["KINDS", "SENTIMENT_NAMES", "TaskSpec", "TextExample", "TagExample", "Answer", "SpanExample",
            "ChoiceExample", "Example", "TaskData"]
 
 KINDS = ("classify", "regress", "pair", "tag", "span", "choice")
 _UNLABELLED_KINDS = ("regress", "span")  # kinds whose spec has no label set
+SENTIMENT_NAMES = ("negative", "positive")  # names of the 0/1 labels of SST-2, MR, ChnSentiCorp
 
 
 @dataclass(frozen=True)
@@ -37,10 +38,14 @@ class TaskSpec:
 
     ``metric`` names a function of :mod:`muppets.metrics` ("accuracy", "mcc", "f1",
     "pearson_spearman", "entity_f1", "squad"); ``text_fields`` names the input fields in the
-    source files, in order (e.g. ``("question", "sentence")``).
+    source files, in order (e.g. ``("question", "sentence")``). ``labels`` are the values the
+    files hold; ``label_names`` what people read for them (SST-2's ``0``/``1`` are ``negative`` /
+    ``positive``): predictions, served answers and a saved model's ``id2label`` show the names.
 
-    >>> TaskSpec("sst2", "classify", ["0", "1"], "accuracy", ("sentence",)).num_labels
-    2
+    >>> spec = TaskSpec("sst2", "classify", ["0", "1"], "accuracy", ("sentence",),
+    ...                 ("negative", "positive"))
+    >>> spec.num_labels, spec.names
+    (2, ['negative', 'positive'])
     """
 
     name: str  # registry name, e.g. "sst2" or "xnli-de"
@@ -48,6 +53,7 @@ class TaskSpec:
     labels: list[str]  # label set, in the order heads index it; empty for regress/span
     metric: str  # metric name reported for this task
     text_fields: tuple[str, ...]  # names of the input text fields in the source files
+    label_names: tuple[str, ...] = ()  # a readable name per label, in the same order (() = the labels are their names)
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -58,6 +64,15 @@ class TaskSpec:
             raise ConfigError(f"task {self.name!r}: a {self.kind} task needs labels")
         if len(set(self.labels)) != len(self.labels):
             raise ConfigError(f"task {self.name!r}: duplicate labels in {self.labels}")
+        if self.label_names and (len(self.label_names) != len(self.labels)
+                                 or len(set(self.label_names)) != len(self.label_names)):
+            raise ConfigError(f"task {self.name!r}: label names {list(self.label_names)} must name each of "
+                              f"the labels {self.labels} once")
+
+    @property
+    def names(self) -> list[str]:
+        """The readable name of each label (``label_names``, else the labels themselves)."""
+        return list(self.label_names or self.labels)
 
     @property
     def num_labels(self) -> int:

@@ -38,6 +38,7 @@ __all__ = ["XNLI_LABELS", "XLINGUAL_DEV_FRACTION", "row_groups", "load_xnli", "l
 
 XNLI_LABELS = ["entailment", "neutral", "contradiction"]
 PAWSX_LABELS = ["0", "1"]  # 1 = paraphrase
+PAWSX_NAMES = ("not_paraphrase", "paraphrase")
 XLINGUAL_DEV_FRACTION = 0.2
 UNTRANSLATED = "NS"
 GROUP_LANGUAGES = ("en", "de", "fr", "es", "zh")  # staged files: rows sharing a sentence in any are one group
@@ -136,7 +137,7 @@ def load_pawsx(root: Path, problems: Problems, lang: str) -> TaskData:
         dropped += len(exs) - len(kept)
         splits[name] = kept
     spec = TaskSpec(f"pawsx-{lang}", "pair", PAWSX_LABELS, "accuracy",
-                    ("sentence1", "sentence2"))
+                    ("sentence1", "sentence2"), PAWSX_NAMES)
     notes = (note + f" {dropped} rows whose translation "
              f"is {UNTRANSLATED!r} (not translated) were dropped after splitting.")
     return TaskData(spec, splits, dropped=dropped, notes=notes)  # type: ignore[arg-type]

@@ -15,7 +15,9 @@ Panels (decided by :func:`plan_panels`, a pure function of the log records):
   weights of feature-based runs) share one panel, and so do per-class scores such as
   ``f1_LOC``, ``f1_PER`` when ``f1`` is logged too, a multi-task run's metrics of one task
   (``eval/<task>/<metric>``) and its task weights (``eval/weight/<task>``). Perplexities use a
-  log scale.
+  log scale. ``eval_labels`` names what the evaluations scored (a fine-tuning run: ``{"":
+  "train-slice (692 of 6,920 train examples, selected on)", "dev/": "dev (200 of 872
+  examples)"}``): those lines carry the names in a legend instead of ``eval`` / ``dev``.
 
 Non-finite values and unreadable lines (a run killed mid-write) are skipped. Drawing never
 raises: a failure is logged as a warning, and without matplotlib nothing is drawn (logged once).
@@ -63,6 +65,7 @@ class Panel:
     title: str
     series: list[Series] = field(default_factory=list)
     log_y: bool = False
+    legend: bool = False  # a legend even for one line (its label says what was scored)
 
 
 # ----------------------------------------------------------------------------- deciding
@@ -150,26 +153,31 @@ def _metric_group(name: str, names: set[str]) -> tuple[str, str]:
     return (f"{title} (dev)" if dev else title), label
 
 
-def _metric_panels(columns: dict[str, Column]) -> list[Panel]:
+def _metric_panels(columns: dict[str, Column], eval_labels: dict[str, str] | None = None) -> list[Panel]:
     names = {k[len("eval/"):].removeprefix("dev/") for k in columns if k.startswith("eval/")}
+    named = {"eval": (eval_labels or {}).get(""), "dev": (eval_labels or {}).get("dev/")}
     panels: dict[str, Panel] = {}
     for key, column in columns.items():
         if key.startswith("eval/"):
             title, label = _metric_group(key[len("eval/"):], names)
             steps, values = _finite(column)
             if len(values):
-                panels.setdefault(title, Panel(title)).series.append(Series(label, steps, values))
+                panel = panels.setdefault(title, Panel(title))
+                if named.get(label):
+                    label, panel.legend = named[label], True
+                panel.series.append(Series(label, steps, values))
     for panel in panels.values():
         panel.log_y = "perplexity" in panel.title and all(bool((s.values > 0).all()) for s in panel.series)
     return list(panels.values())
 
 
-def plan_panels(records: list[dict]) -> list[Panel]:
+def plan_panels(records: list[dict], eval_labels: dict[str, str] | None = None) -> list[Panel]:
     """The subplots for these log records: training loss first, then the evaluated metrics in
-    the order they first appear (at most :data:`MAX_PANELS` in all; empty panels dropped)."""
+    the order they first appear (at most :data:`MAX_PANELS` in all; empty panels dropped);
+    ``eval_labels`` (see the module docstring) names the lines of ``eval/<m>`` and ``eval/dev/<m>``."""
     columns = _columns(records)
     loss = _loss_panel(columns)
-    panels = ([loss] if loss is not None else []) + _metric_panels(columns)
+    panels = ([loss] if loss is not None else []) + _metric_panels(columns, eval_labels)
     if len(panels) > MAX_PANELS:
         logger.debug("plotting %d of %d panels", MAX_PANELS, len(panels))
     return panels[:MAX_PANELS]
@@ -206,7 +214,7 @@ def _draw_panel(ax: Any, panel: Panel) -> None:
     ax.set_xlabel("step", fontsize=8)
     ax.tick_params(labelsize=8)
     ax.grid(alpha=0.3)
-    if len([s for s in panel.series if s.style != "raw"]) > 1:
+    if panel.legend or len([s for s in panel.series if s.style != "raw"]) > 1:
         ax.legend(fontsize=7)
 
 

@@ -26,8 +26,9 @@ import math
 import random
 import signal
 import time
-from collections.abc import Callable, Collection, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
+from functools import partial
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -54,7 +55,7 @@ from muppets.train.checkpoint import (
 from muppets.train.distributed import all_gather, all_reduce_sum, any_rank, barrier, init_distributed
 from muppets.train.logger import RunLogger, read_log
 from muppets.train.optim import build_optimizer, is_clipped
-from muppets.train.plots import write_run_plot
+from muppets.train.plots import plan_panels, write_run_plot
 from muppets.train.precision import PRECISIONS, autocast, resolve_precision
 from muppets.train.progress import progress_bar, run_eta
 from muppets.train.rundir import (
@@ -223,6 +224,9 @@ class Trainer:
         after_training: keys of ``run_config`` that only steer what the caller does after the
             trained steps (multitask's MT-DNN second stage): a finished run may be asked again
             with them changed (:func:`~muppets.train.rundir.check_resume`).
+        eval_labels: what ``evaluate`` scored, by metric-name prefix (``{"": "train-slice (692 of
+            6,920 train examples, selected on)", "dev/": "dev (200 of 872 examples)"}``): named
+            in the evaluation's log line and in ``training_curves.png``.
 
     Under ``torchrun`` the constructor joins the process group (:func:`init_distributed`) and
     wraps the model in DistributedDataParallel; build the same model on every rank.
@@ -243,6 +247,7 @@ class Trainer:
         frozen: Callable[[int], Sequence[nn.Parameter]] | None = None,
         draw: Callable[[], object] | None = None,
         after_training: Collection[str] = (),
+        eval_labels: Mapping[str, str] | None = None,
     ) -> None:
         self.model, self.data, self.config = model, data, config
         self.run_dir = Path(run_dir)
@@ -250,6 +255,7 @@ class Trainer:
         self.should_stop, self.eval_also_at = should_stop, eval_also_at
         self.step_extras, self.frozen, self.draw = step_extras, frozen, draw
         self.after_training = frozenset(after_training)
+        self.eval_labels = dict(eval_labels or {})
         self.run_config = run_config if run_config is not None else {"train": to_dict(config)}
         self.dist = init_distributed()
         _check_split(config, self.dist.world)
@@ -606,7 +612,9 @@ class Trainer:
             self.model.train(was_training)
         self._log.log({"step": self.step, **{f"eval/{k}": v for k, v in metrics.items()}})
         if self.dist.is_main:
-            logger.info("eval at step %d: %s", self.step, ", ".join(f"{k} {v:.4f}" for k, v in metrics.items()))
+            on = "; ".join(f"{prefix or 'metrics'} on {what}" for prefix, what in self.eval_labels.items())
+            logger.info("eval at step %d: %s%s", self.step, ", ".join(f"{k} {v:.4f}" for k, v in metrics.items()),
+                        f" ({on})" if on else "")
         return metrics
 
     def _logged_evaluation(self) -> dict[str, float]:
@@ -625,7 +633,8 @@ class Trainer:
             return
         self._plotted_step = self.step
         name = "/".join(self.run_dir.resolve().parts[-2:])  # e.g. sst2-bert-mix/seed-1
-        write_run_plot(self.run_dir, title=f"{name}: step {self.step} of {self.config.steps}")
+        write_run_plot(self.run_dir, title=f"{name}: step {self.step} of {self.config.steps}",
+                       panels=partial(plan_panels, eval_labels=self.eval_labels))
         if self.draw is not None:
             self.draw()
 

@@ -50,7 +50,9 @@ from muppets.transfer.feature_cache import LAYER_MODES, FeatureSource, is_int
 from muppets.transfer.feature_models import (FeatureModelConfig, FeatureTaskModel, load_feature_model,
                                              save_feature_model)
 from muppets.transfer.finetune import (BestKeeper, TaskSection, gold_of, load_task_data, mean_std,
-                                       prediction_record, primary_key, score, write_jsonl)
+                                       prediction_record, primary_key, score, scored_split, seed_provenance,
+                                       write_jsonl)
+from muppets.transfer.report import Scored
 from muppets.transfer.selection import SELECTIONS, example_groups, resolve_mode, select
 
 log = logging.getLogger(__name__)
@@ -239,6 +241,7 @@ class _Prepared:
     model_cfg: FeatureModelConfig
     backbone: dict  # the main source's metadata (kind, layers, combine, counts per split)
     static: dict | None  # the concatenated static vectors' metadata
+    totals: dict[str, int] = field(default_factory=dict)  # examples per split of the task, before max_*_examples
 
 
 def _limit(examples: list, n: int) -> list:
@@ -281,7 +284,7 @@ def prepare(cfg: FeatureConfig, data: TaskData) -> _Prepared:
         layer_norm=cfg.layer_norm, extra_dim=splits["train"].extra[0].shape[-1] if static else 0,
         hidden=cfg.hidden, lstm_layers=cfg.lstm_layers, dropout=cfg.dropout, pool=cfg.pool, crf=cfg.crf,
         mix_l2=cfg.mix_l2)
-    return _Prepared(spec, splits, model_cfg, meta, static_meta)
+    return _Prepared(spec, splits, model_cfg, meta, static_meta, data.sizes())
 
 
 COUNTS = ("words", "oov", "empty_words")  # what an embedder counts (per split in the metadata)
@@ -327,8 +330,8 @@ def _evaluator(spec: TaskSpec, chosen: SplitFeatures | None, watched: SplitFeatu
     return evaluate
 
 
-def _selection(p: _Prepared, cfg: FeatureConfig) -> tuple[SplitFeatures, SplitFeatures | None, str]:
-    """``(sentences trained on, sentences that select or None, mode)``, by
+def _selection(p: _Prepared, cfg: FeatureConfig) -> tuple[SplitFeatures, SplitFeatures | None, str, Scored | None]:
+    """``(sentences trained on, sentences that select or None, mode, what selects)``, by
     :mod:`muppets.transfer.selection` (dev is reported, not selected on, unless a test is)."""
     train, dev, test = (p.splits.get(name) for name in ("train", "dev", "test"))
     has_dev, has_test = (s is not None and s.labels is not None for s in (dev, test))
@@ -337,7 +340,9 @@ def _selection(p: _Prepared, cfg: FeatureConfig) -> tuple[SplitFeatures, SplitFe
     sel = select(mode, p.spec.kind, golds, len(dev.examples) if has_dev else 0, cfg.selection_fraction,
                  cfg.selection_seed, example_groups(train.examples))
     chosen = {"train": train, "dev": dev}.get(sel.split)
-    return train.subset(sel.train), chosen.subset(sel.select) if chosen is not None else None, sel.mode
+    on = {"train": Scored("train-slice", len(sel.select), len(train.examples), True, "train"),
+          "dev": Scored("dev", len(sel.select), p.totals.get("dev", len(sel.select)), True)}.get(sel.split)
+    return train.subset(sel.train), chosen.subset(sel.select) if chosen is not None else None, sel.mode, on
 
 
 def model_stem(name: str) -> str:
@@ -367,7 +372,7 @@ def run(cfg: FeatureConfig, resume: bool = True, data: TaskData | None = None,
     p = prepared or prepare(cfg, data or load_task_data(cfg.task))
     seed_everything(cfg.seed)  # the task model's initialisation
     model = FeatureTaskModel(p.model_cfg).to(cfg.device)
-    train, chosen, mode = _selection(p, cfg)
+    train, chosen, mode, chosen_on = _selection(p, cfg)
     steps = FeatureEpochData(train, p.spec.kind, cfg.batch_size, cfg.epochs, cfg.seed, mix_l2=cfg.mix_l2 > 0)
     spe = steps.steps_per_epoch
     dev = p.splits.get("dev")
@@ -380,10 +385,13 @@ def run(cfg: FeatureConfig, resume: bool = True, data: TaskData | None = None,
     keeper = BestKeeper(run_dir / "early_stopping.json", primary_key(p.spec.metric), cfg.patience, save_best,
                         is_main=True, fresh=not resume)
     evaluate = _evaluator(p.spec, chosen, watched, cfg) if chosen is not None or watched is not None else None
+    labels = {"": chosen_on.describe()} if chosen_on is not None else {}
+    if watched is not None:
+        labels["dev/"] = Scored("dev", len(watched.examples), p.totals.get("dev", 0)).describe()
     trainer = Trainer(model, steps, _train_config(cfg, steps.total_steps, spe), run_dir,
                       evaluate=evaluate, run_config=to_dict(cfg),
                       should_stop=keeper if chosen is not None else None,
-                      eval_also_at=lambda step: step % spe == 0)
+                      eval_also_at=lambda step: step % spe == 0, eval_labels=labels)
     if resume and keeper.state["stopped"]:
         done, stopped = keeper.state["history"][-1]["step"], True
         trainer.check_stopped(done)  # its best/ and metrics must not be taken for these settings'
@@ -401,17 +409,19 @@ def run(cfg: FeatureConfig, resume: bool = True, data: TaskData | None = None,
                "seed": cfg.seed, "run_dir": str(run_dir), "steps": done, "steps_per_epoch": spe,
                "stopped_early": stopped, "best_step": keeper.state["best_step"] if chosen is not None else done,
                "selection": mode, "selection_examples": len(chosen.examples) if chosen is not None else 0,
+               "selected_on": chosen_on.to_dict() if chosen_on is not None else None,
                "train_examples": len(train.examples), "backbone": p.backbone, "static_vectors": p.static}
-    summary.update(_final(run_dir, p, cfg))
+    summary.update(_final(run_dir, p, cfg, chosen_on))
     write_json_atomic(run_dir / "metrics.json", summary)
     return summary
 
 
-def _final(run_dir: Path, p: _Prepared, cfg: FeatureConfig) -> dict:
-    """Reload ``best/``; score dev and test; write predictions and the learned mix (json + png)."""
+def _final(run_dir: Path, p: _Prepared, cfg: FeatureConfig, chosen_on: Scored | None = None) -> dict:
+    """Reload ``best/``; score dev and test (with what they scored, ``scored_on``, and
+    ``notes``); write predictions and the learned mix (json + png)."""
     best, _ = load_feature_model(run_dir / "best")
     best.to(cfg.device)
-    out: dict[str, Any] = {}
+    out: dict[str, Any] = {"scored_on": {}, "notes": []}
     lines = []
     for name in ("dev", "test"):
         split = p.splits.get(name)
@@ -419,6 +429,9 @@ def _final(run_dir: Path, p: _Prepared, cfg: FeatureConfig) -> dict:
             continue
         preds = predict_split(best, split, p.spec, cfg.eval_batch_size)
         out[name] = score(p.spec, split.examples, preds)
+        out["scored_on"][name], note = scored_split(p.spec, name, split.examples, preds,
+                                                    p.totals.get(name, len(split.examples)), chosen_on)
+        out["notes"] += [note] if note else []
         lines += [prediction_record(p.spec.kind, name, ex, pred) for ex, pred in zip(split.examples, preds)]
     write_jsonl(run_dir / "predictions.jsonl", lines)
     mix = best.combiner.weights()
@@ -446,7 +459,8 @@ def run_seeds(cfg: FeatureConfig, seeds: Sequence[int], resume: bool = True, dat
     runs = [run(dataclasses.replace(cfg, seed=s, run_dir=str(root / f"seed-{s}")), resume, prepared=prepared)
             for s in seeds]
     summary: dict[str, Any] = {"task": runs[0]["task"], "model": cfg.model, "layers": cfg.layers,
-                               "static": cfg.static or None, "seeds": list(seeds), "runs": [r["run_dir"] for r in runs]}
+                               "static": cfg.static or None, "seeds": list(seeds), "runs": [r["run_dir"] for r in runs],
+                               **seed_provenance(seeds, runs)}
     for split in ("dev", "test"):
         names = sorted({k for r in runs for k in r.get(split, {})})
         if names:

@@ -17,7 +17,9 @@
    included) and training stops after ``patience`` evaluations without improvement; the
    reported split is never what chooses;
 4. reload ``best/``, predict dev (and test) and write ``predictions.jsonl`` (labels, tags per
-   word, answer texts) and ``metrics.json``.
+   word, answer texts) and ``metrics.json``, which names the examples behind every figure
+   (``scored_on``: split, examples scored, examples in the split; ``selected_on``: what chose
+   the model; ``notes``: predictions that are one label throughout; :mod:`~muppets.transfer.report`).
 
 :func:`run_seeds` repeats the run per seed (``<run_dir>/seed-N``) and writes ``summary.json``
 with the mean and (sample) standard deviation of every metric. :func:`evaluate_model` scores a
@@ -63,6 +65,7 @@ from muppets.transfer.features import Feature, FeatureOptions, Probs, make_featu
 from muppets.transfer.models import (default_orderings, load_task_model, load_tokenizer, new_task_model,
                                      save_task_model)
 from muppets.transfer.predict import SpanOptions, decode, feature_logits, save_settings
+from muppets.transfer.report import Scored, one_answer_note
 from muppets.transfer.selection import SELECTIONS, example_groups, resolve_mode, select
 
 log = logging.getLogger(__name__)
@@ -362,7 +365,8 @@ def model_saver(model: TaskModel, tok: WordPieceTokenizer, spec: TaskSpec, cfg: 
 
     def save() -> None:
         with atomic_dir(directory) as tmp:
-            save_task_model(model, tmp, tok, list(spec.labels), provenance=finetune_provenance(cfg, spec))
+            save_task_model(model, tmp, tok, list(spec.labels), provenance=finetune_provenance(cfg, spec),
+                            label_names=spec.names)
             keep_sentence_files(resolve_model_path(cfg.model), tmp)  # e.g. minilm's pooling + normalize
             save_settings(tmp, cfg.feature_options, cfg.span_options,
                           {"task": spec.name, "metric": spec.metric, "finetune": to_dict(cfg)})
@@ -407,6 +411,7 @@ class _Setup:
     selection: str  # resolved selection mode: train-slice | dev | last
     select: list  # labelled examples that choose the model ([] = the last model is kept)
     dev: list  # labelled dev examples (reported; scored during training only with watch_dev)
+    selected_on: Scored | None  # what ``select`` is (None: nothing selects)
 
 
 def _setup(cfg: FinetuneConfig, data: TaskData, local_rank: int) -> _Setup:
@@ -427,7 +432,7 @@ def _setup(cfg: FinetuneConfig, data: TaskData, local_rank: int) -> _Setup:
                             spec, cfg.weak_labels)
     steps = EpochData(features, spec.kind, cfg.batch_size, cfg.accumulation, cfg.epochs, cfg.seed,
                       tok.pad_id, lm_orderings=model.lm_orderings, bucket_batches=cfg.bucket_batches)
-    return _Setup(spec, tok, model, model_dir, train, steps, mode, chosen, dev)
+    return _Setup(spec, tok, model, model_dir, train, steps, mode, chosen, dev, selected_on(mode, chosen, data, cfg))
 
 
 def confident(train: list, min_confidence: float) -> list:
@@ -484,6 +489,24 @@ def selection_split(cfg: FinetuneConfig, data: TaskData) -> tuple[list, str, lis
     return [train[i] for i in sel.train], sel.mode, chosen, dev
 
 
+def selected_on(mode: str, chosen: list, data: TaskData, cfg: FinetuneConfig) -> Scored | None:
+    """What chooses the model, for the summary: the train slice (its size of the train examples
+    it was drawn from), dev, or nothing (``last``)."""
+    if mode == "train-slice":
+        return Scored("train-slice", len(chosen), len(_limit(data["train"], cfg.max_train_examples)), True, "train")
+    if mode == "dev":
+        return Scored("dev", len(chosen), len(data.splits.get("dev", [])), True)
+    return None
+
+
+def eval_labels(chosen: Scored | None, dev: list, data: TaskData, watch_dev: bool) -> dict[str, str]:
+    """The Trainer's ``eval_labels``: what ``eval/<metric>`` and ``eval/dev/<metric>`` scored."""
+    labels = {"": chosen.describe()} if chosen is not None else {}
+    if watch_dev and dev:
+        labels["dev/"] = Scored("dev", len(dev), len(data.splits.get("dev", []))).describe()
+    return labels
+
+
 def run(cfg: FinetuneConfig, resume: bool = True, data: TaskData | None = None) -> dict:
     """Fine-tune, keep ``best/``, write predictions and metrics; returns the summary dict.
 
@@ -513,7 +536,8 @@ def _run(cfg: FinetuneConfig, resume: bool, data: TaskData | None) -> dict:
     evaluate = _evaluator(s.tok, s.spec, s.select, watched, cfg) if s.select or watched else None
     trainer = Trainer(FinetuneModel(s.model), s.steps, train_config(cfg, s.steps.total_steps, spe),
                       run_dir, evaluate=evaluate, run_config=to_dict(cfg),
-                      should_stop=keeper if s.select else None, eval_also_at=lambda step: step % spe == 0)
+                      should_stop=keeper if s.select else None, eval_also_at=lambda step: step % spe == 0,
+                      eval_labels=eval_labels(s.selected_on, s.dev, data, cfg.watch_dev))
     if resume and keeper.state["stopped"]:
         steps, stopped = keeper.state["history"][-1]["step"], True
         trainer.check_stopped(steps)  # its best/ and metrics must not be taken for these settings'
@@ -534,9 +558,10 @@ def _run(cfg: FinetuneConfig, resume: bool, data: TaskData | None) -> dict:
                "stopped_early": stopped, "best_step": keeper.state["best_step"] if s.select else steps,
                "best_selection_score": keeper.state["best"] if s.select else None,
                "primary": key, "selection": s.selection, "selection_examples": len(s.select),
+               "selected_on": s.selected_on.to_dict() if s.selected_on else None,
                "train_examples": len(s.train), "train_features": len(s.steps.features)}
     if dist.is_main:
-        summary.update(final_predictions(run_dir, data, cfg))
+        summary.update(final_predictions(run_dir, data, cfg, s.selected_on))
         write_json_atomic(run_dir / "metrics.json", summary)
         write_model_card(run_dir / "best", finetune_provenance(cfg, s.spec), metrics=summary)
     return summary
@@ -581,20 +606,38 @@ def _evaluator(tok: WordPieceTokenizer, spec: TaskSpec, chosen: list, watched: l
     return evaluate
 
 
-def final_predictions(run_dir: Path, data: TaskData, cfg: FinetuneConfig) -> dict:
-    """Reload ``best/``; predict dev and test; write predictions.jsonl; return their metrics."""
+def final_predictions(run_dir: Path, data: TaskData, cfg: FinetuneConfig, chosen: Scored | None = None) -> dict:
+    """Reload ``best/``; predict dev and test; write predictions.jsonl; return their metrics,
+    what each scored (``scored_on``; ``chosen``: what selected the model) and ``notes``."""
     best = load_task_model(run_dir / "best")
     tok = load_tokenizer(run_dir / "best")
-    out, lines = {}, []
+    out: dict[str, Any] = {"scored_on": {}, "notes": []}
+    lines = []
     for split in ("dev", "test"):
         examples = _limit(data.splits.get(split, []), cfg.max_eval_examples)
         if not examples:
             continue
         preds, metrics = predict_and_score(best, tok, data.spec, examples, cfg)
         out[split] = metrics
+        out["scored_on"][split], note = scored_split(data.spec, split, examples, preds,
+                                                     len(data.splits[split]), chosen)
+        out["notes"] += [note] if note else []
         lines += [prediction_record(data.spec.kind, split, ex, p) for ex, p in zip(examples, preds)]
     write_jsonl(run_dir / "predictions.jsonl", lines)
     return out
+
+
+def scored_split(spec: TaskSpec, split: str, examples: Sequence[Any], preds: Sequence[Any], total: int,
+                 chosen: Scored | None) -> tuple[dict, str | None]:
+    """What a reported split's figures scored (as a dict: the labelled ``examples`` of the
+    ``total`` in the split), and a note when its predictions are one label (or one tag)
+    throughout (logged as a warning)."""
+    scored = Scored(split, len(labelled(spec.kind, examples)), total,
+                    selected_on=chosen is not None and chosen.split == split)
+    note = one_answer_note(spec.kind, split, preds, dict(zip(spec.labels, spec.names)))
+    if note:
+        log.warning("%s", note)
+    return scored.to_dict(), note
 
 
 def prediction_record(kind: str, split: str, example: Any, prediction: Any) -> dict:
@@ -629,7 +672,8 @@ def run_seeds(cfg: FinetuneConfig, seeds: Sequence[int], resume: bool = True,
     runs = [run(dataclasses.replace(cfg, seed=s, run_dir=str(root / f"seed-{s}")), resume, data)
             for s in seeds]
     summary: dict[str, Any] = {"task": runs[0]["task"], "model": runs[0]["model"], "init": cfg.init,
-                               "seeds": list(seeds), "runs": [r["run_dir"] for r in runs]}
+                               "seeds": list(seeds), "runs": [r["run_dir"] for r in runs],
+                               **seed_provenance(seeds, runs)}
     for split in ("dev", "test"):
         names = sorted({k for r in runs for k in r.get(split, {})})
         if names:
@@ -637,6 +681,13 @@ def run_seeds(cfg: FinetuneConfig, seeds: Sequence[int], resume: bool = True,
     if init_distributed().is_main:
         write_json_atomic(root / "summary.json", summary)
     return summary
+
+
+def seed_provenance(seeds: Sequence[int], runs: Sequence[dict]) -> dict[str, Any]:
+    """What the seeds' figures scored (the same splits and sizes in every run), what chose each
+    run's model, and every seed's notes (``seed 2: dev: …``)."""
+    return {"scored_on": runs[0].get("scored_on", {}), "selected_on": runs[0].get("selected_on"),
+            "notes": [f"seed {s}: {note}" for s, r in zip(seeds, runs) for note in r.get("notes", [])]}
 
 
 def mean_std(values: Sequence[float]) -> dict[str, Any]:
@@ -652,6 +703,13 @@ def evaluate_model(task: TaskSection, model: str, split: str = "dev", cfg: Finet
 
     Feature settings come from ``cfg`` when given, else from the model directory.
     """
+    return evaluate_summary(task, model, split, cfg, predictions)[split]
+
+
+def evaluate_summary(task: TaskSection, model: str, split: str = "dev", cfg: FinetuneConfig | None = None,
+                     predictions: str | Path | None = None) -> dict[str, Any]:
+    """:func:`evaluate_model`'s metrics as ``{split: metrics}``, with what they scored
+    (``scored_on``) and ``notes``, as a run's summary gives them (``muppets evaluate`` prints it)."""
     from muppets.transfer.predict import load_settings
 
     model_dir = resolve_model(model)
@@ -679,4 +737,5 @@ def evaluate_model(task: TaskSection, model: str, split: str = "dev", cfg: Finet
     if predictions is not None:
         write_jsonl(Path(predictions), [prediction_record(data.spec.kind, split, ex, p)
                                         for ex, p in zip(examples, preds)])
-    return metrics
+    scored, note = scored_split(data.spec, split, examples, preds, len(data[split]), None)
+    return {split: metrics, "scored_on": {split: scored}, "notes": [note] if note else []}

@@ -36,6 +36,7 @@ from tokenizers import AddedToken
 from muppets.errors import CheckpointError
 from muppets.heads import KINDS, TaskModel, build_head
 from muppets.interop.hf_gpt import load_hf_gpt, save_hf_gpt
+from muppets.interop.hf_tasks import names_entry
 from muppets.interop.model_card import Provenance
 from muppets.interop.safetensors_io import read_file, read_json_object, write_weights
 from muppets.models.gpt import GPTBackbone, resize_token_embeddings
@@ -180,11 +181,13 @@ def build_gpt_task_model(directory: str | Path, kind: str, num_labels: int, tok:
 
 
 def save_gpt_task_model(model: GPTTaskModel, directory: str | Path, tok: GPTTaskTokenizer,
-                        labels: Sequence[str] = (), provenance: Provenance | None = None) -> Path:
-    """HF GPT-2 directory (backbone, tokenizer) + ``task_head.safetensors`` + ``muppets_task``."""
+                        labels: Sequence[str] = (), provenance: Provenance | None = None,
+                        label_names: Sequence[str] = ()) -> Path:
+    """HF GPT-2 directory (backbone, tokenizer) + ``task_head.safetensors`` + ``muppets_task``
+    (with the labels' readable names as ``label_names`` where they differ from the labels)."""
     directory = Path(directory)
     vector = getattr(model.head, "vector", None)
-    task = {"kind": model.kind, "labels": list(labels), "lm_coef": model.lm_coef,
+    task = {"kind": model.kind, "labels": list(labels), **names_entry(labels, label_names), "lm_coef": model.lm_coef,
             "orderings": getattr(vector, "orderings", 1), "pool": getattr(vector, "pool", "last"),
             "num_labels": _num_labels(model)}
     save_hf_gpt(model.backbone.gpt, directory, tok, extra_config={"muppets_task": task}, provenance=provenance)

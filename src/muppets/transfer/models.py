@@ -61,7 +61,10 @@ def load_task_model(directory: str | Path, kind: str | None = None,
 
 
 def save_task_model(model: TaskModel, directory: str | Path, tok: Any, labels: Sequence[str] = (),
-                    provenance: Provenance | None = None) -> Path:
+                    provenance: Provenance | None = None, label_names: Sequence[str] = ()) -> Path:
     """Write a task model in its family's names, so :func:`load_task_model` (and, for the
-    encoder families, transformers) reads it, with a model card from ``provenance``."""
-    return families.of_model(model).save_task_model(model, directory, tok, labels, provenance=provenance)
+    encoder families, transformers) reads it, with a model card from ``provenance``.
+    ``labels`` are the task's label values, ``label_names`` their readable names (default: the
+    labels), which predictions show (:func:`~muppets.interop.hf_tasks.saved_label_names`)."""
+    return families.of_model(model).save_task_model(model, directory, tok, labels, provenance=provenance,
+                                                    label_names=label_names)

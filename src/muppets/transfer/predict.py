@@ -6,7 +6,7 @@ no_grad); :func:`decode` turns the logits back into one prediction per example:
 =========  ============================================================================
 kind       prediction
 =========  ============================================================================
-classify   the label name (pair likewise)
+classify   the label (pair likewise); :class:`Predictor` answers with its readable name
 regress    a float
 tag        one tag per word (first-piece prediction; windows merged)
 span       ``(answer text, score, start, end)``: the best span over all windows of the
@@ -37,8 +37,9 @@ than ``null_threshold``.
 Usage::
 
     predictor = Predictor("runs/sst2/best")
-    predictor.predict(["a gripping film", "dull"])            # ['1', '0']
-    predictor(["a gripping film"])                 # [{'label': '1', 'score': 0.97}]
+    predictor.predict(["a gripping film", "dull"])            # ['positive', 'negative']
+    predictor(["a gripping film"])                 # [{'label': 'positive', 'score': 0.97}]
+    predictor.predict_proba(["dull"])              # array([[0.96, 0.04]]), columns predictor.names
     Predictor("runs/ner/best")("John lives in Paris.")
     # [{'entity_group': 'PER', 'score': 0.99, 'word': 'John', 'start': 0, 'end': 4},
     #  {'entity_group': 'LOC', 'score': 0.98, 'word': 'Paris', 'start': 14, 'end': 19}]
@@ -57,7 +58,7 @@ import torch
 
 from muppets.errors import ConfigError, DataError
 from muppets.heads import TaskModel
-from muppets.interop.hf_tasks import task_labels
+from muppets.interop.hf_tasks import saved_label_names
 from muppets.interop.safetensors_io import read_json_object
 from muppets.tasks.spec import ChoiceExample, SpanExample, TagExample, TextExample
 from muppets.transfer.models import load_task_model, load_tokenizer
@@ -215,15 +216,12 @@ def load_settings(directory: str | Path) -> tuple[FeatureOptions | None, SpanOpt
     return feats, SpanOptions(**{k: v for k, v in data.get("span", {}).items() if k in known})
 
 
-def model_labels(directory: str | Path, model: TaskModel) -> list[str]:
-    """Label names saved with a task model; else the config's ``id2label``; else ``LABEL_i``."""
-    labels = task_labels(directory)
-    if labels or model.kind not in ("classify", "pair", "tag"):
-        return labels
-    data = read_json_object(Path(directory) / "config.json")
-    id2label = data.get("id2label") or {}
-    n = model.head.classifier.out_features
-    return [id2label.get(str(i), f"LABEL_{i}") for i in range(n)]
+def model_labels(directory: str | Path, model: TaskModel) -> tuple[list[str], list[str]]:
+    """``(labels, names)`` saved with a task model (:func:`~muppets.interop.hf_tasks.saved_label_names`:
+    its task's labels and their readable names; an HF directory's ``id2label``; else ``LABEL_i``)."""
+    classifier = getattr(model.head, "classifier", None)
+    n = classifier.out_features if classifier is not None else 0
+    return saved_label_names(read_json_object(Path(directory) / "config.json"), model.kind, n)
 
 
 class Predictor:
@@ -244,7 +242,7 @@ class Predictor:
         self.tokenizer = load_tokenizer(self.model_dir)
         self.model = load_task_model(self.model_dir).to(device).eval()
         self.kind = self.model.kind
-        self.labels = model_labels(self.model_dir, self.model)
+        self.labels, self.names = model_labels(self.model_dir, self.model)  # the task's labels; what answers show
         saved_features, saved_span = load_settings(self.model_dir)
         limit = self.model.backbone.cfg.max_positions
         self.features = features or saved_features or FeatureOptions(max_seq_len=min(128, limit))
@@ -254,7 +252,8 @@ class Predictor:
     def predict(self, inputs: Sequence[Any]) -> list[Any]:
         """Predictions for raw inputs, by the model's kind:
 
-        - classify: strings -> label names; pair: ``(a, b)`` tuples -> label names;
+        - classify: strings -> label names (:attr:`names`: ``negative`` / ``positive`` for
+          SST-2, the labels themselves where a model has no names); pair: ``(a, b)`` tuples -> label names;
           regress: strings or ``(a, b)`` tuples -> floats;
         - tag: token lists -> one tag per token; a string (raw text) -> its entity groups,
           ``[{"entity_group", "score", "word", "start", "end"}, …]`` with character offsets, as
@@ -288,12 +287,13 @@ class Predictor:
         if prob is not None:
             out = {"label": pred, "score": float(prob.max())}
             if all_scores:
-                out["scores"] = prob.tolist() if self.kind == "choice" else dict(zip(self.labels, prob.tolist()))
+                out["scores"] = prob.tolist() if self.kind == "choice" else dict(zip(self.names, prob.tolist()))
             return out
         return {"score": pred} if self.kind == "regress" else pred
 
     def predict_examples(self, examples: Sequence[Any]) -> list[Any]:
-        """Predictions for task examples (``TextExample`` …); labels in them are ignored."""
+        """Predictions for task examples (``TextExample`` …), as :meth:`predict` gives them;
+        labels in them are ignored."""
         return self.run(examples)[0]
 
     def run(self, examples: Sequence[Any]) -> tuple[list[Any], list[np.ndarray | None]]:
@@ -309,6 +309,9 @@ class Predictor:
         if self.kind == "span":
             preds = [{"answer": text, "score": score, "start": start, "end": end}
                      for text, score, start, end in preds]
+        if self.kind in ("classify", "pair"):
+            named = dict(zip(self.labels, self.names))
+            preds = [named[p] for p in preds]
         one_each = len(feats) == len(examples) and self.kind in ("classify", "pair", "choice")
         return preds, [softmax(lg) for lg in logits] if one_each else [None] * len(examples)
 
@@ -335,7 +338,8 @@ class Predictor:
 
     def predict_proba(self, inputs: Sequence[Any]) -> Any:
         """Class probabilities (softmax of the logits) for raw inputs, as :meth:`predict` takes
-        them: classify/pair → ``(n, C)`` array, columns in :attr:`labels` order; tag → one
+        them: classify/pair → ``(n, C)`` array, columns in :attr:`labels` order (named by
+        :attr:`names`); tag → one
         ``(words, C)`` array per input (each word read at its first piece, as :meth:`predict`
         does). Other kinds have no class probabilities (:class:`ConfigError`)."""
         if self.kind not in ("classify", "pair", "tag"):

@@ -17,6 +17,7 @@ emp. accuracy  ``0.5 * ((#agree - #disagree) / #votes + 1)``, where a vote on a 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -55,14 +56,16 @@ class LFSummary:
             out.append(row)
         return out
 
-    def format(self) -> str:
-        """A plain-text table (fractions as percentages)."""
+    def format(self, class_names: Sequence[str] | None = None) -> str:
+        """A plain-text table (fractions as percentages); ``class_names`` names the classes in
+        the polarity column (``[spam]`` rather than ``[1]``)."""
         gold = self.correct is not None
         head = ["lf", "polarity", "coverage", "overlaps", "conflicts"]
         head += ["correct", "incorrect", "emp.acc"] if gold else []
         body = []
-        for row in self.rows():
-            cells = [str(row["lf"]), str(row["polarity"])]
+        for j, row in enumerate(self.rows()):
+            polarity = self.polarity[j] if class_names is None else [_class_name(class_names, k) for k in self.polarity[j]]
+            cells = [str(row["lf"]), "[" + ", ".join(map(str, polarity)) + "]"]
             cells += [f"{100 * row[k]:.1f}%" for k in ("coverage", "overlaps", "conflicts")]
             if gold:
                 cells += [str(row["correct"]), str(row["incorrect"]),
@@ -72,6 +75,10 @@ class LFSummary:
         lines = ["  ".join(cell.ljust(w) if c < 2 else cell.rjust(w)
                            for c, (cell, w) in enumerate(zip(r, widths))) for r in [head, *body]]
         return "\n".join([lines[0], "-" * len(lines[0]), *lines[1:]])
+
+
+def _class_name(names: Sequence[str], k: int) -> str:
+    return names[k] if 0 <= k < len(names) else str(k)
 
 
 def _row_flags(L: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import dataclasses
@@ -49,9 +49,13 @@ class WeakInput:
     """Examples to label, their label names and gold class indices (None without gold)."""
 
     examples: list[TextExample]
-    label_names: list[str]
+    label_names: list[str]  # class k's label as the task's files (and the labels file) hold it
     gold: np.ndarray | None  # (n,) int64, -1 = unknown
     description: str
+    display_names: list[str] = field(default_factory=list)  # what people read for class k (SST-2: negative, positive); [] = label_names
+
+    def __post_init__(self) -> None:
+        self.display_names = list(self.display_names or self.label_names)
 
     @property
     def cardinality(self) -> int:
@@ -86,11 +90,11 @@ def load_weak_input(task: str, split: str = "train", cardinality: int = 2,
     if data.spec.kind not in ("classify", "pair"):
         raise ConfigError(f"task {task!r} is a {data.spec.kind} task; weak labels need "
                           "classify or pair")
-    splits, names = data.splits, list(data.spec.labels)
+    splits, names, shown = data.splits, list(data.spec.labels), data.spec.names
     if split not in splits:
         raise ConfigError(f"task {task!r} has no split {split!r} (has {sorted(splits)})")
     examples = list(splits[split])
-    return WeakInput(examples, names, _gold(examples, names), f"{task}/{split}")
+    return WeakInput(examples, names, _gold(examples, names), f"{task}/{split}", shown)
 
 
 def rows_to_write(L: np.ndarray, keep_uncovered: bool = False) -> np.ndarray:
