@@ -25,15 +25,18 @@ document → span, ``.conll`` / ``.txt`` → tag. Names of two kinds at once are
 
 from __future__ import annotations
 
+import csv
+import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from muppets.data.formats import column_names, container_of, dataset_dict_splits, json_layout, text_suffix
+from muppets.data.formats import (column_names, container_of, dataset_dict_splits, iter_byte_lines, json_layout,
+                                  text_suffix)
 from muppets.errors import ConfigError, DataError
 from muppets.tasks.conll import bio_labels, check_tag, read_conll_file
 from muppets.tasks.records import read_choice_records, read_span_records, read_tag_records
-from muppets.tasks.source import TABLE_FORMATS, Problems, iter_records
+from muppets.tasks.source import TABLE_FORMATS, Problems
 from muppets.tasks.spec import KINDS, TaskData, TaskSpec
 from muppets.tasks.squad import read_squad_articles, span_spec
 from muppets.tasks.table import Columns, file_format, read_table
@@ -174,10 +177,16 @@ def _file_columns(path: Path) -> list[str] | None:
     fmt = {".jsonl": "jsonl", ".json": "jsonl", ".csv": "csv", ".tsv": "tsv"}.get(suffix)
     if fmt is None or path.is_dir() or (suffix == ".json" and json_layout(path) == "document"):
         return None
-    first = next(iter_records(path, fmt, Problems("strict")), None)
-    if first is None:
-        return None
-    return [str(c).strip() for c in first.cells]
+    line = next((raw for raw in iter_byte_lines(path) if raw.strip()), b"")  # only the first lines are read
+    text = line.decode("utf-8", errors="replace").lstrip("\ufeff")
+    if fmt == "jsonl":
+        try:
+            record = json.loads(text)
+        except ValueError:
+            return None  # the reader names the line
+        return [str(key) for key in record] if isinstance(record, dict) else None
+    cells = next(csv.reader([text]), []) if fmt == "csv" else text.rstrip("\r\n").split("\t")
+    return [cell.strip() for cell in cells]
 
 
 def _one_kind(found: dict[str, str], where: str) -> str | None:
