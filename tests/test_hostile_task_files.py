@@ -16,7 +16,7 @@ from test_hostile_files import HOSTILE, mutations
 
 from muppets.errors import DataError, MuppetsError
 from muppets.paths import data_dir
-from muppets.tasks import load_task, read_conll, read_squad, read_table
+from muppets.tasks import load_task, read_conll, read_squad, read_table, read_task
 
 FILES = {  # task -> its files under the data directory
     "sst2": ["glue/SST-2/stsa.binary.train", "glue/SST-2/stsa.binary.dev"],
@@ -137,6 +137,47 @@ def test_hostile_table_row(tmp_path, fmt, row, match):
     read = lambda path, errors: read_table(path, "classify", COLUMNS, fmt, labels=["0", "1"],  # noqa: E731
                                            errors=errors)
     refused_then_skipped(tmp_path, f"t.{fmt}", data, read, match, line=3)
+
+
+RECORDS = {"tag": {"tokens": ["EU", "rejects"], "tags": ["B-ORG", "O"]},
+           "span": {"question": "Who?", "context": "Ada wrote code.", "answers": {"text": ["Ada"], "answer_start": [0]}},
+           "choice": {"context": "Ada", "endings": ["wrote", "read"], "label": 0}}
+
+
+@pytest.mark.parametrize("kind, change, match", [
+    ("tag", {"tokens": "EU rejects"}, r"tokens must be a list \(value: 'EU rejects'\)"),
+    ("tag", {"tokens": [1, 2]}, "tokens must be a non-empty list of non-empty strings"),
+    ("tag", {"tokens": [], "tags": []}, "tokens must be a non-empty list of non-empty strings"),
+    ("tag", {"tags": ["B-ORG"]}, r"1 tags for 2 tokens"),
+    ("tag", {"tags": [3, 0]}, "tags are integer ids: give their names"),
+    ("tag", {"tags": [True, "O"]}, r"a tag must be a name or an integer id \(value: 'True'\)"),
+    ("tag", {"tags": ["E-ORG", "O"]}, r"unknown tag .* \(value: 'E-ORG'\)"),
+    ("span", {"answers": {"text": ["Ada"], "answer_start": [0, 4]}}, "answers: 1 texts, 2 answer_start values"),
+    ("span", {"answers": "Ada"}, "answers must be"),
+    ("span", {"answers": [{"text": "Ada", "answer_start": "0"}]}, "an 'answer_start' >= 0"),
+    ("span", {"context": 5}, "context must be a non-empty string"),
+    ("span", {"question": " "}, "empty question"),
+    ("choice", {"label": 1.5}, "label must be the index of the right ending"),
+    ("choice", {"label": True}, "label must be the index of the right ending"),
+    ("choice", {"label": "-1"}, r"label out of range 0-1 \(value: -1\)"),
+    ("choice", {"endings": ["wrote", 3]}, "endings must be a non-empty list of non-empty strings"),
+    ("choice", {"endings": "wrote"}, "endings must be a list"),
+], ids=lambda x: x if isinstance(x, str) and len(x) < 8 else None)
+def test_hostile_tag_span_and_choice_records(tmp_path, kind, change, match):
+    good = json.dumps(RECORDS[kind]).encode() + b"\n"
+    bad = json.dumps({**RECORDS[kind], **change}).encode() + b"\n"
+    read = lambda path, errors: read_task(path, kind, errors=errors)  # noqa: E731
+    refused_then_skipped(tmp_path, "t.jsonl", good + bad, read, match, line=2)
+
+
+@pytest.mark.parametrize("kind", list(RECORDS))
+def test_fuzzed_tag_span_and_choice_records_are_refused(tmp_path, kind):
+    path = tmp_path / "t.jsonl"
+    good = b"".join(json.dumps(RECORDS[kind]).encode() + b"\n" for _ in range(3))
+    for case in mutations(good, seed=len(kind)) + list(HOSTILE.values()):
+        path.write_bytes(case)
+        for errors in ("strict", "skip"):
+            loads_or_refuses(lambda: read_task(path, kind, errors=errors))
 
 
 CONLL = b"EU NNP I-ORG\nrejects VBZ O\n\n"

@@ -47,6 +47,21 @@ def gpt_dir(tmp_path_factory) -> Path:
     return tiny_gpt(tmp_path_factory.mktemp("gpt"))
 
 
+@pytest.fixture(scope="module")
+def encoder_export(bert_dir, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("encoder") / "export"
+    export_onnx(bert_dir, out)
+    return out
+
+
+@pytest.fixture(scope="module")
+def tagger_dir(bert_dir, tmp_path_factory) -> Path:
+    """A tag task model with its export in its ``onnx/`` folder."""
+    source = _task_dir(bert_dir, "tag", tmp_path_factory.mktemp("tagger") / "task")
+    export_onnx(source, source / "onnx")
+    return source
+
+
 def torch_vs_onnx(graph_outputs, onnx_outputs) -> float:
     return max(float(np.abs(a - b).max()) for a, b in zip(graph_outputs, onnx_outputs))
 
@@ -209,10 +224,9 @@ def cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 TEXTS = ["the river bank was good", "a great movie", "john went to paris and london", "money"]
 
 
-def test_serve_backend_onnx_embeddings_equal_torch(bert_dir, tmp_path):
-    export_onnx(bert_dir, tmp_path / "export")
+def test_serve_backend_onnx_embeddings_equal_torch(bert_dir, encoder_export):
     torch_vectors, t = _serve_embeddings(bert_dir, "torch", TEXTS)
-    onnx_vectors, o = _serve_embeddings(tmp_path / "export", "onnx", TEXTS)
+    onnx_vectors, o = _serve_embeddings(encoder_export, "onnx", TEXTS)
     assert cosines(torch_vectors, onnx_vectors).min() >= 0.9999
     assert t["health"]["backend"] == "torch" and o["health"]["backend"] == "onnx"
     assert t["fill"][0] == 200 and o["fill"][0] == 404 and "--backend torch" in o["fill"][1]["error"]["message"]
@@ -239,16 +253,14 @@ def test_serve_auto_measures_both_and_keeps_the_faster_or_torch_when_stale(bert_
     assert stale.backend == "torch" and stale.backend_ms is None
 
 
-def test_serve_predict_onnx_equals_torch(bert_dir, tmp_path):
+def test_serve_predict_onnx_equals_torch(tagger_dir):
     pytest.importorskip("starlette")
     from _serve_http import post
 
     from muppets.serve import ServeConfig, running_server
 
-    source = _task_dir(bert_dir, "tag", tmp_path / "task")
-    export_onnx(source, tmp_path / "export")
     answers = {}
-    for backend, where in (("torch", source), ("onnx", tmp_path / "export")):
+    for backend, where in (("torch", tagger_dir), ("onnx", tagger_dir / "onnx")):
         cfg = ServeConfig(str(where), port=0, log_level="warning", backend=backend, threads=1, max_wait_ms=1)
         with running_server(cfg) as url:
             answers[backend] = post(url + "/predict", {"inputs": INPUTS["tag"]})
@@ -290,3 +302,31 @@ def test_serve_cli_takes_the_backend():
     assert config_from_args(parser.parse_args(["serve", "runs/x"])).backend == "auto"
     with pytest.raises(SystemExit):
         parser.parse_args(["serve", "runs/x", "--backend", "tensorrt"])
+
+
+def test_muppets_load_gives_an_export_the_servers_onnx_objects(bert_dir, tagger_dir, encoder_export):
+    """``muppets.load(EXPORT)``: a task export is an OnnxPredictor with the torch Predictor's
+    answers (raw text, words, probabilities); an encoder export an OnnxSentenceModel whose
+    vectors are SentenceModel's (and ``muppets.encode`` reads it too); the model directory
+    beside its ``onnx/`` folder still loads as the torch model."""
+    import muppets
+    from muppets.interop.onnx_runtime import OnnxSentenceModel
+    from muppets.sentence.encode import SentenceModel
+
+    tagger, torch_tagger = muppets.load(tagger_dir / "onnx"), muppets.load(tagger_dir)
+    assert type(tagger) is OnnxPredictor and type(torch_tagger) is Predictor and tagger.kind == "tag"
+    inputs = ["john went to paris and london", *INPUTS["tag"]]
+    got, want = tagger(inputs), torch_tagger(inputs)
+    assert [[(g["entity_group"], g["start"], g["end"]) for g in got[0]]] == \
+        [[(g["entity_group"], g["start"], g["end"]) for g in want[0]]] and got[0] and got[1:] == want[1:]
+    assert np.allclose([g["score"] for g in got[0]], [g["score"] for g in want[0]], atol=1e-4)
+    got, want = tagger.predict_proba(inputs), torch_tagger.predict_proba(inputs)
+    assert got[0].words == want[0].words and np.allclose(got[0].probs, want[0].probs, atol=1e-4)
+    assert all(np.allclose(a, b, atol=1e-4) for a, b in zip(got[1:], want[1:]))
+    encoder = muppets.load(encoder_export)
+    assert type(encoder) is OnnxSentenceModel
+    want_vectors = SentenceModel(bert_dir).encode(TEXTS)
+    assert cosines(encoder.encode(TEXTS), want_vectors).min() >= 0.9999
+    assert cosines(muppets.encode(TEXTS, model=encoder_export), want_vectors).min() >= 0.9999
+    with pytest.raises(ConfigError, match="a tag task model export, not an encoder"):
+        OnnxSentenceModel(tagger_dir / "onnx")

@@ -111,15 +111,48 @@ def test_the_server_returns_the_same_entity_groups(tagger, texts):
     from _serve_http import post
     from muppets.serve import ServeConfig, running_server
 
-    expected = Predictor(tagger).predict(texts[:6] + [["Peter", "lives", "in", "Berlin"]])
+    predictor = Predictor(tagger)
+    inputs = texts[:6] + [["Peter", "lives", "in", "Berlin"]]
+    expected, probs = predictor.predict(inputs), predictor.predict_proba(inputs[5:])
     with running_server(ServeConfig(str(tagger), port=0, log_level="warning", max_wait_ms=1,
                                     max_chars=2000)) as url:
-        status, body = post(url + "/predict", {"inputs": texts[:6] + [["Peter", "lives", "in", "Berlin"]]})
-    assert status == 200, body
+        status, body = post(url + "/predict", {"inputs": inputs})
+        status_p, body_p = post(url + "/predict", {"inputs": inputs[5:], "return_probabilities": True})
+    assert status == 200 and status_p == 200, (body, body_p)
     got = body["predictions"]
     assert [_hf_groups(g) for g in got[:6]] == [_hf_groups(e) for e in expected[:6]]
     assert np.allclose([g["score"] for t in got[:6] for g in t], [e["score"] for t in expected[:6] for e in t])
     assert got[6] == expected[6] and len(got[6]) == 4  # pre-split words: one tag each, as before
+    assert _hf_groups(body_p["predictions"][0]) == _hf_groups(got[5]) and body_p["predictions"][1] == got[6]
+    (raw, split), (raw_words, split_words) = body_p["probabilities"], body_p["words"]
+    assert [(w["word"], w["start"], w["end"]) for w in raw_words] == [
+        (w, a, b) for w, (a, b) in zip(probs[0].words, probs[0].spans)] and split_words is None
+    assert np.allclose([[p[label] for label in NER_LABELS] for p in raw], probs[0].probs)
+    assert np.allclose([[p[label] for label in NER_LABELS] for p in split], probs[1])
+
+
+def test_predict_proba_of_raw_text_equals_transformers_first_pieces_and_the_pre_split_words(tagger, texts):
+    """A raw text's words (the tokenizer's), their spans and per-word rows read at the first
+    piece, as the HF model gives them on the same weights; the same rows as the pre-split words."""
+    predictor = Predictor(tagger, features=FeatureOptions(max_seq_len=512))
+    got = predictor.predict_proba(texts[:4])
+    hf_tok = transformers.AutoTokenizer.from_pretrained(str(tagger))
+    model = transformers.AutoModelForTokenClassification.from_pretrained(str(tagger)).eval()
+    for text, ours in zip(texts[:4], got):
+        enc = hf_tok(text, return_offsets_mapping=True, return_tensors="pt")
+        with torch.no_grad():
+            probs = torch.softmax(model(input_ids=enc["input_ids"]).logits[0].double(), -1).numpy()
+        word_ids, offsets = enc.word_ids(), enc["offset_mapping"][0].tolist()
+        firsts = [t for t, w in enumerate(word_ids) if w is not None and (t == 0 or word_ids[t - 1] != w)]
+        ends = {w: offsets[t][1] for t, w in enumerate(word_ids) if w is not None}
+        assert ours.spans == [(offsets[t][0], ends[word_ids[t]]) for t in firsts]
+        assert ours.words == [text[a:b] for a, b in ours.spans]
+        assert np.allclose(ours.probs, probs[firsts], atol=1e-5)
+        assert np.allclose(ours.probs.sum(1), 1.0)
+    assert np.allclose(predictor.predict_proba([got[0].words])[0], got[0].probs, atol=1e-5)
+    mixed = predictor.predict_proba([texts[0], got[1].words])  # raw text and words in one call, in order
+    assert mixed[0].words == got[0].words and np.allclose(mixed[1], got[1].probs, atol=1e-5)
+    assert predictor.predict_proba(["   "])[0].probs.shape == (0, len(NER_LABELS))
 
 
 def test_long_text_is_read_in_windows_of_whole_words(tagger, texts):

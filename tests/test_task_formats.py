@@ -98,6 +98,9 @@ def test_compressed_conll_and_weak_label_tables(tmp_path: Path) -> None:
 def test_parquet_task_without_the_column_names_file_and_columns(tmp_path: Path) -> None:
     path = tmp_path / "t.parquet"
     pq.write_table(pa.table({"sentence": ["x"], "label": ["y"]}), path)
-    with pytest.raises(DataError, match=r"missing key 'text'") as err:
+    with pytest.raises(DataError, match=r"no column 'text' for text \(columns: \['sentence', 'label'\]; "
+                       r"name the text column: task.columns=\{text: NAME\}\)") as err:
         load_task_data(TaskSection(files={"train": str(path)}))
-    assert f"{path}:1" in str(err.value)
+    assert str(err.value).startswith(f"{path}: ")
+    data = load_task_data(TaskSection(files={"train": str(path)}, columns={"text": "sentence"}))
+    assert [(ex.text, ex.label) for ex in data.splits["train"]] == [("x", "y")]

@@ -4,7 +4,8 @@ The notebook API (each name is imported on first use, so ``import muppets`` load
 
 * :func:`load` — a model directory as the right object: a fine-tuned task model as a
   :class:`Predictor`, a sentence-transformers directory as a ``SentenceModel``, a pretrained
-  encoder or GPT as its model, an ELMo / NNLM / word2vec run as its embedder
+  encoder or GPT as its model, an ELMo / NNLM / word2vec run as its embedder, an ONNX export as
+  the server runs it (``OnnxPredictor``, ``OnnxSentenceModel``)
 * :class:`Predictor` — a fine-tuned model on raw inputs: ``predictor(texts)`` gives labels and
   scores, entity groups with character offsets for raw text, answers with their span
 * :func:`encode` — texts to sentence vectors, as sentence-transformers' ``encode``

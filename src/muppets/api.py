@@ -27,14 +27,24 @@ def load(model: str | Path, device: str = "cpu") -> Any:
     pretrained BERT / RoBERTa / DistilBERT / ELECTRA /     the family's model (``.cfg``, ``.backbone``),
     GPT directory, ``minilm``                              in eval mode
     ELMo / NNLM / word2vec run, word-vector file           its :class:`~muppets.transfer.embedders.Embedder`
+    ONNX export (``muppets export onnx``) of a task model  :class:`~muppets.interop.onnx_runtime.OnnxPredictor`
+                                                           (the Predictor's methods, in onnxruntime)
+    ONNX export of an encoder                              :class:`~muppets.interop.onnx_runtime.OnnxSentenceModel`
+                                                           (``encode``, as ``SentenceModel``)
     =====================================================  ==========================================
 
-    Errors name the path (:class:`~muppets.errors.ConfigError` for an unknown kind).
+    An export runs on the CPU, as ``muppets serve --backend onnx`` runs it (``device`` is for
+    torch models). Errors name the path (:class:`~muppets.errors.ConfigError` for an unknown kind).
     """
     from muppets import families
     from muppets.interop.hf_tasks import is_task_config
     from muppets.transfer.embedders import load_embedder, locate_model
 
+    export = _export_dir(model)
+    if export is not None:
+        from muppets.interop.onnx_runtime import load_export
+
+        return load_export(export)
     kind, path = locate_model(model)
     if not families.is_family(kind):
         return load_embedder(model, device=device)
@@ -45,6 +55,17 @@ def load(model: str | Path, device: str = "cpu") -> Any:
     if (path / "modules.json").is_file():
         return sentence_model(str(path))
     return families.get(kind).load(path).to(device).eval()
+
+
+def _export_dir(model: str | Path) -> Path | None:
+    """``model`` when it names an ONNX export directory itself (not a model beside its ``onnx/``)."""
+    from muppets.interop.onnx_export import is_export
+    from muppets.paths import resolve_data_path
+
+    if str(model) == "minilm":
+        return None
+    path = resolve_data_path(model)
+    return path if is_export(path) else None
 
 
 def config_dict(directory: Path) -> dict:
@@ -61,6 +82,11 @@ def sentence_model(model: str, pooling: str = "", normalize: bool | None = None)
     """A :class:`~muppets.sentence.encode.SentenceModel`, kept for the next call (two at most)."""
     from muppets.sentence.encode import SentenceModel
 
+    export = _export_dir(model)
+    if export is not None:  # an encoder's ONNX export: the same vectors from onnxruntime
+        from muppets.interop.onnx_runtime import OnnxSentenceModel
+
+        return OnnxSentenceModel(export, pooling, normalize)
     return SentenceModel(model, pooling, normalize)
 
 

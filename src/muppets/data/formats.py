@@ -35,7 +35,7 @@ from muppets.errors import ConfigError, DataError
 
 __all__ = ["COMPRESSIONS", "CONTAINERS", "Compression", "compression_of", "container_of",
            "open_stream", "iter_byte_lines", "read_bytes", "text_suffix", "iter_rows",
-           "is_columnar", "column_names", "json_layout", "ROW_BATCH"]
+           "is_columnar", "column_names", "class_label_names", "dataset_dict_splits", "json_layout", "ROW_BATCH"]
 
 ROW_BATCH = 1024  # rows per record batch read from a columnar file
 
@@ -182,6 +182,20 @@ def _hf_files(path: Path) -> list[Path] | None:
     return [path / name for name in names]
 
 
+def dataset_dict_splits(path: str | Path) -> dict[str, Path] | None:
+    """``{split: directory}`` of a ``DatasetDict.save_to_disk`` directory (``dataset_dict.json``
+    beside one save_to_disk directory per split); None: not one."""
+    path = Path(path)
+    index = path / "dataset_dict.json"
+    if not (path.is_dir() and index.is_file()):
+        return None
+    try:
+        splits = json.loads(index.read_text())["splits"]
+        return {str(split): path / str(split) for split in splits}
+    except (ValueError, KeyError, TypeError) as err:
+        raise DataError(f"not a datasets DatasetDict index ({err})", path=index) from None
+
+
 CONTAINERS = {  # name -> (magic at the start, how to read its record batches)
     "parquet": b"PAR1",
     "arrow": b"ARROW1",
@@ -227,6 +241,50 @@ def column_names(path: str | Path) -> list[str]:
         return list(pa.parquet.ParquetFile(path).schema_arrow.names)
     opener = pa.ipc.open_file if kind == "arrow" else pa.ipc.open_stream
     return list(opener(pa.memory_map(str(path))).schema.names)
+
+
+def _schema_metadata(path: Path) -> dict[bytes, bytes]:
+    kind = container_of(path)
+    pa = _pyarrow()
+    if kind == "parquet":
+        schema = pa.parquet.ParquetFile(path).schema_arrow
+    else:
+        schema = (pa.ipc.open_file if kind == "arrow" else pa.ipc.open_stream)(pa.memory_map(str(path))).schema
+    return dict(schema.metadata or {})
+
+
+def _features(path: Path) -> dict[str, Any]:
+    """The ``datasets`` features of a columnar file or directory ({} when it has none): the
+    schema's ``huggingface`` metadata, else a save_to_disk directory's ``dataset_info.json``."""
+    files = (_hf_files(path) or []) if path.is_dir() else [path]
+    raw = _schema_metadata(files[0]).get(b"huggingface") if files else None
+    try:
+        if raw is not None:
+            return json.loads(raw).get("info", {}).get("features") or {}
+        info = path / "dataset_info.json"
+        return json.loads(info.read_text()).get("features") or {} if path.is_dir() and info.is_file() else {}
+    except (ValueError, AttributeError) as err:
+        raise DataError(f"unreadable datasets feature metadata ({err})", path=path) from None
+
+
+def _label_names(feature: Any) -> list[str] | None:
+    """A ``ClassLabel``'s names, also inside ``Sequence`` / ``List`` / ``LargeList``; else None."""
+    if not isinstance(feature, dict):
+        return None
+    if feature.get("_type") == "ClassLabel" and isinstance(feature.get("names"), list):
+        return [str(name) for name in feature["names"]]
+    if feature.get("_type") in ("Sequence", "List", "LargeList"):
+        return _label_names(feature.get("feature"))
+    return None
+
+
+def class_label_names(path: str | Path) -> dict[str, list[str]]:
+    """``{column: names}`` of the ``datasets.ClassLabel`` columns (or lists of them, e.g.
+    conll2003's ``ner_tags``) of a columnar file or ``save_to_disk`` directory, from the feature
+    metadata ``datasets`` writes with it; {} for a file without that metadata."""
+    path = Path(path)
+    names = {column: _label_names(feature) for column, feature in _features(path).items()}
+    return {column: found for column, found in names.items() if found is not None}
 
 
 def iter_rows(path: str | Path, columns: list[str] | None = None) -> Iterator[tuple[int, dict[str, Any]]]:

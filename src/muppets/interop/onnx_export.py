@@ -376,10 +376,15 @@ def _manifest(src: _Source, report: ExportReport) -> dict[str, Any]:
             "onnx": onnx_version, "exporter": "torch.onnx.export(dynamo=False)"}
 
 
+def is_export(directory: str | Path) -> bool:
+    """Whether ``directory`` holds an export (``model.onnx`` and its :data:`MANIFEST`)."""
+    return (Path(directory) / MANIFEST).is_file() and (Path(directory) / "model.onnx").is_file()
+
+
 def read_manifest(directory: str | Path) -> dict[str, Any]:
     """The :data:`MANIFEST` of an export directory (a :class:`ConfigError` when absent or foreign)."""
     path = Path(directory) / MANIFEST
-    if not path.is_file() or not (Path(directory) / "model.onnx").is_file():
+    if not is_export(directory):
         raise ConfigError(f"{directory}: no muppets ONNX export here (model.onnx and {MANIFEST}); "
                           "write one with: muppets export onnx MODEL --out DIR")
     data = read_json_object(path)

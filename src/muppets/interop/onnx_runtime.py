@@ -7,7 +7,10 @@
   :func:`~muppets.transfer.predict.feature_logits` and :func:`~muppets.transfer.predict.decode`
   run it unchanged;
 - :class:`OnnxPredictor`: :class:`~muppets.transfer.predict.Predictor` on an export directory
-  (features, labels and span settings read from the files copied beside the graph).
+  (features, labels and span settings read from the files copied beside the graph);
+- :class:`OnnxSentenceModel`: :class:`~muppets.sentence.encode.SentenceModel` on an encoder
+  export (``encode`` texts to sentence vectors);
+- :func:`load_export`: the one of the two an export directory is for (``muppets.load(DIR)``).
 
 Usage::
 
@@ -29,6 +32,8 @@ from muppets.heads import TaskOutput
 from muppets.interop.hf_tasks import saved_label_names
 from muppets.interop.onnx_export import INPUTS, read_manifest
 from muppets.interop.safetensors_io import read_json_object
+from muppets.sentence import read_head
+from muppets.sentence.encode import SentenceModel
 from muppets.transfer.predict import Predictor, load_settings
 
 
@@ -128,6 +133,39 @@ class OnnxPredictor(Predictor):
         limit = int(self.model.onnx.manifest["max_positions"])
         self.features = saved_features or FeatureOptions(max_seq_len=min(128, limit))
         self.batch_size = batch_size
+
+
+class OnnxSentenceModel(SentenceModel):
+    """:class:`~muppets.sentence.encode.SentenceModel` on an encoder export (no torch weights):
+    the graph's top layer, then the sentence head copied beside it, as the server's
+    ``/v1/embeddings`` runs it (:class:`~muppets.serve.onnx_backend.OnnxEncoder`)."""
+
+    def __init__(self, directory: str | Path, pooling: str = "", normalize: bool | None = None,
+                 threads: int = 0) -> None:
+        from muppets import families
+
+        self.source = Path(directory)
+        self.onnx = OnnxModel(self.source, threads)
+        if self.onnx.manifest.get("what") != "encoder":
+            raise ConfigError(f"{self.source}: a {self.onnx.kind} task model export, not an encoder (load it as "
+                              "an OnnxPredictor)")
+        self.family = families.of_directory(self.source)
+        self.model, self.tok, self.eos_id = None, self.family.tokenizer(self.source), None
+        self.head = read_head(self.source, pooling, normalize).eval()
+        self.head.check(int(self.onnx.manifest["output_axes"]["last_hidden_state"][-1]), self.source)
+        positions = int(self.onnx.manifest["max_positions"])
+        self.max_tokens = min(positions, self.head.max_seq_length or positions)
+
+    def top_layer(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        return torch.from_numpy(self.onnx.run(ids, mask, torch.zeros_like(ids))["last_hidden_state"]).float()
+
+
+def load_export(directory: str | Path, threads: int = 0) -> OnnxPredictor | OnnxSentenceModel:
+    """The object an export directory is for, as the server runs it: a task model's
+    :class:`OnnxPredictor` (``/predict``), an encoder's :class:`OnnxSentenceModel` (``/v1/embeddings``)."""
+    if read_manifest(directory).get("what") == "task":
+        return OnnxPredictor(directory, threads=threads)
+    return OnnxSentenceModel(directory, threads=threads)
 
 
 def _labels(directory: Path, kind: str, manifest: dict) -> tuple[list[str], list[str]]:

@@ -60,10 +60,10 @@ class SentenceModel:
         self.head.check(int(self.model.cfg.hidden_size), self.source)
         positions = int(self.model.cfg.max_position_embeddings)
         self.max_tokens = min(positions, self.head.max_seq_length or positions)
+        self.eos_id = getattr(self.model.cfg, "eos_token_id", None)
 
     def token_ids(self, texts: Sequence[str]) -> list[list[int]]:
-        eos = getattr(self.model.cfg, "eos_token_id", None)
-        rows = [frame_ids(ids, self.tok, self.family.causal, eos) for ids in self.tok.encode_batch(list(texts))]
+        rows = [frame_ids(ids, self.tok, self.family.causal, self.eos_id) for ids in self.tok.encode_batch(list(texts))]
         tail = 0 if self.family.causal else 1  # keep [SEP] when cutting
         return [r if len(r) <= self.max_tokens else r[: self.max_tokens - tail] + r[len(r) - tail:] for r in rows]
 
@@ -75,9 +75,12 @@ class SentenceModel:
         with torch.inference_mode():
             for start in range(0, len(rows), batch_size):
                 ids, mask = pad_right(rows[start: start + batch_size], self.tok.pad_id)  # (B, T)
-                top = backbone_top(self.model.backbone, ids, mask, self.family.causal).float()  # (B, T, H)
-                out.append(self.head(top, mask).numpy())  # (B, D)
+                out.append(self.head(self.top_layer(ids, mask), mask).numpy())  # (B, D)
         return np.concatenate(out) if out else np.zeros((0, self.head.dim()), np.float32)
+
+    def top_layer(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """``ids``, ``mask (B, T)`` -> the model's top layer ``(B, T, H)`` in float32."""
+        return backbone_top(self.model.backbone, ids, mask, self.family.causal).float()
 
 
 def encode(model: str | Path, texts: Sequence[str], pooling: str = "", normalize: bool | None = None,

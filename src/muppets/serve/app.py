@@ -235,6 +235,8 @@ async def predict(server: Server, request: Request) -> Response:
         body["scores"] = [a.get("score") for a in answers]
     if req.probabilities and any("probabilities" in a for a in answers):
         body["probabilities"] = [a.get("probabilities") for a in answers]
+    if any("words" in a for a in answers):  # a tagger's words of raw texts, which the probabilities are of
+        body["words"] = [a.get("words") for a in answers]
     return JSONResponse(body)
 
 

@@ -39,7 +39,7 @@ import numpy as np
 import torch
 
 from muppets.errors import ConfigError, MuppetsError
-from muppets.interop.onnx_export import MANIFEST, read_manifest, sample_inputs, tokenizer_problem, weights_fingerprint
+from muppets.interop.onnx_export import is_export, read_manifest, sample_inputs, tokenizer_problem, weights_fingerprint
 from muppets.interop.onnx_runtime import OnnxModel, OnnxPredictor, require_onnxruntime
 from muppets.serve.config import ServeConfig
 from muppets.serve.engines import EMBED, FILL, Encoder, Engine, SentenceEncoder
@@ -113,7 +113,7 @@ def find_export(model_dir: str) -> Path | None:
     given = resolve_model_path(model_dir) if model_dir == "minilm" else resolve_data_path(model_dir)
     resolved = resolve_model_path(model_dir)
     for candidate in (given, given / "onnx", resolved, resolved / "onnx"):
-        if (candidate / MANIFEST).is_file() and (candidate / "model.onnx").is_file():
+        if is_export(candidate):
             return candidate
     return None
 

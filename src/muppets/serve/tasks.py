@@ -17,9 +17,11 @@ choice    ``["context", ["e1", "e2", …]]`` or                 index of the bes
           ``{"context": c, "endings": [...]}``
 ========  ==================================================  ========================================
 
-Classify, pair and choice answers come with ``scores`` (the probability of the predicted label
+Classify, pair and choice answers come with ``score`` (the probability of the predicted label
 or ending); with ``"return_probabilities": true`` also each label's probability (choice: each
-ending's). Inputs of several requests run through one :meth:`Predictor.run
+ending's; tag: one ``{label: p}`` per word, read at its first piece, and for raw text the
+``words`` they belong to, ``[{"word", "start", "end"}]``, as ``Predictor.predict_proba`` gives
+them). Inputs of several requests run through one :meth:`Predictor.run
 <muppets.transfer.predict.Predictor.run>` call (the batcher's batch), so served predictions
 are the offline ones.
 """
@@ -36,6 +38,7 @@ from muppets.serve.batcher import Work
 from muppets.serve.config import ServeConfig
 from muppets.serve.engines import PREDICT, Engine
 from muppets.serve.errors import ApiError
+from muppets.transfer.entities import WordProbs
 from muppets.transfer.predict import Predictor
 
 _OBJECT_FIELDS = {"pair": ("text", "text_pair"), "regress": ("text", "text_pair"), "span": ("question", "context"),
@@ -99,16 +102,28 @@ class TaskEngine(Engine):
 
     def run(self, key: Hashable, items: list[Work]) -> list[Any]:
         preds, probs = self.predictor.run([w.payload.example for w in items])
+        labels = self.predictor.names  # what the answers show (a registered task's names, else the values)
         out = []
         for w, pred, prob in zip(items, preds, probs):
             answer = {"prediction": pred}
-            if prob is not None:
+            if self.kind == "tag" and w.payload.probabilities:
+                answer.update(tag_probabilities(prob, labels))
+            elif prob is not None and self.kind != "tag":
                 answer["score"] = float(prob.max())
                 if w.payload.probabilities:
                     answer["probabilities"] = (prob.tolist() if self.kind == "choice" else
-                                               dict(zip(self.predictor.names, prob.tolist())))
+                                               dict(zip(labels, prob.tolist())))
             out.append(answer)
         return out
+
+
+def tag_probabilities(prob: Any, labels: Sequence[str]) -> dict[str, Any]:
+    """A tagger's per-word probabilities in JSON: ``probabilities``, one ``{label: p}`` per word,
+    and for raw text the ``words`` they belong to, ``[{"word", "start", "end"}]``."""
+    if isinstance(prob, WordProbs):
+        return {"words": [{"word": w, "start": a, "end": b} for w, (a, b) in zip(prob.words, prob.spans)],
+                "probabilities": [dict(zip(labels, row.tolist())) for row in prob.probs]}
+    return {"probabilities": [dict(zip(labels, row.tolist())) for row in prob]}
 
 
 def _is_text(x: Any) -> bool:

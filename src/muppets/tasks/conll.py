@@ -21,7 +21,7 @@ from muppets.errors import ConfigError, DataError
 from muppets.tasks.source import Line, Problems, iter_lines, short
 from muppets.tasks.spec import TagExample, TaskData, TaskSpec
 
-__all__ = ["CONLL2003_TYPES", "iob1_to_bio", "bio_labels", "read_conll_file", "read_conll",
+__all__ = ["CONLL2003_TYPES", "iob1_to_bio", "bio_labels", "check_tag", "read_conll_file", "read_conll",
            "load_conll2003", "load_conll2003_pos", "load_conll2003_chunk"]
 
 CONLL2003_TYPES = ("PER", "LOC", "ORG", "MISC")
@@ -49,6 +49,17 @@ def iob1_to_bio(tags: Sequence[str]) -> list[str]:
 def bio_labels(types: Sequence[str]) -> list[str]:
     """The BIO label set: ``O``, then ``B-X``, ``I-X`` for each type, in the order given."""
     return ["O"] + [f"{prefix}-{t}" for t in types for prefix in ("B", "I")]
+
+
+def check_tag(tag: str, types: Sequence[str] | None, path: str | Path, line: int | None) -> str:
+    """``tag`` if it is ``O``, ``B-<type>`` or ``I-<type>`` (of ``types`` when given), else a
+    DataError naming ``path:line`` and the tag."""
+    match = _TAG.match(tag)
+    if match is None:
+        raise DataError("unknown tag (expected O, B-<type> or I-<type>)", path=path, line=line, value=tag)
+    if types is not None and match.group(1) not in (None, *types):
+        raise DataError(f"unknown entity type (expected one of {list(types)})", path=path, line=line, value=tag)
+    return tag
 
 
 @dataclass
@@ -107,16 +118,7 @@ class _Reader:
             self.current.tags.append(self._check_tag(fields[self.tag_col], line.number))
 
     def _check_tag(self, tag: str, number: int) -> str:
-        if self.plain:
-            return tag
-        match = _TAG.match(tag)
-        if match is None:
-            raise DataError("unknown tag (expected O, B-<type> or I-<type>)",
-                            path=self.path, line=number, value=tag)
-        if self.types is not None and match.group(1) not in (None, *self.types):
-            raise DataError(f"unknown entity type (expected one of {list(self.types)})",
-                            path=self.path, line=number, value=tag)
-        return tag
+        return tag if self.plain else check_tag(tag, self.types, self.path, number)
 
     def flush(self) -> None:
         sentence, self.current = self.current, _Sentence()

@@ -22,7 +22,7 @@ from muppets.errors import DataError
 from muppets.tasks.source import Problems, iter_lines, short
 from muppets.tasks.spec import Answer, SpanExample, TaskData, TaskSpec
 
-__all__ = ["SQUAD_TRAIN_ARTICLES", "read_squad_articles", "read_squad", "load_squad"]
+__all__ = ["SQUAD_TRAIN_ARTICLES", "check_answers", "read_squad_articles", "read_squad", "load_squad", "span_spec"]
 
 SQUAD_TRAIN_ARTICLES = 38  # of the 48 dev articles; the remaining 10 are our dev split
 AnswerFix = Callable[[dict, str], "dict | None"]  # (question, context) -> question to read, or None: drop it
@@ -65,9 +65,16 @@ def _list(owner: dict, key: str, what: str, path: Path, line: int | None) -> lis
 
 
 def _answers(qa: dict, context: str, path: Path, line: int | None) -> list[Answer]:
-    qid = qa["id"]
+    raw = _list(qa, "answers", f"question {qa['id']}", path, line)
+    return check_answers(qa["id"], raw, context, path, line, qa.get("is_impossible", False))
+
+
+def check_answers(qid: str, raws: list, context: str, path: str | Path, line: int | None,
+                  impossible: bool = False) -> list[Answer]:
+    """``raws`` (``[{"text", "answer_start"}, …]``) as answers, each found in ``context`` at its
+    start; no answer is a DataError unless the question is ``impossible`` (SQuAD 2.0)."""
     answers = []
-    for raw in _list(qa, "answers", f"question {qid}", path, line):
+    for raw in raws:
         text, start = (raw.get("text"), raw.get("answer_start")) if isinstance(raw, dict) \
             else (None, None)
         if not isinstance(text, str) or not text or type(start) is not int or start < 0:
@@ -79,7 +86,7 @@ def _answers(qa: dict, context: str, path: Path, line: int | None) -> list[Answe
                             f"answer_start={start} (context there: {found!r})",
                             path=path, line=line, value=text)
         answers.append(Answer(text, start))
-    if not answers and not qa.get("is_impossible", False):
+    if not answers and not impossible:
         raise DataError(f"question {qid} has no answer", path=path, line=line)
     return answers
 
@@ -133,7 +140,9 @@ def read_squad_articles(path: str | Path, problems: Problems,
     path = Path(path)
     data, text = _load_json(path, problems)
     if not isinstance(data, dict) or not isinstance(data.get("data"), list):
-        raise DataError("expected a SQuAD object with a 'data' list of articles", path=path)
+        records = " (a list of records: write them as JSON Lines, one a line, in a .jsonl file)" \
+            if isinstance(data, list) else ""
+        raise DataError(f"expected a SQuAD object with a 'data' list of articles{records}", path=path)
     finder = _LineFinder(text)
     articles = []
     for article in data["data"]:
@@ -146,7 +155,7 @@ def read_squad_articles(path: str | Path, problems: Problems,
     return articles
 
 
-def _spec(name: str) -> TaskSpec:
+def span_spec(name: str) -> TaskSpec:
     return TaskSpec(name, "span", [], "squad", ("question", "context"))
 
 
@@ -159,7 +168,7 @@ def read_squad(path: str | Path | Mapping[str, str | Path], errors: str = "stric
               for split, file in files.items()}
     task = name or Path(next(iter(files.values()))).stem
     problems.summarize(task)
-    return TaskData(_spec(task), splits, skipped=problems.skipped)  # type: ignore[arg-type]
+    return TaskData(span_spec(task), splits, skipped=problems.skipped)  # type: ignore[arg-type]
 
 
 def load_squad(root: Path, problems: Problems) -> TaskData:
@@ -172,4 +181,4 @@ def load_squad(root: Path, problems: Problems) -> TaskData:
              f"questions), the remaining {len(articles) - SQUAD_TRAIN_ARTICLES} as dev "
              f"({len(dev)}). Not comparable to published SQuAD dev scores.")
     splits = {"train": train, "dev": dev}
-    return TaskData(_spec("squad"), splits, notes=notes)  # type: ignore[arg-type]
+    return TaskData(span_spec("squad"), splits, notes=notes)  # type: ignore[arg-type]

@@ -5,8 +5,13 @@
     data = read_table({"train": "train.csv", "dev": "dev.csv"}, "pair",
                       columns={"text": "premise", "text_b": "hypothesis", "label": "gold"})
 
-Columns are named by the header row (csv/tsv) or by the keys (jsonl); with ``header=False``
-they are 0-based positions. Every row is checked: the column count (the header's, or the first
+Columns are named by the header row (csv/tsv), by the keys (jsonl) or by the schema (parquet,
+Arrow, save_to_disk: ``fmt="columnar"``); with ``header=False`` they are 0-based positions.
+:class:`Columns` holds the columns of every task kind (:data:`ROLES`, defaults
+:data:`DEFAULT_COLUMNS`; the tag, span and choice records are read by
+:mod:`muppets.tasks.records`), and a label column saved as a ``datasets.ClassLabel`` gives its
+names to the integer ids. A column asked for that is not there is an error naming the file, the
+columns there are and the option that names it. Every row is checked: the column count (the header's, or the first
 row's), a non-empty text, a label from the label set (``labels``, or the set seen in the files
 when ``labels`` is None) or, for ``regress``, a finite number. Problems raise
 :class:`~muppets.errors.DataError` naming file, line and value (``errors="strict"``) or are
@@ -19,6 +24,7 @@ skipped and counted (``errors="skip"``).
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 import logging
 import math
@@ -29,49 +35,116 @@ from pathlib import Path
 from typing import Any
 
 from muppets.config import atomic_path
-from muppets.data.formats import container_of, json_layout, text_suffix
+from muppets.data.formats import (class_label_names, column_names, container_of, dataset_dict_splits, iter_byte_lines,
+                                  json_layout, text_suffix)
 from muppets.errors import ConfigError, DataError
 from muppets.tasks.source import Problems, Record, iter_records, short
 from muppets.tasks.spec import TaskData, TaskSpec, TextExample
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Columns", "LabelRule", "read_text_file", "read_table", "write_table", "natural_sorted",
-           "table_format"]
+__all__ = ["ROLES", "DEFAULT_COLUMNS", "Columns", "Layout", "LabelRule", "read_text_file", "read_table", "write_table",
+           "natural_sorted", "table_format", "task_format", "resolve_layout", "cell", "text_cell", "has", "present",
+           "check_width", "row_id", "unique_ids", "file_format"]
 
 Column = str | int
 _TEXT_KINDS = ("classify", "pair", "regress")
 _DEFAULT_METRIC = {"classify": "accuracy", "pair": "accuracy", "regress": "pearson_spearman"}
 
 
+# kind -> the roles its columns fill (task.columns / ``columns=``), and the column names taken
+# when a role is not named. A role named None has no column (e.g. ``{"label": None}``: unlabelled).
+ROLES = {
+    "classify": ("text", "label", "id", "meta", "probs"),
+    "pair": ("text", "text_b", "label", "id", "meta", "probs"),
+    "regress": ("text", "text_b", "label", "id", "meta", "probs"),
+    "tag": ("tokens", "tags", "id"),
+    "span": ("question", "context", "answers", "id", "title"),
+    "choice": ("context", "endings", "label", "id"),
+}
+DEFAULT_COLUMNS: dict[str, dict[str, Column]] = {
+    "classify": {"text": "text", "label": "label", "probs": "probs"},
+    "pair": {"text": "text", "text_b": "text_b", "label": "label", "probs": "probs"},
+    "regress": {"text": "text", "text_b": "text_b", "label": "label", "probs": "probs"},
+    "tag": {"tokens": "tokens", "tags": "tags", "id": "id"},
+    "span": {"question": "question", "context": "context", "answers": "answers", "id": "id", "title": "title"},
+    "choice": {"context": "context", "endings": "endings", "label": "label", "id": "id"},
+}
+_REQUIRED = {"classify": ("text",), "pair": ("text", "text_b"), "regress": ("text",), "tag": ("tokens",),
+             "span": ("question", "context", "answers"), "choice": ("context", "endings")}
+_MAY_BE_ABSENT = ("probs", "id", "title", "text_b")  # a default column of these roles a file may lack
+
+
 @dataclass(frozen=True)
 class Columns:
-    """Where each field is: a header name / jsonl key, or a 0-based position."""
+    """Where each field is: a header name / jsonl key / columnar column, or a 0-based position.
+    Which fields a task kind reads: :data:`ROLES`."""
 
-    text: Column
-    text_b: Column | None = None
-    label: Column | None = None  # None: unlabelled file
+    text: Column | None = None  # classify / pair / regress: the text
+    text_b: Column | None = None  # pair (regress: optional): the second text
+    label: Column | None = None  # None: unlabelled file (choice: the index of the right ending)
     id: Column | None = None  # None: ids are "<file stem>-<row number>"
     meta: tuple[Column, ...] = ()  # extra columns kept in ``TextExample.meta`` under their name
     probs: Column | None = None  # a probability per label (weak labels); a file or row without it has none
+    tokens: Column | None = None  # tag: the words of a sentence (a list)
+    tags: Column | None = None  # tag: one tag per word (names, or integer ids); None: unlabelled
+    question: Column | None = None  # span: the question
+    context: Column | None = None  # span: the passage answers are found in; choice: the context
+    answers: Column | None = None  # span: {"text": [...], "answer_start": [...]} or [{"text", "answer_start"}, …]
+    title: Column | None = None  # span: the article title
+    endings: Column | tuple[Column, ...] | None = None  # choice: one list column, or one column per ending
+    optional: frozenset[str] = frozenset({"probs"})  # roles whose column a file (or row) may lack
 
     @classmethod
-    def of(cls, columns: Mapping[str, Column | None] | Columns) -> Columns:
-        """Build from a dict such as ``{"text": "sentence", "label": "label"}``."""
+    def of(cls, columns: Mapping[str, Any] | Columns) -> Columns:
+        """Build from a dict such as ``{"text": "sentence", "label": "label"}`` (a text task's)."""
         if isinstance(columns, Columns):
             return columns
-        unknown = set(columns) - {"text", "text_b", "label", "id", "meta", "probs"}
+        unknown = set(columns) - set(ROLES["pair"])
         if unknown or "text" not in columns:
             raise ConfigError(f"columns needs 'text' and may have 'text_b', 'label', 'id', "
                               f"'meta', 'probs'; got {sorted(columns)}")
+        return cls._build(dict(columns), frozenset({"probs"}))
+
+    @classmethod
+    def for_kind(cls, kind: str, given: Mapping[str, Any] | Columns | None = None) -> Columns:
+        """The columns of a ``kind`` task: :data:`DEFAULT_COLUMNS`, each role ``given`` names
+        replaced (None: no such column). A default id, title, probs or regress text_b column may
+        be missing from a file; one you name may not."""
+        if isinstance(given, Columns):
+            return given
+        given = dict(given or {})
+        unknown = sorted(set(given) - set(ROLES[kind]))
+        if unknown:
+            raise ConfigError(f"columns {unknown}: a {kind} task's columns are {list(ROLES[kind])}", key="task.columns")
+        merged = {role: col for role, col in {**DEFAULT_COLUMNS[kind], **given}.items() if col is not None}
+        missing = [role for role in _REQUIRED[kind] if role not in merged]
+        if missing:
+            raise ConfigError(f"columns: a {kind} task needs a column for {missing}", key="task.columns")
+        optional = {role for role in merged if role in _MAY_BE_ABSENT and role not in given}
+        if kind == "pair":
+            optional.discard("text_b")
+        return cls._build(merged, frozenset(optional))
+
+    @classmethod
+    def _build(cls, columns: dict[str, Any], optional: frozenset[str]) -> Columns:
+        for role in ("meta", "endings"):
+            value = columns.get(role)
+            if isinstance(value, (list, tuple)):
+                columns[role] = tuple(value)
         meta = columns.get("meta") or ()
-        meta = (meta,) if isinstance(meta, (str, int)) else tuple(meta)
-        return cls(**{**columns, "meta": meta})  # type: ignore[arg-type]
+        columns["meta"] = (meta,) if isinstance(meta, (str, int)) else meta
+        return cls(**columns, optional=optional)
 
     def roles(self) -> dict[str, Column]:
-        """Role -> column for the single columns, plus ``"meta:<column>"`` for each extra one."""
-        roles = {k: v for k, v in vars(self).items() if k != "meta" and v is not None}
+        """Role -> column for the single columns, plus ``"meta:<column>"`` for each extra one
+        and ``"endings:<k>"`` for each ending column."""
+        roles = {k: v for k, v in vars(self).items() if k not in ("meta", "endings", "optional") and v is not None}
         roles.update({f"meta:{col}": col for col in self.meta})
+        if isinstance(self.endings, tuple):
+            roles.update({f"endings:{k}": col for k, col in enumerate(self.endings)})
+        elif self.endings is not None:
+            roles["endings"] = self.endings
         return roles
 
 
@@ -115,56 +188,95 @@ def _parse_score(raw: Any, path: Path, line: int) -> float:
 
 
 @dataclass
-class _Layout:
-    """Resolved columns of one file: positions (csv/tsv) or keys (jsonl), and the row width."""
+class Layout:
+    """Resolved columns of one file: positions (csv/tsv) or keys (jsonl, columnar), the row
+    width, the roles a row may lack, and the ``datasets.ClassLabel`` names of its columns."""
 
     where: dict[str, Column]
-    width: int | None  # expected cells per row; None for jsonl
+    width: int | None  # expected cells per row; None for jsonl / columnar
+    optional: frozenset[str] = frozenset()
+    class_names: dict[str, list[str]] = field(default_factory=dict)  # column -> names (columnar files)
+
+    def names_of(self, role: str) -> list[str] | None:
+        """The ClassLabel names of ``role``'s column (None: not a ClassLabel column)."""
+        return self.class_names.get(str(self.where.get(role)))
 
 
-def _resolve(records: Any, columns: Columns, header: bool, path: Path,
-             jsonl: bool) -> _Layout:
-    """Read the header (if any) and map every role to a position or key."""
-    if jsonl:
-        return _Layout(columns.roles(), None)
+def _hint(role: str, what: str = "column") -> str:
+    role = role.split(":")[0]
+    return f"name the {role} {what}: task.columns={{{role}: NAME}}"
+
+
+def _header_hint(names: list[str], role: str) -> str:
+    """More to say about a header without the column: it is one cell holding another delimiter,
+    or the file looks like CoNLL columns."""
+    if len(names) == 1 and (delimiter := next((d for d in (",", "\t", ";") if d in names[0]), None)):
+        return f"; the header is one cell holding {delimiter!r}: is the delimiter another? set task.format"
+    if role == "tokens":
+        return "; CoNLL columns (a token a line, no header): task.format conll"
+    return ""
+
+
+def resolve_layout(records: Any, columns: Columns, header: bool, path: Path, fmt: str) -> Layout:
+    """Read the header (csv/tsv with ``header``) or the schema (columnar) and map every role to
+    a position or key; a column asked for that is not there is a DataError naming the file, the
+    column and the columns there are (a column of ``columns.optional`` is left out)."""
+    roles, optional = columns.roles(), columns.optional
+    if fmt == "columnar":
+        names = column_names(path)
+        missing = [(r, c) for r, c in roles.items() if c not in names and r not in optional]
+        if missing:
+            role, col = missing[0]
+            raise DataError(f"no column {col!r} for {role} (columns: {names}; {_hint(role)})", path=path, value=col)
+        return Layout({r: c for r, c in roles.items() if c in names}, None, optional, class_label_names(path))
+    if fmt == "jsonl":
+        return Layout(roles, None, optional)
     if not header:
-        bad = {r: c for r, c in columns.roles().items() if not isinstance(c, int)}
+        bad = {r: c for r, c in roles.items() if not isinstance(c, int)}
         if bad:
             raise ConfigError(f"{path}: without a header, columns must be positions: {bad}")
-        return _Layout(columns.roles(), None)  # width: taken from the first row
+        return Layout(roles, None)  # width: taken from the first row
     first = next(records, None)
     if first is None:
         raise DataError("file has no header row", path=path)
     names = [cell.strip() for cell in first.cells]
     where: dict[str, Column] = {}
-    for role, col in columns.roles().items():
+    for role, col in roles.items():
         if isinstance(col, int):
             where[role] = col
         elif col in names:
             where[role] = names.index(col)
-        elif role == "probs":
-            continue  # optional: e.g. gold dev/test files beside a weakly labelled train file
-        else:
-            raise DataError(f"no column {col!r} for {role} in the header {names}",
-                            path=path, line=first.line, value=col)
-    return _Layout(where, len(names))
+        elif role not in optional:  # optional: e.g. probs, in gold dev/test files beside a weakly labelled train file
+            hint = _hint(role) + _header_hint(names, role)
+            raise DataError(f"no column {col!r} for {role} in the header {names} ({hint})", path=path,
+                            line=first.line, value=col)
+    return Layout(where, len(names), optional)
 
 
-def _cell(record: Record, layout: _Layout, role: str, path: Path) -> Any:
+def has(record: Record, layout: Layout, role: str) -> bool:
+    """Whether ``role`` has a column and, if the role is optional, this row a value for it."""
+    if role not in layout.where:
+        return False
+    return role not in layout.optional or present(record, layout, role)
+
+
+def cell(record: Record, layout: Layout, role: str, path: Path) -> Any:
+    """The raw value of ``role`` in ``record`` (a jsonl record without the key: a DataError)."""
     where = layout.where[role]
     cells = record.cells
     if isinstance(cells, dict):
         if where not in cells:
-            raise DataError(f"missing key {where!r}", path=path, line=record.line,
-                            value=short(cells))
+            raise DataError(f"missing key {where!r} for {role} ({_hint(role, 'key')})",
+                            path=path, line=record.line, value=short(cells))
         return cells[where]
     return cells[where]  # width was checked
 
 
-def _text(record: Record, layout: _Layout, role: str, path: Path) -> str:
-    value = _cell(record, layout, role, path)
+def text_cell(record: Record, layout: Layout, role: str, path: Path) -> str:
+    """``role``'s value: a non-empty string, stripped."""
+    value = cell(record, layout, role, path)
     if not isinstance(value, str):
-        raise DataError(f"{role} must be a string", path=path, line=record.line, value=value)
+        raise DataError(f"{role} must be a string", path=path, line=record.line, value=short(value))
     value = value.strip()
     if not value:
         raise DataError(f"empty {role} (column {layout.where[role]!r})", path=path,
@@ -172,7 +284,8 @@ def _text(record: Record, layout: _Layout, role: str, path: Path) -> str:
     return value
 
 
-def _check_width(record: Record, layout: _Layout, path: Path) -> None:
+def check_width(record: Record, layout: Layout, path: Path) -> None:
+    """A csv/tsv row has the header's (or the first row's) number of cells."""
     if isinstance(record.cells, dict):
         return
     if layout.width is None:
@@ -185,27 +298,31 @@ def _check_width(record: Record, layout: _Layout, path: Path) -> None:
                         path=path, line=record.line, value=short("\t".join(record.cells)))
 
 
-def _example(record: Record, layout: _Layout, rule: LabelRule, path: Path,
+def row_id(record: Record, layout: Layout, path: Path, row: int) -> str:
+    """The row's id column, or ``<file stem>-<row>``."""
+    return str(cell(record, layout, "id", path)).strip() if has(record, layout, "id") else f"{path.stem}-{row}"
+
+
+def _example(record: Record, layout: Layout, rule: LabelRule, path: Path,
              row: int) -> TextExample:
     if record.error is not None:
         raise record.error
-    _check_width(record, layout, path)
-    text = _text(record, layout, "text", path)
-    text_b = _text(record, layout, "text_b", path) if "text_b" in layout.where else None
+    check_width(record, layout, path)
+    text = text_cell(record, layout, "text", path)
+    text_b = text_cell(record, layout, "text_b", path) if has(record, layout, "text_b") else None
     probs = None
-    if "probs" in layout.where and _present(record, layout, "probs"):
-        probs = _parse_probs(_cell(record, layout, "probs", path), path, record.line)
+    if has(record, layout, "probs"):
+        probs = _parse_probs(cell(record, layout, "probs", path), path, record.line)
     label = None
-    if "label" in layout.where and (probs is None or _present(record, layout, "label")):
-        label = rule.parse(_cell(record, layout, "label", path), path, record.line)  # with probs it may be left out
-    ident = (str(_cell(record, layout, "id", path)).strip() if "id" in layout.where
-             else f"{path.stem}-{row}")
-    meta = {role[5:]: str(_cell(record, layout, role, path)) for role in layout.where
+    if "label" in layout.where and (probs is None or present(record, layout, "label")):
+        label = rule.parse(cell(record, layout, "label", path), path, record.line)  # with probs it may be left out
+    meta = {role[5:]: str(cell(record, layout, role, path)) for role in layout.where
             if role.startswith("meta:")}
-    return TextExample(ident, text, text_b, label, f"{path}:{record.line}", meta, probs)  # type: ignore[arg-type]
+    return TextExample(row_id(record, layout, path, row), text, text_b, label, f"{path}:{record.line}", meta,
+                       probs)  # type: ignore[arg-type]
 
 
-def _present(record: Record, layout: _Layout, role: str) -> bool:
+def present(record: Record, layout: Layout, role: str) -> bool:
     """Whether the row has a value for the role: a jsonl key that is there and not null, a
     csv/tsv cell that is not blank."""
     cells = record.cells
@@ -278,8 +395,11 @@ def read_text_file(path: str | Path, fmt: str, columns: Columns, rule: LabelRule
     """
     path = Path(path)
     records = iter_records(path, fmt, problems, encoding)
-    layout = _resolve(records, columns, header, path, jsonl=fmt in ("jsonl", "columnar"))
+    layout = resolve_layout(records, columns, header, path, fmt)
     layout.width = width if width is not None else layout.width
+    names = layout.names_of("label")
+    if names and rule.kind != "regress" and not rule.label_map:  # a datasets ClassLabel column: ids -> names
+        rule = dataclasses.replace(rule, label_map={str(i): name for i, name in enumerate(names)})
     examples = []
     for row, record in enumerate(records, start=1):
         try:
@@ -332,7 +452,7 @@ def read_table(path: str | Path | Mapping[str, str | Path], kind: str,
     _check_kind(kind, cols)
     problems = Problems(errors)
     rule = LabelRule(kind, list(labels) if labels is not None else None)
-    splits = {split: read_text_file(file, _format_of(file, fmt), cols, rule, problems, header=header,
+    splits = {split: read_text_file(file, file_format(file, fmt, kind), cols, rule, problems, header=header,
                                     encoding=encoding)
               for split, file in files.items()}
     has_probs = any(ex.probs is not None for exs in splits.values() for ex in exs)
@@ -354,27 +474,70 @@ def read_table(path: str | Path | Mapping[str, str | Path], kind: str,
     return TaskData(spec, splits, skipped=problems.skipped)  # type: ignore[arg-type]
 
 
-def _format_of(path: str | Path, fmt: str) -> str:
-    return fmt if fmt != "auto" else table_format(path)
+def file_format(path: str | Path, fmt: str, kind: str) -> str:
+    """``fmt`` for ``path``: its own (:func:`task_format`) for ``"auto"``; a format that the
+    content contradicts (a text format for a parquet file, ``columnar`` for a text file) is refused."""
+    if fmt == "auto":
+        return task_format(path, kind)
+    columnar = container_of(path) is not None
+    if columnar != (fmt == "columnar"):
+        found = "a parquet / Arrow file or save_to_disk directory" if columnar else "not columnar (a text file)"
+        raise DataError(f"task.format {fmt}, but the file is {found} by its content: set task.format "
+                        f"{'columnar' if columnar else 'to its text format'}, or leave it out", path=path)
+    return fmt
 
 
 def table_format(path: str | Path) -> str:
-    """The table format of ``path`` by content, then by the suffix under any compression one:
-    parquet / Arrow / save_to_disk → ``columnar``; ``.jsonl`` and ``.json`` holding JSON Lines
-    → ``jsonl``; ``.tsv``; ``.csv``. Anything else — another suffix, a ``.json`` holding one
-    JSON document — is refused with the reason, never guessed."""
+    """The format of a classify / pair / regress file: :func:`task_format`."""
+    return task_format(path, "classify")
+
+
+_SUFFIX_FORMATS = {".jsonl": "jsonl", ".json": "jsonl", ".tsv": "tsv", ".csv": "csv"}
+
+
+def task_format(path: str | Path, kind: str) -> str:
+    """The format of a ``kind`` task file by content, then by the suffix under any compression
+    one: parquet / Arrow / save_to_disk → ``columnar``; ``.jsonl`` and ``.json`` holding JSON
+    Lines → ``jsonl``; ``.tsv``; ``.csv``; a ``.json`` holding one JSON document → ``squad``
+    (span tasks); any other suffix of a tag task → ``conll`` (CoNLL columns have no suffix of
+    their own: ``eng.train``, ``x.conll``, ``x.txt``). Anything else — another suffix, a JSON
+    document for another kind, JSON content given as CoNLL — is refused with the reason and
+    what to set, never guessed."""
+    path = Path(path)
     if container_of(path) is not None:
         return "columnar"
+    if (splits := dataset_dict_splits(path)) is not None:
+        raise DataError(f"a datasets DatasetDict with the splits {list(splits)}: name one split's directory as each "
+                        f"task file (e.g. {next(iter(splits.values()), path / 'train')})", path=path)
+    if path.is_dir():
+        raise DataError("a directory, but not a datasets.save_to_disk one (no state.json): name a file, or the "
+                        "directory save_to_disk wrote", path=path)
     suffix = text_suffix(path)
     if suffix == ".json" and json_layout(path) == "document":
-        raise DataError("a .json file holding one JSON document, not JSON Lines (one record a "
-                        "line): a table needs JSON Lines (a SQuAD file is task.kind span)", path=path)
-    known = {".jsonl": "jsonl", ".json": "jsonl", ".tsv": "tsv", ".csv": "csv"}
-    if suffix not in known:
-        raise DataError(f"cannot tell the table format from the suffix {suffix or '(none)'!r}: name "
-                        f"the file .csv, .tsv, .jsonl, .json (JSON Lines) or .parquet, or set task.format "
-                        f"(csv, tsv, tsv-quoted, jsonl, columnar)", path=path)
-    return known[suffix]
+        if kind == "span":
+            return "squad"
+        raise DataError(f"a .json file holding one JSON document, not JSON Lines (one record a line): a {kind} "
+                        "task reads JSON Lines; name a JSON Lines file .jsonl (a SQuAD document is task.kind span)",
+                        path=path)
+    if suffix in _SUFFIX_FORMATS:
+        return _SUFFIX_FORMATS[suffix]
+    if kind == "tag":
+        _refuse_json_as_conll(path)
+        return "conll"
+    formats = "csv, tsv, tsv-quoted, jsonl, columnar" + (", squad" if kind == "span" else "")
+    raise DataError(f"cannot tell the table format from the suffix {suffix or '(none)'!r}: name the file .csv, "
+                    f".tsv, .jsonl, .json (JSON Lines) or .parquet, or set task.format ({formats})", path=path)
+
+
+def _refuse_json_as_conll(path: Path) -> None:
+    """A tag file read as CoNLL columns whose first line is JSON is refused, not parsed as words."""
+    for number, line in enumerate(iter_byte_lines(path), start=1):
+        if line.strip():
+            if line.lstrip()[:1] in (b"{", b"["):
+                raise DataError("the first line is JSON, not CoNLL columns (a token and its tags a line): name a JSON "
+                                "Lines file .jsonl, or set task.format jsonl", path=path, line=number,
+                                value=short(line.decode("utf-8", "replace").strip()))
+            return
 
 
 def _check_kind(kind: str, columns: Columns) -> None:

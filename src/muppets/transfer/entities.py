@@ -27,6 +27,7 @@ lower-cased by an uncased model); label, score, start and end are the pipeline's
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -39,15 +40,44 @@ Piece = tuple[str, float, int, int]  # (label, score, start, end) of one token
 
 def text_tag_features(examples: Sequence[TextExample], tok: Any, max_seq_len: int) -> list[Feature]:
     """``[CLS] pieces [SEP]`` windows of whole words over each raw text; :attr:`Feature.offsets`
-    holds each piece's character span (None at the specials)."""
+    holds each piece's character span (None at the specials), :attr:`Feature.word_ids` the
+    word index at each word's first piece (the words of the tokenizer's pre-tokenizer)."""
     budget = max_seq_len - 2
     out = []
     for i, enc in enumerate(tok.encodings([ex.text for ex in examples])):
-        for a, b in piece_windows(list(enc.word_ids), budget):
+        words = list(enc.word_ids)
+        for a, b in piece_windows(words, budget):
             ids = [tok.cls_id, *enc.ids[a:b], tok.sep_id]
             offsets = [None, *[tuple(o) for o in enc.offsets[a:b]], None]
-            out.append(Feature(ids, [0] * len(ids), None, i, offsets=offsets))
+            firsts = [words[t] if t == 0 or words[t] != words[t - 1] else None for t in range(a, b)]
+            out.append(Feature(ids, [0] * len(ids), None, i, word_ids=[None, *firsts, None], offsets=offsets))
     return out
+
+
+@dataclass
+class WordProbs:
+    """A raw text's words, as the model's tokenizer splits it, and each word's label
+    probabilities (:meth:`Predictor.predict_proba <muppets.transfer.predict.Predictor.predict_proba>`)."""
+
+    words: list[str]  # text[start:end] of each word
+    spans: list[tuple[int, int]]  # (start, end) character offsets of each word in the text
+    probs: np.ndarray  # (words, C): the softmax at the word's first piece, columns in the model's label order
+
+
+def word_probs(text: str, features: Sequence[Feature], probs: Sequence[np.ndarray]) -> WordProbs:
+    """The :class:`WordProbs` of one text from its windows' features and ``(T, C)`` probabilities:
+    a word spans its first piece's start to its last piece's end (windows hold whole words)."""
+    found: dict[int, tuple[np.ndarray, int, int]] = {}
+    for feature, p in zip(features, probs):
+        real = [t for t, span in enumerate(feature.offsets or []) if span is not None]
+        firsts = [t for t in real if (feature.word_ids or [])[t] is not None]
+        for t, nxt in zip(firsts, [*firsts[1:], real[-1] + 1] if real else []):
+            found[feature.word_ids[t]] = (p[t], feature.offsets[t][0], feature.offsets[nxt - 1][1])  # type: ignore[index]
+    order = sorted(found)
+    spans = [(found[w][1], found[w][2]) for w in order]
+    C = probs[0].shape[-1] if len(probs) else 0
+    rows = np.array([found[w][0] for w in order]).reshape(len(order), C)
+    return WordProbs([text[a:b] for a, b in spans], spans, rows)
 
 
 def piece_windows(word_ids: Sequence[int | None], budget: int) -> list[tuple[int, int]]:

@@ -45,7 +45,6 @@ import torch
 from torch import nn
 
 from muppets.config import atomic_dir, atomic_path, load_typed, to_dict, write_json_atomic
-from muppets.data.formats import json_layout, text_suffix
 from muppets.errors import ConfigError, RunDirError, TrainingInterrupted
 from muppets.heads import POOLS, TaskModel
 from muppets.interop.hf_tasks import task_labels
@@ -54,7 +53,8 @@ from muppets.metrics import compute
 from muppets.nn.block import init_weights
 from muppets.paths import resolve_data_path, resolve_model_path
 from muppets.sentence import keep_sentence_files
-from muppets.tasks import load_task, read_conll, read_squad, read_table
+from muppets.tasks import load_task, read_task
+from muppets.tasks.files import guess_kind
 from muppets.tasks.spec import TaskData, TaskSpec
 from muppets.tokenizers.wordpiece import WordPieceTokenizer
 from muppets.train import TrainConfig, Trainer, seed_everything
@@ -73,17 +73,16 @@ log = logging.getLogger(__name__)
 PRIMARY = {"accuracy": "accuracy", "f1": "f1", "mcc": "mcc", "pearson_spearman": "corr",
            "entity_f1": "f1", "token_accuracy": "accuracy", "squad": "f1",
            "cmrc2018": "f1"}  # metric name -> the key model selection maximises
-_TABLE_KINDS = ("classify", "pair", "regress")
 
 
 @dataclass
 class TaskSection:
     name: str = ""  # a registered task (see muppets.tasks.list_tasks), or a name for your own files
     files: dict = field(default_factory=dict)  # your own data {split: path}, e.g. {train: a.csv, dev: b.csv}; {} = the registered task
-    kind: str = ""  # your files: classify | pair | regress (csv/tsv/jsonl), tag (CoNLL), span (SQuAD json); "" = from the extension
-    format: str = ""  # table files: csv | tsv | tsv-quoted | jsonl | columnar ("" = from the content and extension)
-    columns: dict = field(default_factory=dict)  # table files: {text: col, text_b: col, label: col, id: col, probs: col}; {} = text/text_b/label/probs
-    labels: list[str] = field(default_factory=list)  # table files: the label set in head order ([] = the labels seen)
+    kind: str = ""  # your files: classify | pair | regress | tag | span | choice ("" = from the columns and extension: muppets.tasks.files.guess_kind)
+    format: str = ""  # your files: csv | tsv | tsv-quoted | jsonl | columnar (parquet, Arrow, save_to_disk) | conll (tag) | squad (span) ("" = each file's, from its content and extension)
+    columns: dict = field(default_factory=dict)  # your files: the column of a role where it differs from the default, e.g. {tags: ner_tags}, {context: ctx}, {label: null} (none); roles and defaults per kind: muppets.tasks.table.DEFAULT_COLUMNS
+    labels: list[str] = field(default_factory=list)  # your files: the label set in head order (tag: also the names of integer tag ids; [] = the labels seen)
     metric: str = ""  # metric to report and select the best model on ("" = the task's own)
     errors: str = "strict"  # strict | skip: what a bad record in the files does
 
@@ -189,30 +188,9 @@ def load_task_data(sec: TaskSection) -> TaskData:
 
 
 def _read_files(sec: TaskSection, files: dict[str, Path]) -> TaskData:
-    kind = sec.kind or guess_kind(next(iter(files.values())))
-    name = sec.name or None
-    if kind in _TABLE_KINDS:
-        fmt = sec.format or "auto"  # each file's own extension
-        columns = sec.columns or {"text": "text", "label": "label", "probs": "probs",
-                                  **({"text_b": "text_b"} if kind != "classify" else {})}
-        return read_table(files, kind, columns, fmt, labels=sec.labels or None, errors=sec.errors,
-                          name=name)
-    if kind == "tag":
-        return read_conll(files, sec.errors, name=name)
-    if kind == "span":
-        return read_squad(files, sec.errors, name=name)
-    raise ConfigError(f"task.kind {kind!r}: your own files can be classify, pair, regress, tag "
-                      "or span")
-
-
-def guess_kind(path: Path) -> str:
-    """The task kind of a file when task.kind is not given: a .json SQuAD document → span
-    (JSON Lines in .json → classify, as .jsonl), .conll / .txt → tag, other tables → classify
-    (compression suffixes looked through)."""
-    suffix = text_suffix(path)
-    if suffix == ".json" and not path.is_dir():
-        return "span" if json_layout(path) == "document" else "classify"
-    return {".conll": "tag", ".txt": "tag"}.get(suffix, "classify")
+    kind = sec.kind or guess_kind(next(iter(files.values())), sec.columns)
+    return read_task(files, kind, sec.columns, sec.format or "auto", labels=sec.labels or None, errors=sec.errors,
+                     name=sec.name or None)
 
 
 def _limit(examples: list, n: int) -> list:

@@ -43,6 +43,8 @@ Usage::
     Predictor("runs/ner/best")("John lives in Paris.")
     # [{'entity_group': 'PER', 'score': 0.99, 'word': 'John', 'start': 0, 'end': 4},
     #  {'entity_group': 'LOC', 'score': 0.98, 'word': 'Paris', 'start': 14, 'end': 19}]
+    Predictor("runs/ner/best").predict_proba(["John lives in Paris."])[0]
+    # WordProbs(words=['John', 'lives', 'in', 'Paris', '.'], spans=[(0, 4), (5, 10), …], probs=(5, C) array)
 """
 
 from __future__ import annotations
@@ -63,7 +65,7 @@ from muppets.interop.safetensors_io import read_json_object
 from muppets.tasks.spec import ChoiceExample, SpanExample, TagExample, TextExample
 from muppets.transfer.models import load_task_model, load_tokenizer
 from muppets.transfer.batching import collate, eval_batches
-from muppets.transfer.entities import entities_of, text_tag_features
+from muppets.transfer.entities import WordProbs, entities_of, text_tag_features, word_probs
 from muppets.transfer.features import (Feature, FeatureOptions, make_features, merge_tag_predictions,
                                        merge_word_values)
 
@@ -71,6 +73,7 @@ log = logging.getLogger(__name__)
 
 SETTINGS_FILE = "muppets_finetune.json"  # feature + decoding settings saved beside a fine-tuned model
 _TOKEN_LEVEL = ("tag", "span")
+_CLASS_ROWS = ("classify", "pair", "choice")  # kinds with one row of class probabilities per example
 
 
 @dataclass(frozen=True)
@@ -284,7 +287,7 @@ class Predictor:
         return [self._answer(pred, prob, all_scores) for pred, prob in zip(preds, probs)]
 
     def _answer(self, pred: Any, prob: np.ndarray | None, all_scores: bool) -> Any:
-        if prob is not None:
+        if prob is not None and self.kind in _CLASS_ROWS:
             out = {"label": pred, "score": float(prob.max())}
             if all_scores:
                 out["scores"] = prob.tolist() if self.kind == "choice" else dict(zip(self.names, prob.tolist()))
@@ -296,13 +299,15 @@ class Predictor:
         labels in them are ignored."""
         return self.run(examples)[0]
 
-    def run(self, examples: Sequence[Any]) -> tuple[list[Any], list[np.ndarray | None]]:
+    def run(self, examples: Sequence[Any]) -> tuple[list[Any], list[Any]]:
         """Predictions for task examples (as :meth:`predict` gives them) and each example's
-        class probabilities where it has one row of them (classify, pair, choice; else None):
-        the one code path behind :meth:`predict`, :meth:`__call__` and the server's ``/predict``.
-        A tagger takes :class:`TagExample` (pre-split words) and :class:`TextExample` (raw text)."""
-        if self.kind == "tag" and any(isinstance(ex, TextExample) for ex in examples):
-            return self._tag_mixed(examples), [None] * len(examples)
+        probabilities where its kind has them (as :meth:`predict_proba` gives them: a class row
+        for classify, pair and choice, per-word rows for tag; else None): the one code path
+        behind :meth:`predict`, :meth:`__call__`, :meth:`predict_proba` and the server's
+        ``/predict``. A tagger takes :class:`TagExample` (pre-split words) and
+        :class:`TextExample` (raw text)."""
+        if self.kind == "tag":
+            return self._run_tag(examples)
         feats = make_features(self.kind, examples, self.tokenizer, self.features, self.labels)
         logits = feature_logits(self.model, feats, self.batch_size, self.tokenizer.pad_id)
         preds = decode(self.kind, examples, feats, logits, self.labels, self.span)
@@ -312,50 +317,63 @@ class Predictor:
         if self.kind in ("classify", "pair"):
             named = dict(zip(self.labels, self.names))
             preds = [named[p] for p in preds]
-        one_each = len(feats) == len(examples) and self.kind in ("classify", "pair", "choice")
+        one_each = len(feats) == len(examples) and self.kind in _CLASS_ROWS
         return preds, [softmax(lg) for lg in logits] if one_each else [None] * len(examples)
 
-    def _tag_mixed(self, examples: Sequence[Any]) -> list[Any]:
-        """Raw texts to entity groups, pre-split words to tags, in the order given."""
-        out: list[Any] = [None] * len(examples)
+    def _run_tag(self, examples: Sequence[Any]) -> tuple[list[Any], list[Any]]:
+        """Pre-split words -> a tag and a probability row each; raw texts -> entity groups and
+        :class:`~muppets.transfer.entities.WordProbs`; in the order given."""
+        preds: list[Any] = [None] * len(examples)
+        probs: list[Any] = [None] * len(examples)
         raw = [i for i, ex in enumerate(examples) if isinstance(ex, TextExample)]
         split = [i for i, ex in enumerate(examples) if not isinstance(ex, TextExample)]
-        for i, pred in zip(split, self.run([examples[i] for i in split])[0] if split else []):
-            out[i] = pred
-        for i, groups in zip(raw, self.entities([examples[i] for i in raw])):
-            out[i] = groups
-        return out
+        for group, read in ((split, self._tag_words), (raw, self._tag_texts)):
+            if group:
+                for i, pred, prob in zip(group, *read([examples[i] for i in group])):
+                    preds[i], probs[i] = pred, prob
+        return preds, probs
 
-    def entities(self, examples: Sequence[TextExample]) -> list[list[dict[str, Any]]]:
-        """Entity groups of raw texts (:mod:`muppets.transfer.entities`)."""
+    def _tag_words(self, examples: Sequence[TagExample]) -> tuple[list[list[str]], list[np.ndarray]]:
+        """One tag per word and a ``(words, C)`` probability array (each word read at its first piece)."""
+        feats = make_features("tag", examples, self.tokenizer, self.features, self.labels)
+        logits = feature_logits(self.model, feats, self.batch_size, self.tokenizer.pad_id)
+        C = len(self.labels)
+        fill = np.eye(C)[self.labels.index("O") if "O" in self.labels else 0]
+        merged = merge_word_values(feats, [softmax(lg) for lg in logits], [len(ex.tokens) for ex in examples], fill)
+        rows = [np.array(r).reshape(len(r), C) for r in merged]
+        return decode("tag", examples, feats, logits, self.labels, self.span), rows
+
+    def _tag_texts(self, examples: Sequence[TextExample]) -> tuple[list[list[dict[str, Any]]], list[WordProbs]]:
+        """Entity groups and per-word probabilities of raw texts, from one forward pass."""
         feats = text_tag_features(examples, self.tokenizer, self.features.max_seq_len)
         probs = [softmax(lg) for lg in feature_logits(self.model, feats, self.batch_size, self.tokenizer.pad_id)]
         per: list[list[int]] = [[] for _ in examples]
         for k, f in enumerate(feats):
             per[f.example].append(k)
-        return [entities_of(ex.text, [feats[k] for k in ks], [probs[k] for k in ks], self.labels)
-                for ex, ks in zip(examples, per)]
+        groups = [entities_of(ex.text, [feats[k] for k in ks], [probs[k] for k in ks], self.labels)
+                  for ex, ks in zip(examples, per)]
+        words = [word_probs(ex.text, [feats[k] for k in ks], [probs[k] for k in ks]) for ex, ks in zip(examples, per)]
+        return groups, words
+
+    def entities(self, examples: Sequence[TextExample]) -> list[list[dict[str, Any]]]:
+        """Entity groups of raw texts (:mod:`muppets.transfer.entities`)."""
+        return self._tag_texts(examples)[0]
 
     def predict_proba(self, inputs: Sequence[Any]) -> Any:
         """Class probabilities (softmax of the logits) for raw inputs, as :meth:`predict` takes
         them: classify/pair → ``(n, C)`` array, columns in :attr:`labels` order (named by
-        :attr:`names`); tag → one
-        ``(words, C)`` array per input (each word read at its first piece, as :meth:`predict`
-        does). Other kinds have no class probabilities (:class:`ConfigError`)."""
+        :attr:`names`); tag → one entry per input: pre-split words → a ``(words, C)`` array, each
+        word read at its first piece (as :meth:`predict` reads its tag); a string (raw text) → a
+        :class:`~muppets.transfer.entities.WordProbs`: the text's words as the model's tokenizer
+        splits it (the words :meth:`__call__` groups into entities), their character spans and
+        the same ``(words, C)`` rows. Other kinds have no class probabilities (:class:`ConfigError`)."""
         if self.kind not in ("classify", "pair", "tag"):
             raise ConfigError(f"predict_proba: a {self.kind} model has no class probabilities")
         examples = self.examples(inputs)
-        C = len(self.labels)
         if not examples:
-            return np.zeros((0, C)) if self.kind != "tag" else []
-        feats = make_features(self.kind, examples, self.tokenizer, self.features, self.labels)
-        probs = [softmax(lg) for lg in feature_logits(self.model, feats, self.batch_size,
-                                                     self.tokenizer.pad_id)]
-        if self.kind != "tag":
-            return np.stack(probs)
-        fill = np.eye(C)[self.labels.index("O") if "O" in self.labels else 0]
-        merged = merge_word_values(feats, probs, [len(ex.tokens) for ex in examples], fill)
-        return [np.array(rows).reshape(len(rows), C) for rows in merged]
+            return np.zeros((0, len(self.labels))) if self.kind != "tag" else []
+        probs = self.run(examples)[1]
+        return probs if self.kind == "tag" else np.stack(probs)
 
     def examples(self, inputs: Sequence[Any]) -> list[Any]:
         """Raw inputs as unlabelled task examples (see :meth:`predict`)."""
