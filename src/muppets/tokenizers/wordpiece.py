@@ -48,10 +48,9 @@ from tokenizers import AddedToken, Encoding, Tokenizer, decoders, normalizers, p
 from tokenizers import processors, trainers
 from tokenizers.models import WordPiece
 
-from tqdm.auto import tqdm
-
 from muppets.config import parse_json, write_json_atomic
 from muppets.errors import ConfigError, DataError
+from muppets.progress import progress_bar
 from muppets.tokenizers.script import SCRIPTS, check_script, script_converter
 
 logger = logging.getLogger(__name__)
@@ -681,7 +680,7 @@ def _count_words(texts: Iterable[str], settings: WordPieceSettings,
     _set_bert_splitting(splitter, settings)
     normalize, split = splitter.normalizer.normalize_str, splitter.pre_tokenizer.pre_tokenize_str
     counts: Counter[str] = Counter()
-    for text in tqdm(texts, desc="counting words", unit=" texts", disable=not show_progress):
+    for text in progress_bar(texts, desc="counting words", unit=" texts", enabled=show_progress):
         counts.update(word for word, _ in split(normalize(text)))
     return counts
 
