@@ -48,7 +48,7 @@ from tokenizers import AddedToken, Encoding, Tokenizer, decoders, normalizers, p
 from tokenizers import processors, trainers
 from tokenizers.models import WordPiece
 
-from muppets.config import parse_json, write_json_atomic
+from muppets.config import final_path, parse_json, write_json_atomic
 from muppets.errors import ConfigError, DataError
 from muppets.progress import progress_bar
 from muppets.tokenizers.script import SCRIPTS, check_script, script_converter
@@ -470,7 +470,7 @@ class WordPieceTokenizer:
         write_json_atomic(directory / CONFIG_FILE, self._settings.to_hf_config())
         special_map = {f"{role}_token": tok for role, tok in self._settings.special_tokens().items()}
         write_json_atomic(directory / SPECIAL_TOKENS_MAP_FILE, special_map)
-        logger.info("saved WordPiece tokenizer (%d tokens) to %s", self.vocab_size, directory)
+        logger.info("saved WordPiece tokenizer (%d tokens) to %s", self.vocab_size, final_path(directory))
         return directory
 
     def _vocab_lines(self) -> list[str]:
