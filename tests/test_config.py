@@ -471,3 +471,29 @@ def test_an_override_reaches_into_a_list_of_sections():
         apply_overrides(cfg, ["run_dir[0].weight=1"])
     with pytest.raises(ConfigError, match=r"name a setting of tasks\[0\]"):
         apply_overrides(cfg, ["tasks[0]=x"])
+
+
+def test_final_path_undoes_the_temporary_names_of_atomic_writes(tmp_path):
+    from muppets.config import atomic_dir, atomic_path, final_path
+
+    with atomic_dir(tmp_path / "step-00000062") as tmp:
+        assert tmp.name != "step-00000062" and final_path(tmp / "w.bin") == tmp_path / "step-00000062" / "w.bin"
+    with atomic_path(tmp_path / "log.jsonl") as tmp:
+        assert final_path(tmp) == tmp_path / "log.jsonl"
+    for plain in (tmp_path / ".tmp-notes", tmp_path / "a.tmp", Path("runs/.hidden.tmp"), Path(".")):
+        assert final_path(plain) == plain  # only the writers' own names are undone
+
+
+def test_a_tokenizer_saved_into_an_atomic_directory_logs_where_it_ends_up(tmp_path, caplog):
+    """Fine-tuning and pretraining export into ``.tmp-best-h…`` and rename: the log used to name
+    the temporary, gone by the time anyone reads the line."""
+    import logging
+
+    from muppets.config import atomic_dir
+    from muppets.tokenizers.wordpiece import WordPieceTokenizer
+
+    tok = WordPieceTokenizer.train(["a quiet film about a family", "a dull film"] * 5, vocab_size=80, min_frequency=1)
+    with caplog.at_level(logging.INFO, logger="muppets.tokenizers.wordpiece"), atomic_dir(tmp_path / "best") as tmp:
+        tok.save(tmp)
+    (line,) = [r.getMessage() for r in caplog.records if "saved WordPiece" in r.getMessage()]
+    assert line.endswith(f"to {tmp_path / 'best'}") and ".tmp" not in line

@@ -49,9 +49,11 @@ def config(tmp_path: Path, *extra: str) -> bert_pretrain.PretrainConfig:
 
 def test_step_zero_keeps_the_checkpoints_encoder_and_round_trips_through_transformers(tmp_path, caplog):
     transformers = pytest.importorskip("transformers")
-    with caplog.at_level(logging.WARNING, logger="muppets.recipes.bert_pretrain"):
+    with caplog.at_level(logging.WARNING, logger="muppets.interop.hf_bert"):
         bert_pretrain.run(config(tmp_path))
-    assert any("no MLM head" in r.getMessage() for r in caplog.records)  # the run says so
+    warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert any("no MLM head" in m for m in warned)  # the run says so
+    assert not any("NSP" in m or "nsp." in m for m in warned)  # data.nsp=false: its missing head is not news
     final = tmp_path / "run" / "final"
     assert not (tmp_path / "run" / "tokenizer").exists()  # no tokenizer was trained
     assert WordPieceTokenizer.load(final).to_json() == WordPieceTokenizer.load(MINILM).to_json()
@@ -68,6 +70,25 @@ def test_step_zero_keeps_the_checkpoints_encoder_and_round_trips_through_transfo
     model = transformers.BertForMaskedLM.from_pretrained(final)  # the decoder tied to the word embeddings
     assert torch.equal(model.cls.predictions.decoder.weight, model.bert.embeddings.word_embeddings.weight)
     assert back.logits.shape[-1] == tok.vocab_size
+
+
+def test_minilms_missing_heads_are_news_only_to_a_caller_that_runs_them(caplog):
+    """Every use of MiniLM used to log "no weights for ['mlm.bias', …]"; embed, probe and serve
+    never run an MLM head. Loaded for MLM (and NSP), its missing heads are a warning."""
+    from muppets import families
+
+    family = families.of_directory(MINILM)
+    with caplog.at_level(logging.DEBUG, logger="muppets.interop.hf_bert"):
+        family.load(MINILM)
+    assert not [r for r in caplog.records if r.levelno >= logging.INFO]
+    assert any("mlm.bias" in r.getMessage() for r in caplog.records)  # still there, for whoever debugs
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="muppets.interop.hf_bert"):
+        family.load(MINILM, heads=("mlm", "nsp"))
+    mlm, nsp = [r.getMessage() for r in caplog.records if r.levelno >= logging.INFO]
+    assert all(r.levelno == logging.WARNING for r in caplog.records)
+    assert "no MLM head" in mlm and "'mlm.dense.weight'" in mlm and "tied to its word embeddings" in mlm
+    assert "no NSP head: ['nsp.bias', 'nsp.weight']" in nsp
 
 
 def test_a_different_tokenizer_given_explicitly_is_refused(tmp_path):

@@ -11,6 +11,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from tqdm import tqdm
@@ -23,7 +24,8 @@ from muppets.train import Trainer  # noqa: E402
 from muppets.train import plots  # noqa: E402
 from muppets.train.distributed import DistInfo  # noqa: E402
 from muppets.train.logger import read_log  # noqa: E402
-from muppets.train.plots import PLOT_FILE, moving_average, plan_panels, render, write_run_plot  # noqa: E402
+from muppets.train.plots import (PLOT_FILE, Panel, Series, moving_average, plan_panels, render,  # noqa: E402
+                                 write_run_plot)
 from muppets.train.progress import BAR_FORMAT, Eta, run_eta  # noqa: E402
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -104,7 +106,7 @@ def test_only_the_main_rank_draws(tmp_path: Path) -> None:
 
 
 def test_panels_loss_terms_metrics_dev_twins_and_mix_weights() -> None:
-    records = _steps(30, terms=("mlm", "nsp"))
+    records = _steps(60, terms=("mlm", "nsp"))  # 60 losses: a moving mean of 2
     for step in (10, 20, 30):
         records.append({"step": step, "eval/mlm_perplexity": 50.0 / step, "eval/accuracy": step / 40,
                         "eval/dev/accuracy": step / 50, "eval/mix_w0": 0.3, "eval/mix_w1": 0.7})
@@ -113,7 +115,7 @@ def test_panels_loss_terms_metrics_dev_twins_and_mix_weights() -> None:
     assert [p.title for p in panels] == ["training loss", "mlm_perplexity", "accuracy", "mix weights"]
     loss = panels[0]
     assert [s.style for s in loss.series] == ["raw", "smooth", "smooth", "smooth"]
-    assert [s.label for s in loss.series[2:]] == ["mlm", "nsp"]
+    assert [s.label for s in loss.series] == ["loss", "loss (mean of 2)", "mlm", "nsp"]
     assert [s.label for s in panels[2].series] == ["eval", "dev"]
     assert [s.label for s in panels[3].series] == ["mix_w0", "mix_w1"]
     assert panels[1].log_y and not panels[2].log_y
@@ -127,7 +129,7 @@ def test_per_class_scores_share_a_panel() -> None:
     records = _steps(2) + [{"step": 2, **{f"eval/{k}": v for k, v in scores.items()},
                             **{f"eval/dev/{k}": v for k, v in scores.items()}}]
     panels = {p.title: [s.label for s in p.series] for p in plan_panels(records)}
-    assert panels == {"training loss": ["loss", "loss (mean of 1)"], "f1": ["eval", "dev"],
+    assert panels == {"training loss": ["loss"], "f1": ["eval", "dev"],
                       "f1 by class": ["LOC", "PER"], "f1 by class (dev)": ["LOC", "PER"],
                       "mlm_loss": ["eval", "dev"], "mlm_accuracy": ["eval", "dev"]}
 
@@ -148,7 +150,7 @@ def test_a_multitask_run_gets_one_panel_per_task() -> None:
     records = _steps(2, terms=("task:rte", "task:ner")) + [
         {"step": 2, **{f"eval/{k}": v for k, v in scores.items()}, "eval/dev/ner/f1_LOC": 0.8}]
     panels = {p.title: [s.label for s in p.series] for p in plan_panels(records)}
-    assert panels == {"training loss": ["loss", "loss (mean of 1)", "task:ner", "task:rte"],
+    assert panels == {"training loss": ["loss", "task:ner", "task:rte"],
                       "rte": ["accuracy"], "mrpc": ["accuracy", "precision", "recall", "f1"],
                       "stsb": ["pearson", "spearman"], "cola": ["mcc"], "sst2": ["accuracy"],
                       "ner": ["f1"], "ner f1 by class": ["LOC", "PER"], "ner f1 by class (dev)": ["LOC"],
@@ -156,13 +158,84 @@ def test_a_multitask_run_gets_one_panel_per_task() -> None:
 
 
 def test_one_loss_term_draws_no_duplicate_line() -> None:
-    panels = plan_panels(_steps(5, terms=("task",)))
-    assert [p.title for p in panels] == ["training loss"] and len(panels[0].series) == 2
+    panels = plan_panels(_steps(100, terms=("task",)))
+    assert [p.title for p in panels] == ["training loss"]
+    assert [(s.label, s.style) for s in panels[0].series] == [("loss", "raw"), ("loss (mean of 4)", "smooth")]
+
+
+def test_too_few_losses_to_smooth_draw_one_line_not_a_mean_of_1() -> None:
+    """Under 50 logged losses the moving mean would be the loss itself: one line, no legend."""
+    panels = plan_panels(_steps(49, terms=("task",)))
+    assert [(s.label, s.style) for s in panels[0].series] == [("loss", "smooth")]
+    assert render(panels).axes[0].get_legend() is None
+    legend = render(plan_panels(_steps(49, terms=("mlm", "nsp")))).axes[0].get_legend()
+    assert [t.get_text() for t in legend.get_texts()] == ["loss", "mlm", "nsp"]
 
 
 def test_panels_are_capped() -> None:
     records = _steps(3) + [{"step": 3, **{f"eval/m{k}": 1.0 for k in range(30)}}]
     assert len(plan_panels(records)) == plots.MAX_PANELS
+
+
+# ------------------------------------------------------------------ what the picture shows
+
+
+def _tick_labels(ax, which: str = "both") -> list:
+    """The y tick labels matplotlib draws (visible, non-empty), after a draw."""
+    ticks = ax.yaxis.get_major_ticks() + (ax.yaxis.get_minor_ticks() if which == "both" else [])
+    return [t.label1 for t in ticks if t.label1.get_visible() and t.label1.get_text()
+            and ax.get_ylim()[0] <= t.get_loc() <= ax.get_ylim()[1]]
+
+
+def test_a_single_point_panel_gets_the_runs_step_axis_and_a_marker() -> None:
+    """One evaluation (or a one-step run) used to get an x axis of 2.85 … 3.15 and, for a line
+    style, nothing drawn at all."""
+    records = [{"step": 3, "loss": 0.7}, {"step": 3, "eval/accuracy": 0.5}]
+    fig = render(plan_panels(records))
+    fig.canvas.draw()
+    for ax in fig.axes:
+        low, high = ax.get_xlim()
+        assert low < 3 < high and high - low >= 2  # the point inside, a whole step either side
+        ticks = [t for t in ax.get_xticks() if low <= t <= high]
+        assert 3 in ticks and all(float(t).is_integer() for t in ticks)
+        (line,) = ax.get_lines()
+        assert line.get_marker() == "o"  # a lone point is drawn, whatever its line style
+    longer = render(plan_panels(_steps(40) + [{"step": 40, "eval/accuracy": 0.5}]))
+    assert longer.axes[1].get_xlim() == longer.axes[0].get_xlim()  # the evaluation sits where it ran
+    assert longer.axes[1].get_xlim()[0] < 1 and longer.axes[1].get_xlim()[1] > 40
+
+
+def test_no_y_label_is_cut_off_or_runs_into_the_next_panel() -> None:
+    """ELMo's perplexities (log scale, minor labels like 2 x 10^1) and multitask.png's losses
+    used to be cut at the figure's left edge; every panel of every column is checked."""
+    shown = [((28.0, 19.0, 12.0), True), ((0.13, 0.125, 0.12), True), ((123456.0, 654321.0), True),
+             ((-1.2e-4, -1.3e-4), False), ((-123456.0, -654321.0), False), ((0.12345, 0.12349), False)]
+    panels = [Panel(f"p{k}", [Series("eval", np.arange(1, len(v) + 1) * 100, np.array(v))], log_y=log)
+              for k, (v, log) in enumerate(shown)]  # 2 rows of 3: log and linear in the first column
+    fig = render(panels, "run")
+    fig.canvas.draw()
+    width = fig.bbox.x1
+    for index, ax in enumerate(fig.axes):
+        labels = _tick_labels(ax)
+        assert labels and all(t.get_fontsize() == 8 for t in labels)
+        left_edge = 0.0 if index % 3 == 0 else fig.axes[index - 1].get_tightbbox().x1
+        for label in labels:
+            extent = label.get_window_extent()
+            assert left_edge <= extent.x0 and extent.x1 <= min(ax.bbox.x0, width), (ax.get_title(), label.get_text())
+
+
+def test_log_scale_labels_are_plain_numbers() -> None:
+    panel = Panel("perplexity", [Series("eval", np.array([10, 20, 30]), np.array([28.0, 15.0, 6.0]))], log_y=True)
+    fig = render([panel])
+    fig.canvas.draw()
+    texts = [t.get_text() for t in _tick_labels(fig.axes[0])]
+    assert {"10", "20"} <= set(texts)
+    assert all(float(t) > 0 for t in texts)  # no mathtext such as $\\mathdefault{2\\times10^{1}}$
+
+
+def test_the_x_axis_is_named_after_what_the_log_counts() -> None:
+    assert {ax.get_xlabel() for ax in render(plan_panels(_steps(5))).axes} == {"step"}
+    assert {ax.get_xlabel() for ax in render(plan_panels(_steps(5)), x_label="chunk").axes} == {"chunk"}
 
 
 def test_moving_average_is_a_trailing_mean() -> None:
@@ -280,22 +353,30 @@ def test_the_bar_shows_our_eta_instead_of_tqdms() -> None:
 
 
 def test_trainer_bar_starts_at_the_resumed_step_and_shows_the_eta(tmp_path: Path, monkeypatch) -> None:
-    import muppets.train.progress as progress
+    import muppets.progress as progress
 
     bars = []
 
     class Recording(tqdm):
         def __init__(self, *args, **kwargs):
-            kwargs["disable"], kwargs["file"] = False, _Sink()  # as on a terminal
+            kwargs["file"] = _Sink()
             super().__init__(*args, **kwargs)
             bars.append(self)
 
     monkeypatch.setattr(progress, "tqdm", Recording)
+    monkeypatch.setattr(progress, "is_terminal", lambda stream: True)  # as on a terminal
     Trainer(ToyModel(), ToyData(8, 2), toy_config(steps=2, checkpoint_every=2), tmp_path).train(resume=False)
     config = toy_config(steps=4, max_minutes=60.0, progress=True)
     Trainer(ToyModel(), ToyData(8, 2), config, tmp_path).train()  # resumes at step 2
     assert bars[-1].initial == 2 and bars[-1].n == 4
     assert bars[-1].postfix.startswith("ETA ") and "loss" in bars[-1].postfix
+
+
+def test_trainer_bar_on_a_redirected_stderr_draws_nothing(tmp_path: Path, capfd, caplog) -> None:
+    """Not a terminal: no bar and no progress lines (the trainer logs its own ``log_every`` steps)."""
+    with caplog.at_level(logging.INFO, logger="muppets.progress"):
+        Trainer(ToyModel(), ToyData(8, 2), toy_config(steps=2, progress=True), tmp_path).train(resume=False)
+    assert "\r" not in capfd.readouterr().err and not [r for r in caplog.records if r.name == "muppets.progress"]
 
 
 class _Sink:

@@ -72,6 +72,23 @@ def tiny_config(**kw) -> Word2VecConfig:
 # ============================================================================ tier 1: tiny runs
 
 
+def test_the_training_curves_count_chunks_not_steps(tmp_path, monkeypatch):
+    """word2vec logs one loss per chunk: its picture's x axis says so."""
+    from muppets.train import plots
+
+    labels, render = [], plots.render
+
+    def recording(*args, **kwargs):
+        figure = render(*args, **kwargs)
+        labels.append({ax.get_xlabel() for ax in figure.axes})
+        return figure
+
+    monkeypatch.setattr(plots, "render", recording)
+    corpus, vocab = make_corpus(tmp_path / "c", topic_docs(sentences=40))
+    train_word2vec(corpus, vocab.words, tiny_config(epochs=1), run_dir=tmp_path / "run")
+    assert labels == [{"chunk"}] and (tmp_path / "run" / plots.PLOT_FILE).is_file()
+
+
 @pytest.mark.parametrize("sg", [True, False])
 def test_tiny_training_runs(tmp_path, sg):
     corpus, vocab = make_corpus(tmp_path / "c", topic_docs(sentences=100))

@@ -89,7 +89,7 @@ def _data_prepare(args: argparse.Namespace) -> int:
 
     s = prepare_corpus([resolve_data_path(p) for p in args.input], _load_tokenizer(args.tokenizer, args.chinese_script),
                        args.out, fmt=args.format, workers=args.workers, errors=args.errors,
-                       overwrite=args.overwrite, progress=sys.stderr.isatty())
+                       overwrite=args.overwrite, progress=True)  # a bar on a terminal, log lines elsewhere
     print(f"prepared {s.out_dir}: {s.files} files, {s.documents} documents, {s.sentences} sentences, "
           f"{s.tokens} tokens in {s.seconds:.1f} s ({s.tokens_per_second:,.0f} tokens/s); "
           f"{s.empty_documents} empty documents, {s.skipped_files} skipped files, "
@@ -498,7 +498,7 @@ def _embed(args: argparse.Namespace) -> int:
     refuse_existing(*output_files(args.out), overwrite=args.overwrite)  # a bad name first, then what exists
     _set_threads(args.threads)
     m = embed_file(args.model, args.input, args.out, parse_layers(args.layers), args.pooling, args.batch_size,
-                   args.device, args.oov, progress=sys.stderr.isatty(), max_positions=args.max_positions,
+                   args.device, args.oov, progress=True, max_positions=args.max_positions,
                    truncate=args.truncate)
     print(f"{m['num_sentences']:,} sentences, {m['num_words']:,} words x layers {m['layers']} x {m['dim']} "
           f"({m['kind']} model {m['source']}) -> {m['out']}")

@@ -604,6 +604,24 @@ def replace_dir(tmp: Path, final: Path) -> None:
     _delete(old)
 
 
+_TMP_DIR = re.compile(r"\.tmp-(.+)-h[0-9a-f]{6}\.\d+")  # begin_dir's names
+_TMP_FILE = re.compile(r"\.(.+)\.[a-z0-9_]{8}\.h[0-9a-f]{6}\.\d+\.tmp")  # atomic_path's
+
+
+def final_path(path: str | Path) -> Path:
+    """The path something written into an atomic temporary will have once renamed: what a log
+    line names (the temporary's ``.tmp-best-h5f3a2c.4242`` is gone when anyone reads it).
+
+    >>> final_path("runs/x/.tmp-best-h5f3a2c.4242/vocab.txt").as_posix()
+    'runs/x/best/vocab.txt'
+    >>> final_path("runs/.log.jsonl.k2j4h5g6.h5f3a2c.42.tmp").as_posix()
+    'runs/log.jsonl'
+    """
+    path = Path(path)
+    parts = [m.group(1) if (m := _TMP_DIR.fullmatch(p) or _TMP_FILE.fullmatch(p)) else p for p in path.parts]
+    return Path(*parts) if parts else path
+
+
 def _exists(path: Path) -> bool:
     """Whether anything is at ``path``: a symbolic link counts, even a broken one."""
     return os.path.lexists(path)

@@ -34,13 +34,13 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
-from tqdm.auto import tqdm
 
 from muppets.data.readers import ReadStats, iter_documents, list_files
 from muppets.data.sentences import split_sentences
 from muppets.data.shards import ShardWriter, tokenizer_fingerprint
 from muppets.data.units import UnitMarker, UnitSpec
 from muppets.errors import ConfigError, DataError
+from muppets.progress import progress_bar
 
 __all__ = ["CorpusTokenizer", "PrepareSummary", "prepare_corpus", "SPECIALS_AS_TEXT", "reads_specials_as_text",
            "SOURCE_FILES", "source_files", "source_difference"]
@@ -117,7 +117,8 @@ def prepare_corpus(
         workers: tokenizer processes; ``None`` = number of usable CPUs, 1 = in-process.
         batch_docs, batch_chars: a chunk sent to a worker closes at this many documents or
             characters, whichever comes first (a bigger document is a chunk of its own).
-        progress: show a tqdm bar over input bytes.
+        progress: show progress over input bytes (a bar on a terminal, a log line every 30 s
+            elsewhere: :mod:`muppets.progress`).
         overwrite: replace an existing ``out_dir`` (only once the new corpus is complete).
         tokenizer_factory: rebuilds the tokenizer from ``to_json()`` in each worker; must be
             picklable. Default: ``type(tokenizer).from_json``, else ``WordPieceTokenizer.from_json``.
@@ -257,8 +258,8 @@ def encode_chunk(tokenizer: CorpusTokenizer, chunk: Chunk, marker: UnitMarker | 
 
 def _write_all(writer: ShardWriter, results: Iterator[Encoded], stats: ReadStats,
                total_bytes: int, progress: bool) -> None:
-    with tqdm(total=total_bytes, unit="B", unit_scale=True, unit_divisor=1024,
-              desc="prepare", disable=not progress, dynamic_ncols=True) as bar:
+    with progress_bar(total=total_bytes, unit="B", unit_scale=True, unit_divisor=1024, desc="prepare",
+                      enabled=progress) as bar:
         for tokens, lengths, counts, units in results:
             writer.add_encoded(tokens, lengths, counts, units)
             bar.update(stats.bytes_read - bar.n)

@@ -32,7 +32,7 @@ class Family:
     model_types: tuple[str, ...]  # config.json "model_type" values this family reads
     causal: bool  # left-to-right: words pooled by their last piece, causal attention pages, LM routes
     token_types: bool  # inputs carry segment ids the model was trained with (BERT, ELECTRA)
-    load: Callable[..., nn.Module]  # (directory, **config overrides) -> pretraining / LM model
+    load: Callable[..., nn.Module]  # (directory, **config overrides) -> pretraining / LM model; an encoder's also heads=("mlm", …) run
     save: Callable[..., Path]  # (model, directory, tokenizer=None, provenance=None) -> directory, in this family's names, with its model card
     tokenizer: Callable[[Path], Any]  # directory -> its text tokenizer
     task_tokenizer: Callable[[Path], Any]  # directory -> the tokenizer task features use (GPT: with task tokens)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -279,11 +279,14 @@ def save_hf_bert(model: BertForPreTraining, directory: str | Path, tokenizer=Non
 LOADED_OVERRIDES = ("hidden_dropout", "attention_dropout", "tie_word_embeddings")  # shape-preserving config fields
 
 
-def load_hf_bert(directory: str | Path, fmt: EncoderFormat = BERT_FORMAT, **config_overrides) -> BertForPreTraining:
+def load_hf_bert(directory: str | Path, fmt: EncoderFormat = BERT_FORMAT, heads: Collection[str] = (),
+                 **config_overrides) -> BertForPreTraining:
     """Load an HF encoder directory (BERT's names, or ``fmt``'s). Backbone weights must all be
-    present; missing heads (e.g. a bare ``BertModel``) keep their fresh initialisation and are
-    logged. ``config_overrides``: fields of :data:`LOADED_OVERRIDES` (by our names) that replace
-    config.json's."""
+    present; missing heads (e.g. a bare ``BertModel``) keep their fresh initialisation.
+    ``heads``: the pretraining heads the caller runs (``"mlm"``, ``"nsp"``; the pooler counts as
+    NSP's): their missing weights are a warning, those of heads nobody runs (an encoder's
+    users: embed, probe, serve) only a debug line (:func:`report_absent`). ``config_overrides``:
+    fields of :data:`LOADED_OVERRIDES` (by our names) that replace config.json's."""
     directory = Path(directory)
     cfg_path = directory / "config.json"
     if not cfg_path.is_file():
@@ -307,10 +310,32 @@ def load_hf_bert(directory: str | Path, fmt: EncoderFormat = BERT_FORMAT, **conf
         absent.remove("mlm.decoder.weight")
         log.info("%s: tie_word_embeddings=false over a tied checkpoint: the MLM decoder starts as a copy "
                  "of the word embeddings", directory)
-    if absent:
-        log.info("%s: no weights for %s; they keep their initialisation", directory, sorted(absent))
+    report_absent(directory, absent, heads, cfg.tie_word_embeddings)
     model.load_state_dict(state, strict=False)
     return model
+
+
+HEAD_OF = {"pooler": "nsp"}  # in a pretraining model the pooler feeds the NSP head only
+
+
+def report_absent(directory: Path, absent: Collection[str], heads: Collection[str], tied: bool) -> None:
+    """Log the head weights a checkpoint lacks (:func:`load_hf_bert`): a warning per head in
+    ``heads`` (it starts fresh and its outputs mean nothing until trained), a debug line for
+    the others (a bare encoder such as all-MiniLM-L6-v2 has no MLM head, and an encoder's
+    users never run one)."""
+    by_head: dict[str, list[str]] = {}
+    for name in sorted(absent):
+        first = name.split(".")[0]
+        by_head.setdefault(HEAD_OF.get(first, first), []).append(name)
+    for head, names in by_head.items():
+        if head not in heads:
+            log.debug("%s: no weights for %s, of the %s head, which is not used here", directory, names, head)
+        elif head == "mlm":
+            log.warning("%s has no MLM head (a bare encoder, or an ELECTRA discriminator): %s start fresh, the "
+                        "decoder is %s", directory, names, "tied to its word embeddings" if tied else
+                        "a copy of its word embeddings")
+        else:
+            log.warning("%s has no %s head: %s start fresh", directory, head.upper(), names)
 
 
 def _warn_untied(weights: dict[str, torch.Tensor], cfg: BertConfig, fmt: EncoderFormat, directory: Path) -> None:

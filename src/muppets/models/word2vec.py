@@ -462,7 +462,7 @@ class Word2VecTrainer:
             torch.set_num_threads(threads)
             self._log.close()
         if self.run_dir is not None:
-            write_run_plot(self.run_dir)  # the loss per chunk, like every Trainer run
+            write_run_plot(self.run_dir, x_label="chunk")  # the loss per chunk, like every Trainer run
         p = self.progress
         done = p.epoch + p.chunk / self.examples.num_chunks
         return Word2VecResult(done, p.raw_words, p.effective_words, p.examples, p.elapsed_s,

@@ -195,15 +195,12 @@ def exporter(cfg: PretrainConfig, model: BertForPreTraining, tok: Any) -> Callab
 def _new_or_loaded(cfg: PretrainConfig, tok: Any) -> BertForPreTraining:
     if cfg.model.init_from:
         family = init_family(cfg)
-        model = load_pretrained(cfg.model, partial(family.load, **{**cfg.model.overrides, **_pretrain_dropout(cfg)}),
-                                tok.vocab_size)
+        heads = ("mlm", "nsp") if cfg.data.nsp else ("mlm",)  # a head the checkpoint lacks is a warning
+        load = partial(family.load, heads=heads, **{**cfg.model.overrides, **_pretrain_dropout(cfg)})
+        model = load_pretrained(cfg.model, load, tok.vocab_size)
         if cfg.data.max_seq_len > model.cfg.max_positions:
             raise ConfigError(f"data.max_seq_len={cfg.data.max_seq_len} exceeds the "
                               f"{model.cfg.max_positions} positions of model.init_from={cfg.model.init_from}")
-        if not family.has_mlm(resolve_model_path(cfg.model.init_from)):
-            log.warning("model.init_from=%s has no MLM head (a bare encoder, or an ELECTRA discriminator): the "
-                        "transform and output bias start fresh, the decoder is %s", cfg.model.init_from,
-                        "tied to its word embeddings" if model.cfg.tie_word_embeddings else "a copy of its word embeddings")
         return model
     overrides = {"vocab_size": tok.vocab_size, "pad_token_id": tok.pad_id,
                  "max_position_embeddings": max(512, cfg.data.max_seq_len), **cfg.model.overrides,

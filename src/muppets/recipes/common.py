@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import logging
-import sys
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
@@ -325,7 +324,7 @@ def prepare_once(sec: CorpusSection, tok: CorpusTokenizer, run_dir: Path) -> Tok
                     "with another tokenizer" if found != fingerprint else "without these masking units")
     prepare_corpus([resolve_data_path(p) for p in sec.inputs], tok, out, fmt=sec.format,
                    workers=sec.workers or None, errors=sec.errors, overwrite=is_own, units=units,
-                   progress=sys.stderr.isatty())  # no bar redrawn into a log file
+                   progress=True)  # a bar on a terminal, a line every 30 s in a log file
     return TokenCorpus(out)
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from muppets.config import final_path
 from muppets.errors import CheckpointError, ConfigError
 from muppets.sentence.modules import ST_PREFIX, Normalize, Pooling, kind_of, read_json, write_json
 from muppets.sentence.pooling import MODES
@@ -150,8 +151,8 @@ def keep_sentence_files(source: str | Path, dest: str | Path) -> bool:
     hidden = config.get("hidden_size", config.get("n_embd"))
     if head.pooling.dim and hidden and int(hidden) != head.pooling.dim:
         log.warning("%s: its %d-wide sentence modules do not fit %s's %s-wide backbone: not kept",
-                    source, head.pooling.dim, dest, hidden)
+                    source, head.pooling.dim, final_path(dest), hidden)
         return False
     write_head(head, dest)
-    log.info("kept the sentence modules of %s in %s: %s", source, dest, head.describe())
+    log.info("kept the sentence modules of %s in %s: %s", source, final_path(dest), head.describe())
     return True

@@ -51,7 +51,7 @@ from typing import Any
 from tokenizers import AddedToken, Tokenizer, decoders, pre_tokenizers, processors, trainers
 from tokenizers.models import BPE
 
-from muppets.config import parse_json, read_utf8, write_json_atomic
+from muppets.config import final_path, parse_json, read_utf8, write_json_atomic
 from muppets.errors import ConfigError, DataError
 from muppets.paths import resolve_data_path
 # Shared with the WordPiece tokenizer: HF file names and the readers of HF config files.
@@ -414,7 +414,7 @@ class ByteLevelBPETokenizer:
         self._backend.save(str(directory / TOKENIZER_FILE))
         write_json_atomic(directory / CONFIG_FILE, self._settings.to_hf_config())
         write_json_atomic(directory / SPECIAL_TOKENS_MAP_FILE, self._settings.special_tokens_map())
-        logger.info("saved byte-level BPE tokenizer (%d tokens) to %s", self.vocab_size, directory)
+        logger.info("saved byte-level BPE tokenizer (%d tokens) to %s", self.vocab_size, final_path(directory))
         return directory
 
     # ------------------------------------------------------------------ vocabulary

@@ -48,10 +48,9 @@ from tokenizers import AddedToken, Encoding, Tokenizer, decoders, normalizers, p
 from tokenizers import processors, trainers
 from tokenizers.models import WordPiece
 
-from tqdm.auto import tqdm
-
-from muppets.config import parse_json, write_json_atomic
+from muppets.config import final_path, parse_json, write_json_atomic
 from muppets.errors import ConfigError, DataError
+from muppets.progress import progress_bar
 from muppets.tokenizers.script import SCRIPTS, check_script, script_converter
 
 logger = logging.getLogger(__name__)
@@ -471,7 +470,7 @@ class WordPieceTokenizer:
         write_json_atomic(directory / CONFIG_FILE, self._settings.to_hf_config())
         special_map = {f"{role}_token": tok for role, tok in self._settings.special_tokens().items()}
         write_json_atomic(directory / SPECIAL_TOKENS_MAP_FILE, special_map)
-        logger.info("saved WordPiece tokenizer (%d tokens) to %s", self.vocab_size, directory)
+        logger.info("saved WordPiece tokenizer (%d tokens) to %s", self.vocab_size, final_path(directory))
         return directory
 
     def _vocab_lines(self) -> list[str]:
@@ -681,7 +680,7 @@ def _count_words(texts: Iterable[str], settings: WordPieceSettings,
     _set_bert_splitting(splitter, settings)
     normalize, split = splitter.normalizer.normalize_str, splitter.pre_tokenizer.pre_tokenize_str
     counts: Counter[str] = Counter()
-    for text in tqdm(texts, desc="counting words", unit=" texts", disable=not show_progress):
+    for text in progress_bar(texts, desc="counting words", unit=" texts", enabled=show_progress):
         counts.update(word for word, _ in split(normalize(text)))
     return counts
 

@@ -15,9 +15,14 @@ Panels (decided by :func:`plan_panels`, a pure function of the log records):
   weights of feature-based runs) share one panel, and so do per-class scores such as
   ``f1_LOC``, ``f1_PER`` when ``f1`` is logged too, a multi-task run's metrics of one task
   (``eval/<task>/<metric>``) and its task weights (``eval/weight/<task>``). Perplexities use a
-  log scale. ``eval_labels`` names what the evaluations scored (a fine-tuning run: ``{"":
+  log scale, labelled with plain numbers. ``eval_labels`` names what the evaluations scored (a fine-tuning run: ``{"":
   "train-slice (692 of 6,920 train examples, selected on)", "dev/": "dev (200 of 872
   examples)"}``): those lines carry the names in a legend instead of ``eval`` / ``dev``.
+
+Every panel spans the same steps (:func:`step_range`), so an evaluation sits under the loss of
+its step and a panel with one point still has a step axis (whole steps; a lone point is
+marked); fewer than 50 losses are drawn as they are (a "mean of 1" would be the same line).
+The margins are widened to what the y tick labels measure, so none is cut off.
 
 Non-finite values and unreadable lines (a run killed mid-write) are skipped. Drawing never
 raises: a failure is logged as a warning, and without matplotlib nothing is drawn (logged once).
@@ -121,8 +126,11 @@ def _loss_panel(columns: dict[str, Column]) -> Panel | None:
     if len(loss) == 0:
         return None
     window = smoothing_window(len(loss))
-    panel = Panel("training loss", [Series("loss", steps, loss, "raw"),
-                                    Series(f"loss (mean of {window})", steps, moving_average(loss, window), "smooth")])
+    if window == 1:  # too few values to smooth: the loss itself, one line
+        panel = Panel("training loss", [Series("loss", steps, loss, "smooth")])
+    else:
+        panel = Panel("training loss", [Series("loss", steps, loss, "raw"), Series(
+            f"loss (mean of {window})", steps, moving_average(loss, window), "smooth")])
     terms = sorted(k for k in columns if k.startswith("loss/"))
     if len(terms) > 1:
         for key in terms:
@@ -192,34 +200,89 @@ def _thin(n: int) -> np.ndarray:
 
 
 def _draw_series(ax: Any, s: Series, color: str) -> None:
+    lone = len(s.values) == 1  # a line through one point draws nothing: mark it
     if s.style == "raw":
         take = _thin(len(s.values))
         ax.plot(s.steps[take], s.values[take], color=color, alpha=0.25, linewidth=0.7)
     elif s.style == "smooth":  # a moving average loses nothing visible when thinned
         take = _thin(len(s.values))
-        ax.plot(s.steps[take], s.values[take], color=color, linewidth=1.4, label=s.label)
+        ax.plot(s.steps[take], s.values[take], "o-" if lone else "-", color=color, linewidth=1.4,
+                markersize=3, label=s.label)
     else:
         ax.plot(s.steps, s.values, "o-", color=color, markersize=3, linewidth=1.0, label=s.label)
 
 
-def _draw_panel(ax: Any, panel: Panel) -> None:
+def step_range(panels: list[Panel]) -> tuple[float, float]:
+    """The x limits every panel shares: the first to the last step of any line, padded by 5 %
+    (half a step at least, one step either side of a single step), so that an evaluation sits
+    where it happened in the run, and a panel with one point still has a step axis.
+
+    >>> step_range([Panel("x", [Series("a", np.array([3]), np.array([0.5]))])])
+    (2.0, 4.0)
+    """
+    steps = [s.steps for p in panels for s in p.series if len(s.steps)]
+    if not steps:
+        return 0.0, 1.0
+    first, last = float(min(x.min() for x in steps)), float(max(x.max() for x in steps))
+    pad = max(0.05 * (last - first), 0.5) if last > first else 1.0
+    return first - pad, last + pad
+
+
+def _draw_panel(ax: Any, panel: Panel, x_label: str, x_range: tuple[float, float]) -> None:
+    from matplotlib.ticker import MaxNLocator
+
     colour = -1
     for index, series in enumerate(panel.series):
         if index == 0 or panel.series[index - 1].style != "raw":  # a raw line and its average share one
             colour += 1
         _draw_series(ax, series, f"C{colour % 10}")
-    if panel.log_y:
+    if panel.log_y:  # plain numbers (20, 30, 0.001), not 2 x 10^1 at the default size
         ax.set_yscale("log")
+        ax.yaxis.set_major_formatter(_plain_log_formatter())
+        ax.yaxis.set_minor_formatter(_plain_log_formatter(minor=True))
+    ax.set_xlim(*x_range)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True, steps=[1, 2, 5, 10]))  # steps, chunks: whole numbers
     ax.set_title(panel.title, fontsize=10)
-    ax.set_xlabel("step", fontsize=8)
-    ax.tick_params(labelsize=8)
+    ax.set_xlabel(x_label, fontsize=8)
+    ax.tick_params(which="both", labelsize=8)
     ax.grid(alpha=0.3)
     if panel.legend or len([s for s in panel.series if s.style != "raw"]) > 1:
         ax.legend(fontsize=7)
 
 
-def render(panels: list[Panel], title: str = "") -> Any:
-    """A matplotlib ``Figure`` (Agg canvas) with one axes per panel, three panels a row."""
+def _plain_log_formatter(minor: bool = False) -> Any:
+    """matplotlib's choice of which log ticks to label (minor ones only over a decade or two),
+    each written as a plain number: ``20``, ``0.6``, ``0.0001``, ``1e+06``."""
+    from matplotlib.ticker import LogFormatter
+
+    class Plain(LogFormatter):
+        def __call__(self, x: float, pos: int | None = None) -> str:
+            return f"{x:g}" if super().__call__(x, pos) else ""
+
+    return Plain(labelOnlyBase=not minor)
+
+
+def _fit_margins(fig: Any, axes: list[Any], cols: int) -> None:
+    """Widen the left margin and the gaps between columns to what the y tick labels take, so
+    that none is cut at the figure's edge or runs into the panel on its left (measured, not
+    guessed: labels such as −0.000125 or −654321 are wider than the fixed margin)."""
+    renderer = fig.canvas.get_renderer()
+    dpi, width = fig.dpi, fig.get_figwidth()
+    # inches each panel's y axis (tick labels, offset text) takes left of the panel
+    needs = [(ax.bbox.x0 - ax.yaxis.get_tightbbox(renderer).x0) / dpi for ax in axes]
+    params = fig.subplotpars
+    left = max(params.left * width, max(needs[::cols]) + 0.12)
+    inner = [n for i, n in enumerate(needs) if i % cols]
+    right = (1 - params.right) * width
+    panel_width = (width - params.left * width - right) / (cols + (cols - 1) * params.wspace)
+    gap = max(params.wspace * panel_width, max(inner, default=0.0) + 0.3)
+    panel_width = (width - left - right - (cols - 1) * gap) / cols
+    fig.subplots_adjust(left=left / width, wspace=gap / panel_width)
+
+
+def render(panels: list[Panel], title: str = "", x_label: str = "step") -> Any:
+    """A matplotlib ``Figure`` (Agg canvas) with one axes per panel, three panels a row, all
+    against ``x_label`` (word2vec logs chunks) over the same range (:func:`step_range`)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -234,22 +297,26 @@ def render(panels: list[Panel], title: str = "") -> Any:
     if not panels:
         fig.text(0.5, 0.5, "nothing logged yet", ha="center", va="center")
         return fig
-    # fixed margins in inches: a layout engine would cost more than the drawing itself
+    # fixed margins in inches, widened where the labels need it: a layout engine would cost
+    # more than the drawing itself
     fig.subplots_adjust(left=0.6 / width, right=1 - 0.15 / width, bottom=0.5 / height,
                         top=1 - top / height, wspace=0.3, hspace=0.5)
     axes = fig.subplots(rows, cols, squeeze=False).ravel()
     for ax in axes[len(panels):]:
         fig.delaxes(ax)
+    x_range = step_range(panels)
     for ax, panel in zip(axes, panels):
-        _draw_panel(ax, panel)
+        _draw_panel(ax, panel, x_label, x_range)
+    _fit_margins(fig, list(axes[:len(panels)]), cols)
     return fig
 
 
 def write_run_plot(run_dir: Path, path: Path | None = None, title: str | None = None,
-                   panels: Callable[[list[dict]], list[Panel]] = plan_panels) -> Path | None:
+                   panels: Callable[[list[dict]], list[Panel]] = plan_panels, x_label: str = "step") -> Path | None:
     """Draw ``run_dir/log.jsonl`` into ``path`` (default ``run_dir/training_curves.png``),
     atomically (a temporary file renamed into place); ``panels`` decides the subplots from the
-    log's records (another picture of the same run passes its own). Returns the path, or None
+    log's records (another picture of the same run passes its own); ``x_label`` names what the
+    log's ``step`` counts (word2vec: chunks). Returns the path, or None
     when nothing was drawn: matplotlib is missing (logged once) or drawing failed (logged as a
     warning)."""
     run_dir = Path(run_dir)
@@ -258,7 +325,7 @@ def write_run_plot(run_dir: Path, path: Path | None = None, title: str | None = 
         return None
     try:
         records = read_log(run_dir, strict=False)
-        fig = render(panels(records), run_dir.name if title is None else title)
+        fig = render(panels(records), run_dir.name if title is None else title, x_label)
         with atomic_path(path) as tmp:
             fig.savefig(tmp, format="png", dpi=90)
         return path

@@ -15,6 +15,8 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
+from muppets.progress import progress_bar
+
 # tqdm's layout with the remaining time replaced by our postfix (which starts with the ETA)
 BAR_FORMAT = "{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}{postfix}]"
 
@@ -59,8 +61,10 @@ def run_eta(step: int, total_steps: int, start_step: int, elapsed_s: float, budg
     return Eta(by_steps, "steps")
 
 
-def progress_bar(total: int, initial: int, enabled: bool) -> Any:
-    """The tqdm bar of a run, from ``initial`` (the resumed step) to ``total`` steps; shown only
-    when ``enabled`` and stderr is a terminal. Update with ``bar.set_postfix_str(f"{eta}, …")``."""
-    return tqdm(total=total, initial=initial, unit="step", desc="train", dynamic_ncols=True,
-                bar_format=BAR_FORMAT, disable=None if enabled else True)
+def training_bar(total: int, initial: int, enabled: bool) -> Any:
+    """The bar of a run, from ``initial`` (the resumed step) to ``total`` steps; shown only when
+    ``enabled`` and stderr is a terminal (:func:`muppets.progress.progress_bar`; elsewhere the
+    trainer's own ``log_every`` lines tell the progress). Update with
+    ``bar.set_postfix_str(f"{eta}, …")``."""
+    return progress_bar(total=total, initial=initial, unit="step", desc="train", enabled=enabled,
+                        log_every_s=0, bar_format=BAR_FORMAT)

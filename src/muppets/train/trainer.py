@@ -57,7 +57,7 @@ from muppets.train.logger import RunLogger, read_log
 from muppets.train.optim import build_optimizer, is_clipped
 from muppets.train.plots import plan_panels, write_run_plot
 from muppets.train.precision import PRECISIONS, autocast, resolve_precision
-from muppets.train.progress import progress_bar, run_eta
+from muppets.train.progress import run_eta, training_bar
 from muppets.train.rundir import (
     CONFIG_FILE,
     changed_settings,
@@ -685,7 +685,7 @@ class Trainer:
     def _progress_bar(self) -> Iterator[None]:
         """tqdm bar on the main rank with the run's ETA (:mod:`muppets.train.progress`); disabled
         when ``progress`` is off or stderr is not a TTY."""
-        bar = progress_bar(self.config.steps, self.step, self.config.progress and self.dist.is_main)
+        bar = training_bar(self.config.steps, self.step, self.config.progress and self.dist.is_main)
         self._bar = bar
         try:
             yield

@@ -34,13 +34,13 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
 
 from muppets.families import is_family
 from muppets.config import save_npy_atomic, write_json_atomic
 from muppets.errors import ConfigError, DataError
 from muppets.interop.safetensors_io import read_file, write_weights
 from muppets.paths import resolve_data_path
+from muppets.progress import progress_bar
 from muppets.transfer.batching import eval_batches
 from muppets.transfer.embedders import Embedder, load_embedder
 
@@ -127,7 +127,7 @@ def embed_sentences(embedder: Embedder, sentences: Sequence[Sequence[str]], laye
     _check_lengths(embedder, lengths, limit, source, truncate)
     out: list[np.ndarray] = [np.empty(0, np.float32)] * len(sentences)
     batches = eval_batches(lengths, batch_size)
-    for index in tqdm(batches, desc="embed", unit="batch", disable=not progress):
+    for index in progress_bar(batches, desc="embed", unit="batch", enabled=progress):
         for i, vectors in zip(index, embedder.embed_batch([sentences[i] for i in index], chosen)):
             out[i] = vectors
     return out

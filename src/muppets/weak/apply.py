@@ -5,7 +5,8 @@
   processes (the LFs are inherited, not pickled, so LFs defined in a notebook or an LF file
   work); the rows come back in order, so the matrix equals the sequential one. Without
   ``fork`` (Windows, macOS' default) it runs sequentially and says so in the log.
-* **Progress:** a tqdm bar over examples when stderr is a terminal (``progress=None``).
+* **Progress:** a tqdm bar over examples when stderr is a terminal, a log line now and then
+  when it is not (:mod:`muppets.progress`); none with ``progress=False``.
 * **Cache:** with ``cache_dir``, the matrix is stored as ``<key>.npy`` where the key is a
   SHA-256 of every LF's :meth:`~muppets.weak.lf.LabelingFunction.cache_key` (name, source
   code, resources), the cardinality and the examples' ids and texts; written atomically
@@ -23,7 +24,6 @@ from __future__ import annotations
 import hashlib
 import logging
 import multiprocessing
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -32,6 +32,7 @@ import numpy as np
 
 from muppets.config import save_npy_atomic
 from muppets.errors import ConfigError, DataError, LabelingFunctionError
+from muppets.progress import progress_bar
 from muppets.tasks.source import Problems, iter_lines
 from muppets.tasks.spec import TextExample
 from muppets.weak.lf import ABSTAIN, check_vote
@@ -158,11 +159,7 @@ def _compute(lfs: Sequence[Any], examples: Sequence[TextExample], cardinality: i
 
 def _compute_plain(lfs: Sequence[Any], examples: Sequence[TextExample], cardinality: int,
                    n_jobs: int, progress: bool | None) -> np.ndarray:
-    show = sys.stderr.isatty() if progress is None else progress
-    bar = None
-    if show:
-        from tqdm.auto import tqdm
-        bar = tqdm(total=len(examples), desc="labeling functions", unit="ex")
+    bar = progress_bar(total=len(examples), desc="labeling functions", unit="ex", enabled=progress is not False)
     try:
         if n_jobs > 1 and len(examples) > 1:
             if "fork" in multiprocessing.get_all_start_methods():
@@ -170,8 +167,7 @@ def _compute_plain(lfs: Sequence[Any], examples: Sequence[TextExample], cardinal
             logger.info("no fork on this platform: applying LFs in one process")
         return _label_rows(lfs, examples, cardinality, 0, len(examples), bar)
     finally:
-        if bar is not None:
-            bar.close()
+        bar.close()
 
 
 def _load_cached(path: Path, shape: tuple[int, int], cardinality: int) -> np.ndarray | None:
