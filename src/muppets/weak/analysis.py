@@ -56,17 +56,18 @@ class LFSummary:
         return out
 
     def format(self) -> str:
-        """A plain-text table (fractions as percentages)."""
+        """A plain-text table; coverage, overlaps, conflicts and accuracy as fractions, as
+        Snorkel's ``lf_summary`` and every score of muppets."""
         gold = self.correct is not None
         head = ["lf", "polarity", "coverage", "overlaps", "conflicts"]
         head += ["correct", "incorrect", "emp.acc"] if gold else []
         body = []
         for row in self.rows():
             cells = [str(row["lf"]), str(row["polarity"])]
-            cells += [f"{100 * row[k]:.1f}%" for k in ("coverage", "overlaps", "conflicts")]
+            cells += [f"{row[k]:.3f}" for k in ("coverage", "overlaps", "conflicts")]
             if gold:
                 cells += [str(row["correct"]), str(row["incorrect"]),
-                          f"{100 * row['emp_accuracy']:.1f}%"]
+                          f"{row['emp_accuracy']:.3f}"]
             body.append(cells)
         widths = [max(len(r[c]) for r in [head, *body]) for c in range(len(head))]
         lines = ["  ".join(cell.ljust(w) if c < 2 else cell.rjust(w)
