@@ -60,8 +60,7 @@ def main() -> None:
     print("| task | " + " | ".join(cols) + " |")
     print("|---|" + "---|" * len(cols))
     for task, (split, keys, label) in TASKS.items():
-        scale = 1.0 if task == "squad" else 100.0  # the official SQuAD script reports percent already
-        print(f"| {label} | " + " | ".join(cell(found.get(task, {}).get(b), split, keys, scale) for b in cols) + " |")
+        print(f"| {label} | " + " | ".join(cell(found.get(task, {}).get(b), split, keys) for b in cols) + " |")
     if args.out:
         args.out.write_text(json.dumps(found, indent=2) + "\n")
 

@@ -226,8 +226,12 @@ def test_view_checks_its_shapes():
         AttentionView(["a", "b", "c"], np.zeros((1, 1, 2, 2)), [0] * 3, [True] * 3, [False] * 3)
     with pytest.raises(ConfigError, match="segments: 2 values"):
         AttentionView(["a", "b", "c"], np.zeros((1, 1, 3, 3)), [0] * 2, [True] * 3, [False] * 3)
-    with pytest.raises(ConfigError, match="layers 0..0 and heads 0..1"):
-        hand_view().check_head(1, 0)
+    with pytest.raises(ConfigError, match="layers 1..1 and heads 0..1"):
+        hand_view().check_head(2, 0)
+    with pytest.raises(ConfigError, match=r"layers 1..1 and heads 0..1 \(layer 0 is the embeddings"):
+        hand_view().check_head(0, 0)  # layers count from 1, as probe and embed count them
+    hand_view().check_head(1, 1)
+    np.testing.assert_array_equal(hand_view().head(1, 1), hand_view().probs[0, 1])
 
 
 def test_doctests():

@@ -44,8 +44,9 @@ def random_view(T: int, layers: int, heads: int, seed: int = 0, tokens: list[str
 
 
 def peaked_view() -> AttentionView:
-    """12 tokens with hostile text, 2 layers x 4 heads: layer 1 head 3 (red) and head 1 (orange)
-    attend one-hot (each token to the next one), every other head is uniform."""
+    """12 tokens with hostile text, 2 layers x 4 heads: layer 2 (probs[1]; layers count from 1)
+    head 3 (red) and head 1 (orange) attend one-hot (each token to the next one), every other head
+    is uniform."""
     tokens = ["[CLS]", "</script><b>x", "'\"&amp;", "ünï", "😀", "##ed", ".", "[SEP]", "b", "<!--", "c", "[SEP]"]
     view = random_view(12, 2, 4, tokens=tokens)
     view.probs[:] = 1 / 12
@@ -63,16 +64,18 @@ def page_data(text: str) -> dict:
 
 def test_page_is_self_contained_and_round_trips_the_data(tmp_path):
     view = peaked_view()
-    text = write_page(view, tmp_path / "p.html", layer=1, heads=[3], title="<b>mine</b>").read_text()
+    text = write_page(view, tmp_path / "p.html", layer=2, heads=[3], title="<b>mine</b>").read_text()
     assert not re.search(r"https?:|<link|\ssrc=|@import|url\(", text)  # nothing to fetch
     assert "<title>&lt;b&gt;mine&lt;/b&gt;</title>" in text
     data = page_data(text)
     assert data["tokens"] == view.tokens and data["segments"] == view.segments and data["pair"] is True
-    assert (data["layers"], data["heads"], data["layer"], data["selected"]) == (2, 4, 1, [3])
+    assert (data["layers"], data["heads"], data["layer"], data["selected"], data["firstLayer"]) == (2, 4, 2, [3], 1)
     decoded = np.frombuffer(base64.b64decode(data["probs"]), dtype=np.uint8).reshape(view.probs.shape)
     assert np.abs(decoded / 255 - view.probs).max() <= 0.5 / 255 + 1e-7
-    with pytest.raises(ConfigError, match="layer 2, head 0"):
-        page_html(view, layer=2)
+    with pytest.raises(ConfigError, match="layer 3, head 0"):
+        page_html(view, layer=3)
+    with pytest.raises(ConfigError, match="layer 0 is the embeddings"):
+        page_html(view, layer=0)
 
 
 def test_128_token_6x12_page_is_small_and_fast(tmp_path):
@@ -154,19 +157,19 @@ def count_color(pixels: np.ndarray, color: str) -> int:
 
 def test_browser_loads_offline_without_errors_and_draws_the_selected_head(tmp_path):
     path = write_page(peaked_view(), tmp_path / "page.html").resolve()
-    pixels = head_view(f"{path.as_uri()}#layer=1&heads=3", tmp_path)
+    pixels = head_view(f"{path.as_uri()}#layer=2&heads=3", tmp_path)  # layers count from 1
     red, orange = count_color(pixels, RED), count_color(pixels, ORANGE)
     assert red > 300 and orange == 0, (red, orange)  # head 3's lines, and only its lines
-    pixels = head_view(f"{path.as_uri()}#layer=1&heads=1", tmp_path)
+    pixels = head_view(f"{path.as_uri()}#layer=2&heads=1", tmp_path)
     red, orange = count_color(pixels, RED), count_color(pixels, ORANGE)
     assert orange > 300 and red == 0, (orange, red)
-    pixels = head_view(f"{path.as_uri()}#layer=0&heads=3", tmp_path)  # a uniform head: faint lines only
+    pixels = head_view(f"{path.as_uri()}#layer=1&heads=3", tmp_path)  # a uniform head: faint lines only
     assert count_color(pixels, RED) == 0
 
 
 def test_browser_model_view_click_opens_that_head(tmp_path):
-    text = page_html(peaked_view(), layer=0, heads=[3])
-    click = '<script>document.querySelectorAll("#grid canvas")[4 * 1 + 1].click();</script>'  # layer 1, head 1
+    text = page_html(peaked_view(), layer=1, heads=[3])
+    click = '<script>document.querySelectorAll("#grid canvas")[4 * 1 + 1].click();</script>'  # layer 2, head 1
     page = tmp_path / "clicked.html"
     page.write_text(text.replace("</body>", click + "</body>"), encoding="utf-8")
     pixels = head_view(page.resolve().as_uri(), tmp_path)
@@ -193,14 +196,16 @@ def color_pixels(path: Path, color: str) -> int:
 
 def test_head_png_lines_and_heatmap(tmp_path):
     view = peaked_view()
-    lines = save_head_png(view, 1, 3, tmp_path / "lines.png")
+    lines = save_head_png(view, 2, 3, tmp_path / "lines.png")  # layer 2 = probs[1]
     assert color_pixels(lines, RED) > 100 and color_pixels(lines, ORANGE) == 0
-    heat = save_head_png(view, 1, 3, tmp_path / "sub" / "heat.png", kind="heatmap")
+    heat = save_head_png(view, 2, 3, tmp_path / "sub" / "heat.png", kind="heatmap")
     assert heat.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     with pytest.raises(ConfigError, match="PNG kind"):
-        save_head_png(view, 0, 0, tmp_path / "x.png", kind="pie")
-    with pytest.raises(ConfigError, match="layer 0, head 4"):
-        save_head_png(view, 0, 4, tmp_path / "x.png")
+        save_head_png(view, 1, 0, tmp_path / "x.png", kind="pie")
+    with pytest.raises(ConfigError, match="layer 1, head 4"):
+        save_head_png(view, 1, 4, tmp_path / "x.png")
+    with pytest.raises(ConfigError, match="layer 0 is the embeddings"):
+        save_head_png(view, 0, 0, tmp_path / "x.png")
 
 
 def test_share_and_pronoun_plots(tmp_path):
@@ -225,18 +230,19 @@ def test_command_writes_page_pngs_shares_and_pronoun_case(tmp_path, capsys):
     texts.write_text("the river bank was good .\njohn went to paris\tmary was in london !\n\n")
     args = parse(["attention", str(model), "john went to the bank .", "--pair", "mary was in paris !",
                   "--out", str(tmp_path / "page.html"), "--layer", "1", "--heads", "0,2",
-                  "--png", "1:2", str(tmp_path / "h12.png"), "--png", "0:0", str(tmp_path / "h00.png"),
+                  "--png", "1:2", str(tmp_path / "h12.png"), "--png", "2:0", str(tmp_path / "h20.png"),
                   "--png-kind", "heatmap", "--texts", str(texts), "--shares", str(tmp_path / "shares.json"),
                   "--shares-plot", str(tmp_path / "shares.png"), "--pronoun", "mary", "--candidates", "john,bank",
                   "--pronoun-json", str(tmp_path / "pronoun.json"), "--pronoun-plot", str(tmp_path / "pronoun.png")])
     assert args.func(args) == 0
     data = page_data((tmp_path / "page.html").read_text())
     assert data["tokens"][:2] == ["[CLS]", "john"] and data["pair"] and data["selected"] == [0, 2]
-    assert all((tmp_path / f).stat().st_size > 1000 for f in ("h12.png", "h00.png", "shares.png", "pronoun.png"))
+    assert all((tmp_path / f).stat().st_size > 1000 for f in ("h12.png", "h20.png", "shares.png", "pronoun.png"))
     shares = json.loads((tmp_path / "shares.json").read_text())
-    assert shares["inputs"] == 3 and np.array(shares["first"]).shape == (2, 4)
+    assert shares["inputs"] == 3 and np.array(shares["first"]).shape == (2, 4) and shares["layers"] == [1, 2]
     pronoun = json.loads((tmp_path / "pronoun.json").read_text())
     assert set(pronoun["candidates"]) == {"john", "bank"}
+    assert all(c["max_at"][0] in (1, 2) for c in pronoun["candidates"].values())  # layers from 1
     out = capsys.readouterr().out
     assert "mary -> john: max" in out and "attention shares over 3 input(s)" in out
 
@@ -248,7 +254,8 @@ def test_command_writes_page_pngs_shares_and_pronoun_case(tmp_path, capsys):
     (["TEXT", "--pronoun", "she"], "go together"),
     (["TEXT", "--out", "p.html", "--pronoun-json", "c.json"], "write the --pronoun case"),
     (["TEXT", "--out", "p.html", "--texts", "t.txt"], "--texts is read for --shares"),
-    (["TEXT", "--png", "0:0", "x.png", "--layer", "1"], "--layer and --heads choose what the page opens on"),
+    (["TEXT", "--png", "1:0", "x.png", "--layer", "2"], "--layer and --heads choose what the page opens on"),
+    (["TEXT", "--png", "0:0", "x.png"], "layer 0 is the embeddings"),
     (["TEXT", "--out", "p.html", "--png-kind", "heatmap"], "--png-kind draws --png"),
     (["--out", "p.html"], "give a TEXT"),
     (["TEXT", "--out", "p.html", "--heads", "a"], "--heads 'a'"),
@@ -286,3 +293,40 @@ def test_gpt_view_pair_pronoun_and_page(tmp_path):
     assert result.weights.shape == (2, 2, 4) and (result.weights > 0).all()
     data = page_data(page_html(view))
     assert data["kind"] == "gpt" and "".join(data["tokens"]).startswith("johnwent")
+
+
+# ----------------------------------------------------------------------------- numbering
+
+
+@pytest.mark.parametrize("block", [0, 1])
+def test_attention_and_probe_number_the_same_layer_alike(tmp_path, block):
+    """Layer n is one layer in probe (embed) and attention: zero the query weights of transformer
+    block ``block`` (uniform attention there) and the first layer whose attention changes, and the
+    first layer of the probe's features that changes, both carry the number ``block + 1`` (probe's
+    layer 0, the embeddings, never changes; attention has no layer 0)."""
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    from muppets.analysis.attention import load_attention_model
+    from muppets.transfer.embed import embed_sentences
+    from muppets.transfer.embedders import load_embedder
+
+    base = tiny_bert(tmp_path / "base")
+    changed = Path(shutil.copytree(base, tmp_path / "changed"))
+    weights = load_file(str(base / "model.safetensors"))
+    weights[f"bert.encoder.layer.{block}.attention.self.query.weight"].zero_()
+    save_file(weights, str(changed / "model.safetensors"), metadata={"format": "pt"})
+    words = "john went to the river bank .".split()
+    first = {}
+    for name, path in (("a", base), ("b", changed)):
+        view = load_attention_model(path).view(" ".join(words))
+        first[name] = (view, embed_sentences(load_embedder(path, "first"), [words])[0])  # (L + 1, words, dim)
+    (view_a, feats_a), (view_b, feats_b) = first["a"], first["b"]
+    attention_changed = [layer for layer in view_a.layer_numbers
+                         if not all(np.allclose(view_a.head(layer, h), view_b.head(layer, h), atol=1e-6)
+                                    for h in range(view_a.num_heads))]
+    probe_changed = [layer for layer in range(len(feats_a))
+                     if not np.allclose(feats_a[layer], feats_b[layer], atol=1e-6)]
+    assert attention_changed[0] == probe_changed[0] == block + 1
+    assert len(feats_a) == view_a.num_layers + 1  # probe: the embeddings and every layer attention shows

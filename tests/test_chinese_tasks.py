@@ -217,8 +217,8 @@ def test_cmrc_metric_by_hand() -> None:
     # F1 is over the longest common run of characters: 北京 in 北京大学 -> P 2/4, R 2/2
     scores = cmrc_scores({"a": "北京大学", "b": "在北京", "c": "上海"}, {"a": ["北京"], "b": ["北京。"], "c": ["北京"]})
     assert scores["exact_match"] == pytest.approx(0.0)
-    assert scores["f1"] == pytest.approx(100 * (2 / 3 + 0.8 + 0) / 3)
-    assert compute("cmrc2018", {"q": "《北京》"}, {"q": ["北京"]}) == {"exact_match": 100.0, "f1": 100.0}
+    assert scores["f1"] == pytest.approx((2 / 3 + 0.8 + 0) / 3)
+    assert compute("cmrc2018", {"q": "《北京》"}, {"q": ["北京"]}) == {"exact_match": 1.0, "f1": 1.0}
     assert cmrc_scores({}, {"q": ["北京"]}) == {"exact_match": 0.0, "f1": 0.0}  # a missing prediction scores 0
 
 

@@ -221,3 +221,71 @@ def test_seeds_must_name_a_seed(capsys):
 
     assert cli.main(["finetune", "sst2", "--seeds", ",", "--print-config"]) == 2
     assert "--seeds ',': no seed given" in capsys.readouterr().err
+
+
+MODEL_FORMS = [  # (the documented form, the same with MODEL as the first argument)
+    (["probe", "--model", "m", "--tasks", "pos"], ["probe", "m", "--tasks", "pos"]),
+    (["attention", "--model", "m", "the text", "--out", "p.html"], ["attention", "m", "the text", "--out", "p.html"]),
+    (["serve", "--model", "m", "--port", "0"], ["serve", "m", "--port", "0"]),
+    (["export", "onnx", "--model", "m", "--out", "o"], ["export", "onnx", "m", "--out", "o"]),
+    (["export", "sentence-transformers", "--model", "m", "--out", "o"],
+     ["export", "sentence-transformers", "m", "--out", "o"]),
+    (["finetune", "sst2", "--model", "m", "lr=3e-5"], ["finetune", "m", "sst2", "lr=3e-5"]),
+    (["evaluate", "sst2", "--model", "m", "--split", "test"], ["evaluate", "m", "sst2", "--split", "test"]),
+    (["features", "conll2003", "--model", "m", "epochs=1"], ["features", "m", "conll2003", "epochs=1"]),
+    (["generate", "--model", "m", "one", "two"], ["generate", "m", "one", "two"]),
+    (["zeroshot", "squad", "--model", "m", "--limit", "5"], ["zeroshot", "m", "squad", "--limit", "5"]),
+    (["embed", "--model", "m", "--input", "i.txt", "--out", "o.npy"], ["embed", "m", "--input", "i.txt", "--out", "o.npy"]),
+    (["polysemy", "bank", "--model", "m"], ["polysemy", "m", "bank"]),
+    # MODEL first, then options, then the other arguments (argparse alone would take MODEL for them)
+    (["generate", "--model", "m", "--max-new-tokens", "3", "one"], ["generate", "m", "--max-new-tokens", "3", "one"]),
+    (["zeroshot", "--model", "m", "--limit", "5", "squad"], ["zeroshot", "m", "--limit", "5", "squad"]),
+    (["attention", "--model", "m", "--out", "p.html", "the text"], ["attention", "m", "--out", "p.html", "the text"]),
+]
+
+
+def _model_commands(parser, path=()) -> set[tuple[str, ...]]:
+    """Every subcommand whose parser declares a model (muppets.cliargs.add_model_argument)."""
+    import argparse
+
+    found = {tuple(path)} if parser.get_default("model_slots") is not None else set()
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, child in action.choices.items():
+                found |= _model_commands(child, [*path, name])
+    return found
+
+
+def test_every_command_takes_its_model_as_an_option_or_first_and_the_same_either_way():
+    from muppets import cli
+    from muppets.cliargs import settle_model
+
+    def settled(argv):
+        args = cli.parse_args(argv)
+        settle_model(args)
+        return vars(args)
+
+    for documented, first in MODEL_FORMS:
+        one, other = settled(documented), settled(first)
+        assert one == other and one["model"] == "m", first
+    covered = {tuple(a for a in argv if a not in ("--model", "m"))[:2 if argv[0] == "export" else 1]
+               for argv, _ in MODEL_FORMS}
+    assert _model_commands(cli.build_parser()) == covered  # a new command with a model is listed above
+    assert settled(["finetune", "sst2", "lr=3e-5"])["model"] is None  # finetune's default: the config's model
+    assert settled(["generate", "--model", "m", "m", "two"])["prompts"] == ["m", "two"]  # with --model: prompts
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["probe", "a", "--model", "b"], "probe: the model is given twice, as 'a' and as --model 'b'"),
+    (["attention", "a", "the text", "--model", "b", "--out", "p.html"], "attention: the model is given twice"),
+    (["finetune", "a", "sst2", "--model", "b", "--print-config"], "finetune: the model is given twice"),
+    (["probe", "--tasks", "pos"], "probe: which model? give --model MODEL (or MODEL as the first argument)"),
+    (["zeroshot", "m", "sq"], "zeroshot: task 'sq': choose one of hellaswag, squad, translate, summarize"),
+    (["generate", "Once upon a time"], "generate: which model?"),
+    (["finetune", "sst2", "minilm", "--print-config"], "write finetune minilm sst2 (MODEL first)"),
+])
+def test_a_model_given_twice_or_not_at_all_is_a_one_line_error(argv, message, capsys):
+    from muppets import cli
+
+    assert cli.main(argv) == 2  # before anything is loaded
+    assert message in capsys.readouterr().err

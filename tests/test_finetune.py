@@ -363,8 +363,13 @@ def test_early_stopping_stops_and_keeps_the_best(model_dir, tmp_path):
     state = json.loads((tmp_path / "early_stopping.json").read_text())
     assert summary["stopped_early"] and summary["steps"] == 3 < 3 * summary["steps_per_epoch"]
     assert state["best_step"] == 1 == summary["best_step"] and state["since_best"] == 2
+    kept = sorted(p.name for p in (tmp_path / "checkpoints").iterdir() if p.is_dir())
+    assert kept == ["step-00000003"] and (tmp_path / "best").is_dir()  # the last checkpoint and the best model
     again = run(cfg, data=text_task("classify", n=32))  # a rerun sees it stopped: no training
     assert again["steps"] == 3 and again["dev"] == summary["dev"]
+    from muppets.transfer.finetune import train_config  # more only when asked (the Trainer's tests keep them)
+    assert [train_config(dataclasses.replace(cfg, keep_checkpoints=k), 3, 1).keep_checkpoints for k in (2, "all")] \
+        == [2, "all"]
 
 
 def test_a_run_that_stopped_early_refuses_other_settings(model_dir, tmp_path):
@@ -451,7 +456,7 @@ def test_smoke_minilm_on_a_squad_slice(tmp_path):
                          max_eval_examples=40, batch_size=16, epochs=1, progress=False, device="cpu")
     cfg.task.name = "squad"
     summary = run(cfg)
-    assert summary["steps"] == summary["steps_per_epoch"] >= 2 and 0 <= summary["dev"]["f1"] <= 100
+    assert summary["steps"] == summary["steps_per_epoch"] >= 2 and 0 <= summary["dev"]["f1"] <= 1
     answer = Predictor(tmp_path / "best").predict([("Who wrote it?", "It was written by John Smith.")])
     assert answer[0]["answer"] in "It was written by John Smith."
     assert (tmp_path / "best" / "modules.json").is_file()  # minilm's pooling + normalize kept (issue 49)

@@ -118,3 +118,43 @@ def test_pretrain_cli_then_transformers_then_generate(setup, tmp_path, capsys):
     if tok.eos_id in greedy[0, len(tok.encode("The farmer")):].tolist():
         expected = tok.decode(greedy[0, len(tok.encode("The farmer")):].tolist()).split("<|endoftext|>")[0]
     assert streamed.startswith("The farmer" + expected)
+
+
+HOSTILE = ["Tabs\t, CRLF\r\n,  two spaces, trailing space ", "北京 🙂 Café naïve — “quotes”", "\x00\x7f\u200b\ufeff",
+           "<|endoftext|> is text here", "a" * 300, " leading space and ünïcödé never seen in training"]
+
+
+def test_tokenizer_train_kind_bpe_round_trips_any_text_and_pretrains_a_gpt(setup, tmp_path, capsys):
+    """``muppets tokenizer train --kind bpe`` writes the directory GPT pretraining and ``generate``
+    load: any text encodes and decodes back byte for byte, and tokenizer.path takes it."""
+    root = setup[0]
+    out = tmp_path / "tok"
+    train = ["tokenizer", "train", "--input", str(root / "raw"), "--out", str(out), "--vocab-size", "320",
+             "--min-frequency", "1"]
+    assert cli_main(train) == 0 and (out / "vocab.txt").is_file()  # a WordPiece first: --kind bpe replaces it
+    assert cli_main([*train, "--kind", "bpe", "--cased"]) == 2
+    assert "--cased applies to WordPiece only" in capsys.readouterr().err
+    assert cli_main([*train, "--kind", "bpe", "--overwrite"]) == 0
+    assert sorted(p.name for p in out.iterdir()) == ["merges.txt", "special_tokens_map.json", "tokenizer.json",
+                                                     "tokenizer_config.json", "vocab.json"]  # no stale vocab.txt
+    assert "320 tokens (byte-level BPE)" in capsys.readouterr().out
+    tok = ByteLevelBPETokenizer.load(out)
+    from_files = ByteLevelBPETokenizer.from_files(out / "vocab.json", out / "merges.txt")
+    assert tok.vocab_size == 320 and tok.eos_id == 319 and from_files.to_json() == tok.to_json()
+    for text in HOSTILE:
+        ids = tok.encode_text_batch([text])[0]
+        assert tok.decode(ids).encode("utf-8") == text.encode("utf-8") and tok.eos_id not in ids
+    config = tmp_path / "gpt.yaml"
+    config.write_text(json.dumps({
+        "run_dir": str(tmp_path / "run"), "model": {"preset": "gpt-tiny", "overrides": TINY},
+        "tokenizer": {"path": str(out)}, "corpus": {"inputs": [str(root / "raw")], "workers": 1},
+        "data": {"block_size": 32, "eval_fraction": 0.1, "eval_blocks": 4},
+        "train": {"steps": 3, "batch_size": 4, "lr": 1e-2, "log_every": 0, "progress": False, "plot": False}}))
+    assert cli_main(["pretrain", str(config), "device=cpu"]) == 0
+    final = tmp_path / "run" / "final"
+    saved = ByteLevelBPETokenizer.load(final)
+    assert (saved.merges, saved.vocab_size) == (tok.merges, 320)
+    assert json.loads((final / "config.json").read_text())["vocab_size"] == 320
+    capsys.readouterr()
+    assert cli_main(["generate", str(final), "--max-new-tokens", "3", "The farmer"]) == 0  # MODEL first
+    assert capsys.readouterr().out.startswith("The farmer")

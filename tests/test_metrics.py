@@ -480,9 +480,23 @@ def test_squad_scores_missing_predictions_count_as_zero() -> None:
     preds = {"q1": "Broncos", "q2": "paris", "q4": "y", "unknown": "ignored"}
     # q1: EM 0, F1 2/3; q2: EM 1, F1 1; q3: missing; q4: EM 0, F1 2/3
     scores = M.squad_scores_from_answers(preds, answers)
-    assert scores["exact_match"] == pytest.approx(100 * 1 / 4)
-    assert scores["f1"] == pytest.approx(100 * (2 / 3 + 1 + 2 / 3) / 4)
+    assert scores["exact_match"] == pytest.approx(1 / 4)  # fractions, as every metric of muppets
+    assert scores["f1"] == pytest.approx((2 / 3 + 1 + 2 / 3) / 4)
     assert M.compute("squad", preds, answers) == scores
+
+
+def test_every_metric_scores_a_perfect_prediction_as_one() -> None:
+    """One unit for every score, the fraction the summaries print: a perfect prediction is 1.0
+    under every metric, SQuAD's and CMRC's EM and F1 included (their official scripts print 100)."""
+    golds = {"accuracy": [0, 1, 1, 0], "f1": [0, 1, 1, 0], "mcc": [0, 1, 1, 0],
+             "pearson_spearman": [0.1, 0.5, 0.3, 0.9], "entity_f1": [["B-PER", "O"], ["O", "B-LOC", "I-LOC"]],
+             "token_accuracy": [["DT", "NN"], ["VB"]], "squad": {"q1": ["Denver Broncos"], "q2": ["Paris"]},
+             "cmrc2018": {"q": ["北京大学"]}}
+    assert set(golds) == set(M.METRIC_NAMES)
+    for name, gold in golds.items():
+        pred = {q: answers[0] for q, answers in gold.items()} if isinstance(gold, dict) else gold
+        scores = M.compute(name, pred, gold)
+        assert scores and all(v == pytest.approx(1.0) for v in scores.values()), (name, scores)
 
 
 # ============================================================================ SQuAD: real dev set
@@ -497,7 +511,7 @@ def _reference_normalize(text: str) -> str:
 
 
 def _reference_scores(dataset: dict, predictions: dict[str, str]) -> tuple[float, float]:
-    """The published v1.1 evaluation loop, written out from the dataset json."""
+    """The published v1.1 evaluation loop, written out from the dataset json (in percent, as it prints)."""
     total = em_sum = f1_sum = 0.0
     for article in dataset["data"]:
         for paragraph in article["paragraphs"]:
@@ -533,17 +547,17 @@ def _first_answers(dataset: dict) -> dict[str, str]:
 def test_squad_dev_gold_answers(squad_dev) -> None:
     answers = M.squad_gold_answers(squad_dev)
     assert len(answers) == 10570 and sum(map(len, answers.values())) == 34726
-    assert M.squad_scores(_first_answers(squad_dev), squad_dev) == {"exact_match": 100.0, "f1": 100.0}
+    assert M.squad_scores(_first_answers(squad_dev), squad_dev) == {"exact_match": 1.0, "f1": 1.0}
     # empty predictions: F1 0, but EM is not quite 0 — three questions list "." among their gold
     # answers, which normalises to "" and so exactly matches "" (the official script agrees)
     empty_golds = [qid for qid, golds in answers.items() if "." in golds]
     assert len(empty_golds) == 3
     empty = M.squad_scores({qid: "" for qid in answers}, squad_dev)
-    assert empty == {"exact_match": pytest.approx(100.0 * 3 / 10570, abs=1e-12), "f1": 0.0}
-    assert empty["exact_match"] == pytest.approx(_reference_scores(squad_dev, {q: "" for q in answers})[0])
+    assert empty == {"exact_match": pytest.approx(3 / 10570, abs=1e-12), "f1": 0.0}
+    assert 100 * empty["exact_match"] == pytest.approx(_reference_scores(squad_dev, {q: "" for q in answers})[0])
     # decorations the normalisation removes: a leading article, trailing punctuation, extra spaces
     decorated = {qid: f"  The {text}  . " for qid, text in _first_answers(squad_dev).items()}
-    assert M.compute("squad", decorated, squad_dev) == {"exact_match": 100.0, "f1": 100.0}
+    assert M.compute("squad", decorated, squad_dev) == {"exact_match": 1.0, "f1": 1.0}
 
 
 def _drop_last_token(text: str) -> str:
@@ -561,16 +575,16 @@ def test_squad_dev_perturbed_predictions_match_the_reference_loop(squad_dev) -> 
     for name, preds in perturbations.items():
         em, f1 = _reference_scores(squad_dev, preds)
         scores = M.squad_scores(preds, squad_dev)
-        assert scores["exact_match"] == pytest.approx(em, abs=1e-9), name
-        assert scores["f1"] == pytest.approx(f1, abs=1e-9), name
+        assert 100 * scores["exact_match"] == pytest.approx(em, abs=1e-9), name  # the script prints percent
+        assert 100 * scores["f1"] == pytest.approx(f1, abs=1e-9), name
         if name == "every_third_missing":  # the unanswered third scores 0 but still counts
-            assert scores == pytest.approx({"exact_match": 100.0 * len(preds) / 10570,
-                                            "f1": 100.0 * len(preds) / 10570}, abs=1e-9)
+            assert scores == pytest.approx({"exact_match": len(preds) / 10570,
+                                            "f1": len(preds) / 10570}, abs=1e-11)
         else:
-            assert 0.0 < scores["exact_match"] < scores["f1"] < 100.0, name
+            assert 0.0 < scores["exact_match"] < scores["f1"] < 1.0, name
     # pinned once both loops agreed: guards the reference loop itself against drifting with the code
     assert M.squad_scores(perturbations["drop_last_token"], squad_dev) == pytest.approx(
-        {"exact_match": 4.418164616840113, "f1": 52.27553242578205}, abs=1e-9)
+        {"exact_match": 0.04418164616840113, "f1": 0.5227553242578205}, abs=1e-11)
 
 
 # ============================================================================ dispatcher

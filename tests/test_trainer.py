@@ -371,11 +371,12 @@ def test_a_finished_run_refuses_other_settings_but_not_other_pacing(tmp_path: Pa
 
 
 def test_resuming_with_other_settings_keeps_the_old_config(tmp_path: Path, caplog) -> None:
-    _train(tmp_path, steps=4, checkpoint_every=2)
+    _train(tmp_path, steps=4, checkpoint_every=2, keep_checkpoints="all")
     checkpoints = sorted((tmp_path / "checkpoints").glob("step-*"))
     (tmp_path / "checkpoints" / "latest").write_text(checkpoints[0].name)  # as if stopped at step 2
     old = json.loads((tmp_path / "config.json").read_text())
-    Trainer(ToyModel(), ToyData(8, 2), toy_config(steps=4, checkpoint_every=2, lr=5e-3), tmp_path).train(resume=True)
+    Trainer(ToyModel(), ToyData(8, 2), toy_config(steps=4, checkpoint_every=2, lr=5e-3, keep_checkpoints="all"),
+            tmp_path).train(resume=True)
     assert "changed settings: train.lr: 0.01 -> 0.005" in caplog.text
     assert json.loads((tmp_path / "config.step-00000002.json").read_text()) == old
     assert json.loads((tmp_path / "config.json").read_text())["train"]["lr"] == 5e-3
@@ -385,8 +386,8 @@ def test_a_checkpoint_that_no_longer_fits_names_the_settings_that_changed(tmp_pa
     from muppets.errors import CheckpointError
 
     def run(model: ToyModel, tasks: list[str]) -> Trainer:
-        return Trainer(model, ToyData(8, 2), toy_config(steps=4, checkpoint_every=2), tmp_path,
-                       run_config={"tasks": tasks})
+        return Trainer(model, ToyData(8, 2), toy_config(steps=4, checkpoint_every=2, keep_checkpoints="all"),
+                       tmp_path, run_config={"tasks": tasks})
 
     run(ToyModel(), ["rte"]).train(resume=False)
     (tmp_path / "checkpoints" / "latest").write_text("step-00000002")  # as if stopped at step 2
@@ -447,6 +448,34 @@ def test_max_minutes_budget_evaluates_checkpoints_and_stops(tmp_path: Path) -> N
     again = Trainer(ToyModel(), ToyData(config.batch_size, config.accumulation),
                     toy_config(steps=3), tmp_path).train()  # resumes from the budget checkpoint
     assert again.step == 3 and not again.stopped_early
+
+
+def _checkpoints(run_dir: Path) -> list[str]:
+    return sorted(p.name for p in (run_dir / "checkpoints").iterdir() if p.is_dir())
+
+
+def test_a_run_keeps_its_last_checkpoint_unless_asked_and_resumes_from_it(tmp_path: Path) -> None:
+    """keep_checkpoints: 1, the default, leaves only the last checkpoint, which resumes the run
+    exactly; N keeps the newest N, and 'all' (or 0, as before) every one."""
+    from muppets.config import apply_overrides
+
+    _, full = _train(tmp_path / "full", steps=4, checkpoint_every=1, plot=False)
+    assert _checkpoints(tmp_path / "full") == ["step-00000004"]
+    split = tmp_path / "split"
+    first = Trainer(ToyModel(), ToyData(8, 2), toy_config(steps=4, checkpoint_every=1, max_minutes=1e-9, plot=False),
+                    split).train(resume=False)  # the time budget stops it after step 1
+    assert first.step == 1 and _checkpoints(split) == ["step-00000001"]
+    second = Trainer(ToyModel(), ToyData(8, 2), toy_config(steps=4, checkpoint_every=1, plot=False), split).train()
+    assert max(abs(a - b) for a, b in zip(first.losses + second.losses, full.losses, strict=True)) <= 1e-6
+    assert _checkpoints(split) == ["step-00000004"]
+    every = [f"step-{s:08d}" for s in range(1, 4)]
+    for keep, kept in ((2, every[-2:]), ("all", every), (0, every)):
+        _train(tmp_path / f"keep-{keep}", steps=3, checkpoint_every=1, keep_checkpoints=keep, plot=False)
+        assert _checkpoints(tmp_path / f"keep-{keep}") == kept, keep
+    assert [apply_overrides(toy_config(), [f"keep_checkpoints={v}"]).keep_checkpoints for v in ("all", "2")] == ["all", 2]
+    for bad in (-1, "last", 1.5):
+        with pytest.raises(ConfigError, match="keep_checkpoints"):
+            toy_config(keep_checkpoints=bad)
 
 
 def test_resume_drops_a_half_written_last_log_line_and_refuses_a_damaged_log(tmp_path: Path, caplog) -> None:

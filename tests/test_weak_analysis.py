@@ -56,7 +56,7 @@ def test_table_and_plot(tmp_path) -> None:
     table = s.format().splitlines()
     assert table[0].split() == ["lf", "polarity", "coverage", "overlaps", "conflicts", "correct",
                                 "incorrect", "emp.acc"]
-    assert table[2].split()[:1] == ["kw_my"] and "80.0%" in table[2]
+    assert table[2].split()[:1] == ["kw_my"] and "0.800" in table[2]
     assert s.rows()[1]["emp_accuracy"] == pytest.approx(2 / 3)
     path = plot_lf_summary(s, tmp_path / "out" / "lfs.png", title="toy")
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -74,12 +74,12 @@ def test_answer_and_translate_stop_at_the_line_end(lm):
 
 
 def test_bleu_by_hand():
-    assert zeroshot.corpus_bleu(["the cat sat on the mat ."], ["the cat sat on the mat ."]) == pytest.approx(100.0)
+    assert zeroshot.corpus_bleu(["the cat sat on the mat ."], ["the cat sat on the mat ."]) == pytest.approx(1.0)
     # p1..p4 = 4/5, 3/4, 2/3, 1/2; same length: no brevity penalty -> (0.2) ** 0.25
-    assert zeroshot.corpus_bleu(["a b c d e"], ["a b c d f"]) == pytest.approx(100 * 0.2 ** 0.25)
+    assert zeroshot.corpus_bleu(["a b c d e"], ["a b c d f"]) == pytest.approx(0.2 ** 0.25)
     # hypothesis shorter than the reference: penalty exp(1 - 6/5)
     import math
-    assert zeroshot.corpus_bleu(["a b c d e"], ["a b c d e f"]) == pytest.approx(100 * math.exp(1 - 6 / 5))
+    assert zeroshot.corpus_bleu(["a b c d e"], ["a b c d e f"]) == pytest.approx(math.exp(1 - 6 / 5))
     assert zeroshot.corpus_bleu(["x y"], ["a b c d"]) == 0.0
 
 
@@ -109,8 +109,8 @@ def test_zeroshot_squad_command_scores_every_item(lm, tmp_path, capsys):
     items = load_task("squad")["dev"][:3]
     preds = zeroshot.answer(model, tok, items)
     golds = [[a.text for a in ex.answers] for ex in items]
-    em = 100 * sum(squad_exact_match(p, g) for p, g in zip(preds, golds)) / 3
-    f1 = 100 * sum(squad_f1(p, g) for p, g in zip(preds, golds)) / 3
+    em = sum(squad_exact_match(p, g) for p, g in zip(preds, golds)) / 3
+    f1 = sum(squad_f1(p, g) for p, g in zip(preds, golds)) / 3
     assert written["items"] == 3 and written["shots"] == 0
     assert written["exact_match"] == pytest.approx(em) and written["f1"] == pytest.approx(f1)
     # a solved example in the prompt still scores every item

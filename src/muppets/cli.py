@@ -1,21 +1,25 @@
 """The ``muppets`` command: parses arguments, builds configs, calls the library, prints results.
 
     muppets tokenizer train --input data:english-corpus --out tok/ --vocab-size 30522
+    muppets tokenizer train --kind bpe --input data:english-corpus --out tok-bpe/ --vocab-size 8192
     muppets data prepare --input data:english-corpus --tokenizer tok/ --out corpus/
     muppets pretrain configs/bert-mini.yaml train.steps=2000 train.lr=5e-4
     muppets finetune sst2 --model runs/bert-mini --seeds 1,2,3 lr=3e-5 epochs=2
     muppets evaluate sst2 --model runs/finetune/sst2/best --split dev
     muppets multitask configs/multitask-glue.yaml finetune.seed=2 sampler=uniform
-    muppets attention minilm "The nurse said that she was tired." --out page.html
-    muppets serve runs/finetune/sst2/best --port 8000 --max-batch-tokens 8192
-    muppets probe minilm --tasks pos,chunk,ner --random-baseline --control --out runs/probe/minilm
-    muppets export onnx runs/finetune/sst2/best --out runs/sst2-onnx
+    muppets attention --model minilm "The nurse said that she was tired." --out page.html
+    muppets serve --model runs/finetune/sst2/best --port 8000 --max-batch-tokens 8192
+    muppets probe --model minilm --tasks pos,chunk,ner --random-baseline --control --out runs/probe/minilm
+    muppets export onnx --model runs/finetune/sst2/best --out runs/sst2-onnx
     muppets embed --model runs/elmo-small --input sentences.txt --layers all --out elmo.safetensors
     muppets features conll2003 --model minilm --layers mix --seeds 1,2,3
     muppets polysemy bank --model runs/elmo-small --corpus data:english-corpus/books
     muppets weak analyze examples/weak/spam_lfs.py --task spam --split dev --plot lfs.png
     muppets weak label examples/weak/spam_lfs.py --task spam --model snorkel --out labels.jsonl
     muppets info
+
+Every command that takes a model takes ``--model MODEL``, or ``MODEL`` as its first argument
+(:func:`muppets.cliargs.settle_model`).
 
 The command runs on tcmalloc where it is installed (``$MUPPETS_MALLOC``, :mod:`muppets.malloc`).
 """
@@ -32,25 +36,67 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from muppets.cliargs import at_least, non_negative_int, refuse_existing
+from muppets.cliargs import ModelSlots, add_model_argument, at_least, non_negative_int, refuse_existing, settle_model
 from muppets.errors import MuppetsError, TrainingInterrupted
+
+
+TOKENIZER_KINDS = {"wordpiece": 30522, "bpe": 50257}  # --kind -> its default --vocab-size (BERT's, GPT-2's)
+WORDPIECE_ONLY = ("--cased", "--chinese-script", "--limit-alphabet")
 
 
 def _tokenizer_train(args: argparse.Namespace) -> int:
     from muppets.data.readers import iter_documents
+    from muppets.errors import ConfigError
     from muppets.paths import resolve_data_path
-    from muppets.tokenizers.wordpiece import WordPieceTokenizer
 
-    _check_tokenizer_out(Path(args.out), args.overwrite)  # before the training, not after it
+    given = [flag for flag, value in zip(WORDPIECE_ONLY, (args.cased, args.chinese_script, args.limit_alphabet))
+             if value not in (False, "", None)]
+    if args.kind == "bpe" and given:  # they would be ignored: say so
+        raise ConfigError(f"{', '.join(given)} {'applies' if len(given) == 1 else 'apply'} to WordPiece only: a "
+                          "byte-level BPE keeps every byte of the text (case, accents, any script) as it is")
+    out = Path(args.out)
+    _check_tokenizer_out(out, args.overwrite)  # before the training, not after it
     inputs = [resolve_data_path(p) for p in args.input]
     texts = (p for doc in iter_documents(inputs, args.format, errors=args.errors) for p in doc.paragraphs)
-    tok = WordPieceTokenizer.train(texts, args.vocab_size, lowercase=not args.cased,
-                                   chinese_script=args.chinese_script,
-                                   min_frequency=args.min_frequency, limit_alphabet=args.limit_alphabet,
-                                   show_progress=sys.stderr.isatty())
-    tok.save(args.out)  # file by file, into the directory (a link to one is written through)
-    print(f"tokenizer: {tok.vocab_size} tokens -> {args.out}")
+    vocab_size = args.vocab_size or TOKENIZER_KINDS[args.kind]
+    tok = _train_tokenizer(args, texts, vocab_size)
+    tok.save(out)  # file by file, into the directory (a link to one is written through)
+    _remove_other_kind(out, args.kind)
+    kind = "byte-level BPE" if args.kind == "bpe" else "WordPiece"
+    print(f"tokenizer: {tok.vocab_size} tokens ({kind}) -> {args.out}")
     return 0
+
+
+def _train_tokenizer(args: argparse.Namespace, texts, vocab_size: int):
+    """The ``--kind`` of tokenizer, learnt from ``texts``."""
+    progress = sys.stderr.isatty()
+    if args.kind == "bpe":  # GPT-2's layout: 256 bytes, the merges, <|endoftext|> (muppets.tokenizers.bpe)
+        from muppets.tokenizers.bpe import ByteLevelBPETokenizer
+
+        return ByteLevelBPETokenizer.train(texts, vocab_size, min_frequency=args.min_frequency, show_progress=progress)
+    from muppets.tokenizers.wordpiece import WordPieceTokenizer
+
+    return WordPieceTokenizer.train(texts, vocab_size, lowercase=not args.cased, chinese_script=args.chinese_script,
+                                    min_frequency=args.min_frequency, limit_alphabet=args.limit_alphabet or 1000,
+                                    show_progress=progress)
+
+
+def _kind_files() -> dict[str, frozenset[str]]:
+    """Per ``--kind``, the files its tokenizer writes into its directory."""
+    from muppets.tokenizers import bpe, wordpiece
+
+    shared = {wordpiece.TOKENIZER_FILE, wordpiece.CONFIG_FILE, wordpiece.SPECIAL_TOKENS_MAP_FILE}
+    return {"wordpiece": frozenset({wordpiece.VOCAB_FILE, *shared}),
+            "bpe": frozenset({bpe.VOCAB_FILE, bpe.MERGES_FILE, *shared})}
+
+
+def _remove_other_kind(out: Path, kind: str) -> None:
+    """After ``--overwrite`` replaced a tokenizer of the other kind: its files the new one does not
+    write (a WordPiece ``vocab.txt`` beside a BPE, or a BPE's ``vocab.json`` + ``merges.txt``)."""
+    files = _kind_files()
+    for name in sorted(frozenset().union(*files.values()) - files[kind]):
+        if (out / name).is_file():
+            (out / name).unlink()
 
 
 def _check_tokenizer_out(out: Path, overwrite: bool) -> None:
@@ -58,14 +104,12 @@ def _check_tokenizer_out(out: Path, overwrite: bool) -> None:
     prepared with the old vocabulary would no longer match it), and always when it holds anything
     else: the tokenizer's files would land among a model's or a user's own."""
     from muppets.errors import ConfigError
-    from muppets.tokenizers.wordpiece import CONFIG_FILE, SPECIAL_TOKENS_MAP_FILE, TOKENIZER_FILE, VOCAB_FILE
 
     if not os.path.lexists(out):
         return
     if not out.is_dir():
         raise ConfigError(f"--out {out}: exists and is not a directory; choose another output")
-    others = sorted(p.name for p in out.iterdir()
-                    if p.name not in (VOCAB_FILE, TOKENIZER_FILE, CONFIG_FILE, SPECIAL_TOKENS_MAP_FILE))
+    others = sorted(p.name for p in out.iterdir() if p.name not in frozenset().union(*_kind_files().values()))
     if others:
         raise ConfigError(f"--out {out}: holds other files than a tokenizer's ({', '.join(others[:3])}"
                           f"{', …' if len(others) > 3 else ''}), so nothing is written there: choose another output")
@@ -196,7 +240,7 @@ def _weak_label(args: argparse.Namespace) -> int:
         print(f"dropped {len(keep) - n:,} of {len(keep):,} rows with no LF vote ({1 - n / len(keep):.1%}): "
               "their label would be the prior alone; keep them with --keep-uncovered")
     if weak.gold is not None and (weak.gold[keep] != -1).any():
-        print(f"accuracy against the split's own labels, on the rows written: {model.score(L[keep], weak.gold[keep]):.2%}")
+        print(f"accuracy against the split's own labels, on the rows written: {model.score(L[keep], weak.gold[keep]):.4f}")
     return 0
 
 
@@ -245,9 +289,26 @@ def _finetune_config(args: argparse.Namespace):
     from muppets.config import with_overrides
     from muppets.transfer import finetune
 
+    _settle_task_model(args)
     cfg = finetune.load_config(args.config, [])
     cfg = dataclasses.replace(cfg, task=_task_section(args, cfg.task), model=args.model or cfg.model)
     return with_overrides(cfg, args.overrides)
+
+
+def _settle_task_model(args: argparse.Namespace) -> None:
+    """``finetune`` / ``evaluate`` / ``features``: ``[MODEL] TASK [key=value …]``, or ``TASK`` with
+    ``--model`` (:func:`muppets.cliargs.settle_model`): the arguments before the first key=value
+    (after the first, which may itself hold a "=") are MODEL and TASK; a task given where the
+    model stands is refused with the order spelled out."""
+    from muppets.errors import ConfigError
+    from muppets.tasks import list_tasks
+
+    option = args.model
+    model = settle_model(args)
+    if option is None and model in list_tasks() and args.task not in list_tasks():
+        raise ConfigError(f"{args.command}: {model!r} is a task, and {args.task!r} stands in the model's place: "
+                          f"write {args.command} {args.task} {model} (MODEL first) or "
+                          f"{args.command} {model} --model {args.task}")
 
 
 def _task_section(args: argparse.Namespace, section):
@@ -354,6 +415,7 @@ def _generate(args: argparse.Namespace) -> int:
     if unused:  # they would be ignored: say so instead of printing a greedy continuation as theirs
         raise ConfigError(f"{', '.join(unused)} only change{'s' if len(unused) == 1 else ''} sampling (--sample) "
                           "or beam search (--num-beams N > 1; --length-penalty)")
+    settle_model(args)
     if args.threads:
         torch.set_num_threads(args.threads)
     model_dir = resolve_model_path(args.model)
@@ -375,6 +437,9 @@ def _generate(args: argparse.Namespace) -> int:
     return 0
 
 
+ZEROSHOT_TASKS = ("hellaswag", "squad", "translate", "summarize")
+
+
 def _zeroshot(args: argparse.Namespace) -> int:
     import torch
 
@@ -384,6 +449,9 @@ def _zeroshot(args: argparse.Namespace) -> int:
     from muppets.errors import ConfigError
     from muppets.transfer import zeroshot
 
+    settle_model(args)
+    if args.task not in ZEROSHOT_TASKS:
+        raise ConfigError(f"zeroshot: task {args.task!r}: choose one of {', '.join(ZEROSHOT_TASKS)}")
     summarize = args.task == "summarize"
     unused = [flag for flag, given, used in (("--out", args.out, not summarize), ("--limit", args.limit, not summarize),
                                              ("--shots", args.shots, args.task in ("squad", "translate")),
@@ -495,6 +563,7 @@ def _embed(args: argparse.Namespace) -> int:
 
     from muppets.transfer.embed import output_files
 
+    settle_model(args)
     refuse_existing(*output_files(args.out), overwrite=args.overwrite)  # a bad name first, then what exists
     _set_threads(args.threads)
     m = embed_file(args.model, args.input, args.out, parse_layers(args.layers), args.pooling, args.batch_size,
@@ -522,6 +591,7 @@ def _features(args: argparse.Namespace) -> int:
     from muppets.config import with_overrides
     from muppets.transfer import feature_based
 
+    _settle_task_model(args)
     cfg = feature_based.load_config(args.config, [])
     cfg = dataclasses.replace(cfg, task=_task_section(args, cfg.task), model=args.model or cfg.model,
                               layers=args.layers or cfg.layers, static=args.static or cfg.static)
@@ -599,6 +669,7 @@ def _polysemy(args: argparse.Namespace) -> int:
     from muppets.transfer.embed import parse_layers
     from muppets.transfer.embedders import load_embedder
 
+    settle_model(args)
     if args.word is not None and args.out:
         raise ConfigError("polysemy: --out writes the sense set's scores; with a WORD the occurrences are printed")
     if args.word is None and args.corpus:
@@ -681,7 +752,8 @@ def _add_task_args(p: argparse.ArgumentParser, config: str = "FinetuneConfig", e
                    model: str = "HF BERT or GPT-2 directory, 'minilm' (the default), or a muppets pretraining run") -> None:
     p.add_argument("task", help="registered task name (e.g. sst2, conll2003, squad) or your train file")
     p.add_argument("overrides", nargs="*", help=f"{config} key=value overrides, e.g. {example}")
-    p.add_argument("--model", help=model)
+    add_model_argument(p, model, ModelSlots(("task", "overrides"), least=1, takes=1, required=False,
+                                            until_assignment=True), positional=False)
     p.add_argument("--config", help=f"YAML/JSON {config} file")
     p.add_argument("--dev", help="your dev file (with a train file as TASK)")
     p.add_argument("--test", help="your test file (with a train file as TASK)")
@@ -719,18 +791,24 @@ def _add_corpus_parsers(sub: argparse._SubParsersAction) -> None:
     from muppets.tokenizers.script import SCRIPTS
 
     tok = sub.add_parser("tokenizer", help="tokenizer tools").add_subparsers(dest="action", required=True)
-    t = tok.add_parser("train", help="train a WordPiece vocabulary on a corpus")
+    t = tok.add_parser("train", help="train a WordPiece (BERT) or byte-level BPE (GPT) vocabulary on a corpus")
+    t.add_argument("--kind", choices=list(TOKENIZER_KINDS), default="wordpiece",
+                   help="wordpiece (BERT, ELECTRA …: the default) or bpe (GPT-2's byte-level BPE: any text encodes "
+                        "and decodes back byte for byte; a GPT config's tokenizer.path takes the directory)")
     t.add_argument("--input", nargs="+", required=True, help="files/dirs; data:… = shared data dir")
     t.add_argument("--out", required=True, help="directory to write (HF-compatible; not replaced unless --overwrite)")
-    t.add_argument("--vocab-size", type=int, default=30522, help="vocabulary size (default 30522, BERT's)")
+    t.add_argument("--vocab-size", type=at_least(1), default=None,
+                   help="vocabulary size (default: BERT's 30522 for wordpiece, GPT-2's 50257 for bpe; a small corpus "
+                        "wants far fewer, e.g. 8000: see configs/gpt-mini.yaml)")
     t.add_argument("--min-frequency", type=non_negative_int, default=2,
                    help="a merged piece must occur this often (default 2)")
-    t.add_argument("--limit-alphabet", type=at_least(1), default=1000,
-                   help="characters the vocabulary can hold, the most frequent first; the rest become [UNK] "
-                        "(Chinese needs thousands)")
-    t.add_argument("--cased", action="store_true", help="keep case and accents")
+    t.add_argument("--limit-alphabet", type=at_least(1), default=None,
+                   help="wordpiece: characters the vocabulary can hold, the most frequent first; the rest become "
+                        "[UNK] (default 1000; Chinese needs thousands)")
+    t.add_argument("--cased", action="store_true", help="wordpiece: keep case and accents (bpe always does)")
     t.add_argument("--chinese-script", default="", choices=SCRIPTS[1:],
-                   help="convert Chinese text to one script first (OpenCC), now and whenever the tokenizer is used")
+                   help="wordpiece: convert Chinese text to one script first (OpenCC), now and whenever the tokenizer "
+                        "is used")
     t.add_argument("--format", default="auto", choices=CORPUS_FORMATS,
                    help="how to read the inputs (auto: by name and content)")
     t.add_argument("--errors", default="strict", choices=["strict", "skip", "replace"],
@@ -910,11 +988,18 @@ def _add_transfer_parsers(sub: argparse._SubParsersAction) -> None:
 
 def _add_gpt_parsers(sub: argparse._SubParsersAction) -> None:
     """``generate``, ``zeroshot``."""
-    g = sub.add_parser("generate", help="continue prompts with a GPT / GPT-2 model (KV cache)")
-    g.add_argument("prompts", nargs="+", help="one or more prompts (one is streamed as it is generated)")
-    g.add_argument("--model", required=True, help="HF GPT-2 directory, or a muppets GPT pretraining run (its final/)")
+    g = sub.add_parser("generate", help="continue prompts with a GPT / GPT-2 model (KV cache; greedy unless --sample)",
+                       description="Continue prompts with a GPT / GPT-2 model. Greedy by default (the likeliest token "
+                                   "each time: the same output every run); --sample draws instead. The server's "
+                                   "/v1/completions follows OpenAI's API instead: it samples at temperature 1 unless a "
+                                   "request sends \"temperature\": 0, which is this command's greedy default.")
+    add_model_argument(g, "HF GPT-2 directory, or a muppets GPT pretraining run (its final/)",
+                       ModelSlots(("prompts",), least=1, takes=None))
+    g.add_argument("prompts", nargs="+", help="one or more prompts (one is streamed as it is generated); with --model "
+                   "every argument is a prompt")
     g.add_argument("--max-new-tokens", type=int, default=64, help="tokens to add to each prompt (default 64)")
-    g.add_argument("--sample", action="store_true", help="sample instead of taking the most likely token")
+    g.add_argument("--sample", action="store_true", help="sample instead of taking the most likely token (greedy, the "
+                   "default here; /v1/completions samples unless sent temperature 0)")
     g.add_argument("--temperature", type=float, default=1.0, help="with --sample: divide the logits by T (default 1)")
     g.add_argument("--top-k", type=int, default=0, help="with --sample: draw from the K likeliest tokens (0 = all)")
     g.add_argument("--top-p", type=float, default=1.0,
@@ -932,8 +1017,10 @@ def _add_gpt_parsers(sub: argparse._SubParsersAction) -> None:
 
     z = sub.add_parser("zeroshot", help="prompt a GPT model with no training: hellaswag (LM "
                        "likelihood), squad (Q/A), translate (few-shot en=fr), summarize (TL;DR:)")
-    z.add_argument("task", choices=["hellaswag", "squad", "translate", "summarize"], help="what to prompt for")
-    z.add_argument("--model", required=True, help="HF GPT-2 directory, or a muppets GPT pretraining run (its final/)")
+    add_model_argument(z, "HF GPT-2 directory, or a muppets GPT pretraining run (its final/)",
+                       ModelSlots(("task",), least=1, takes=1))
+    z.add_argument("task", metavar="{" + ",".join(ZEROSHOT_TASKS) + "}", help="what to prompt for")  # checked once
+    # MODEL is told apart from it (settle_model), so that `zeroshot MODEL --limit 5 squad` works
     z.add_argument("--limit", type=non_negative_int, default=0, help="score the first N items (0 = all)")
     z.add_argument("--shots", type=non_negative_int, default=0, help="solved examples in the prompt (squad, translate)")
     z.add_argument("--seed", type=int, default=0, help="which solved examples --shots draws (squad, translate), which items --limit takes (translate), "
@@ -948,8 +1035,7 @@ def _add_gpt_parsers(sub: argparse._SubParsersAction) -> None:
 def _add_representation_parsers(sub: argparse._SubParsersAction) -> None:
     """``embed``, ``polysemy``."""
     em = sub.add_parser("embed", help="per-word vectors of a model's layers for pre-split sentences")
-    em.add_argument("--model", required=True,
-                    help="HF BERT/GPT dir, 'minilm', ELMo/NNLM/word2vec run, or a vector file")
+    add_model_argument(em, "HF BERT/GPT dir, 'minilm', ELMo/NNLM/word2vec run, or a vector file")
     em.add_argument("--input", required=True, help="one sentence per line, words separated by spaces")
     em.add_argument("--out", required=True, help="FILE.npy (+ FILE.json) or FILE.safetensors")
     em.add_argument("--overwrite", action="store_true", help="replace the files at --out")
@@ -970,8 +1056,8 @@ def _add_representation_parsers(sub: argparse._SubParsersAction) -> None:
 
     po = sub.add_parser("polysemy", help="static vs contextual vectors of an ambiguous word, or the "
                         "sense-set score (no WORD)")
+    add_model_argument(po, "any model 'muppets embed' takes", ModelSlots(("word",), takes=1))
     po.add_argument("word", nargs="?", help="the word (default: score every word of the sense set)")
-    po.add_argument("--model", required=True, help="any model 'muppets embed' takes")
     po.add_argument("--corpus", nargs="+", help="collect the word's sentences from these files/dirs (data:… ok)")
     po.add_argument("--limit", type=at_least(2), default=200, help="occurrences collected from the corpus at most")
     po.add_argument("--layers", default="all", help="'all' or layer numbers, e.g. 0,-1")
@@ -1023,15 +1109,27 @@ def run() -> int:
     return main()
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line as :func:`main` reads it: key=value overrides written after an option join
+    the others, and a training command's first key=value is no config file. (A command that takes
+    a model settles which argument it is itself: :func:`muppets.cliargs.settle_model`.)"""
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
+    slots = getattr(args, "model_slots", None)
+    if extra and slots is not None and slots.others and not slots.until_assignment and not any(
+            x.startswith("-") for x in extra):  # `generate MODEL --max-new-tokens 5 PROMPT`: argparse took MODEL
+        args.model_extra, extra = extra, []  # for the prompts and left PROMPT over; settle_model places both
     if extra:  # key=value overrides written after an option (argparse stops at the first option)
         if getattr(args, "overrides", None) is None or not all("=" in x for x in extra):
             parser.error(f"unrecognized arguments: {' '.join(extra)}")
         args.overrides = [*args.overrides, *extra]
     if args.command in ("pretrain", "word2vec", "nnlm") and getattr(args, "config", None) and "=" in args.config:
         args.overrides, args.config = [args.config, *args.overrides], None
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     try:

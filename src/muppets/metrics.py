@@ -428,9 +428,10 @@ def squad_gold_answers(dataset_json: Mapping[str, Any]) -> dict[str, list[str]]:
 
 def squad_scores_from_answers(predictions: Mapping[str, str],
                               answers: Mapping[str, Sequence[str]]) -> dict[str, float]:
-    """EM and F1 in percent over every question of ``answers``.
+    """EM and F1 as fractions in [0, 1] over every question of ``answers``, as every metric of
+    muppets (the official script prints percent: 100 times these).
 
-    EM = 100/Q * sum_q squad_exact_match(pred_q, golds_q), likewise F1. A question with no
+    EM = 1/Q * sum_q squad_exact_match(pred_q, golds_q), likewise F1. A question with no
     prediction scores 0 but still counts in Q; predictions for unknown ids are ignored
     (both as the official script).
     """
@@ -445,11 +446,11 @@ def squad_scores_from_answers(predictions: Mapping[str, str],
     if missing:
         logger.warning("%d of %d questions have no prediction and score 0 (first: %s)",
                        len(missing), len(answers), missing[0])
-    return {"exact_match": 100.0 * exact / len(answers), "f1": 100.0 * f1 / len(answers)}
+    return {"exact_match": exact / len(answers), "f1": f1 / len(answers)}
 
 
 def squad_scores(predictions: Mapping[str, str], dataset_json: Mapping[str, Any]) -> dict[str, float]:
-    """The official SQuAD v1.1 evaluation: ``{"exact_match": %, "f1": %}`` (see above)."""
+    """The official SQuAD v1.1 evaluation: ``{"exact_match": …, "f1": …}`` as fractions (see above)."""
     return squad_scores_from_answers(predictions, squad_gold_answers(dataset_json))
 
 
@@ -512,18 +513,19 @@ def _cmrc_exact(pred: str, gold: str) -> float:
 
 
 def cmrc_scores(predictions: Mapping[str, str], answers: Mapping[str, Sequence[str]]) -> dict[str, float]:
-    """CMRC 2018's official EM and F1 in percent (max over the gold answers of each question):
+    """CMRC 2018's official EM and F1 as fractions in [0, 1] (the official script prints 100 times
+    these; max over the gold answers of each question):
     EM compares the answers with punctuation removed; F1 is the F1 of the longest common run of
     :func:`cmrc_segments` (characters for Chinese). A missing prediction scores 0.
 
     >>> cmrc_scores({"q": "北京大学"}, {"q": ["北京大学。", "北京"]})
-    {'exact_match': 100.0, 'f1': 100.0}
+    {'exact_match': 1.0, 'f1': 1.0}
     """
     if not answers:
         raise DataError("no questions to score")
     exact = sum(_max_over_golds(_cmrc_exact, predictions[q], g) for q, g in answers.items() if q in predictions)
     f1 = sum(_max_over_golds(_cmrc_f1, predictions[q], g) for q, g in answers.items() if q in predictions)
-    return {"exact_match": 100.0 * exact / len(answers), "f1": 100.0 * f1 / len(answers)}
+    return {"exact_match": exact / len(answers), "f1": f1 / len(answers)}
 
 
 # ============================================================================ dispatcher
@@ -598,8 +600,8 @@ def compute(metric_name: str, preds: Any, golds: Any, **options: Any) -> dict[st
     ``entity_f1`` (scheme=)   lists of tag lists                          precision, recall, f1,
                                                                           f1_<TYPE>
     ``token_accuracy``        lists of tag lists (e.g. POS)               accuracy
-    ``squad``                 {qid: text} / SQuAD json or {qid: [texts]}  exact_match, f1 (%)
-    ``cmrc2018``              {qid: text} / {qid: [texts]} (Chinese)      exact_match, f1 (%)
+    ``squad``                 {qid: text} / SQuAD json or {qid: [texts]}  exact_match, f1
+    ``cmrc2018``              {qid: text} / {qid: [texts]} (Chinese)      exact_match, f1
     ========================  ==========================================  =====================
 
     >>> compute("mcc", [1, 1, 0, 0], [1, 0, 0, 0])

@@ -6,3 +6,8 @@ attention — capture and analyses (:mod:`~muppets.analysis.attention`), the off
 scalar-mix probes with random-encoder and control-task baselines (:mod:`~muppets.analysis.probing`),
 the structural probe (:mod:`~muppets.analysis.structural_probe`) and ``muppets probe``
 (:mod:`~muppets.analysis.probe_cli`)."""
+
+# How layers are numbered in every analysis (probe, embed, features, polysemy, attention), as in
+# transformers' ``hidden_states``: 0 is the embeddings, layer l the output of the l-th transformer
+# layer. Attention exists only in the transformer layers, so its layers run from this number.
+FIRST_LAYER = 1

@@ -7,7 +7,7 @@ per layer and forward call); outside it, the forward never leaves SDPA's fused k
 
     with capture_attention(backbone) as cap:
         backbone(ids, segments, mask)
-    cap.layers[3]                       # (B, heads, T, T) of the 4th block, rows = from, cols = to
+    cap.layers[3]                       # (B, heads, T, T) of the 4th block (layer 4), rows = from, cols = to
 
 For one text (or a sentence pair), :func:`load_attention_model` + :meth:`AttentionModel.view`
 give an :class:`AttentionView`: tokens, segments and ``probs (L, heads, T, T)``, which the
@@ -19,7 +19,11 @@ offline page (:mod:`muppets.analysis.attention_page`) and the plots
 * Vig & Belinkov 2019: the attention from a pronoun to the nouns it may refer to ("The nurse
   said that she …") — :func:`pronoun_attention`.
 
-Layers and heads are counted from 0 everywhere (API, command line, page).
+Layers are numbered as ``muppets probe`` and ``muppets embed`` number them (and as transformers'
+``hidden_states``, whose ``attentions[l - 1]`` is layer ``l``): layer ``l`` is the ``l``-th
+transformer layer, whose output is their layer ``l``; their layer 0 is the embeddings, which have
+no attention, so attention layers run from 1 (:data:`FIRST_LAYER`) to L everywhere (API, command
+line, page, plots, JSON), and ``probs[l - 1]`` holds layer ``l``. Heads count from 0.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from muppets.analysis import FIRST_LAYER  # 1: the first transformer layer (0 is the embeddings)
 from muppets.errors import ConfigError
 from muppets.nn.attention import SelfAttention
 
@@ -93,7 +98,8 @@ class AttentionView:
     """The attention of one input.
 
     tokens: the ``T`` pieces as shown (BERT's ``##`` kept; GPT's pieces as text, spaces stripped).
-    probs: ``(L, heads, T, T)`` float32; ``probs[l, h, i, j]`` = attention from token i to token j.
+    probs: ``(L, heads, T, T)`` float32; ``probs[l - 1, h, i, j]`` = attention from token i to
+        token j in layer ``l`` (numbered from :data:`FIRST_LAYER`), head ``h``: :meth:`head`.
     segments: per token 0 (sentence A) or 1 (sentence B).
     starts: per token, whether it begins a word (False for a continuation piece).
     special: per token, whether it is a special token ([CLS], [SEP], <|endoftext|>, …).
@@ -129,11 +135,24 @@ class AttentionView:
     def is_pair(self) -> bool:
         return any(s == 1 for s in self.segments)
 
+    @property
+    def layer_numbers(self) -> list[int]:
+        """The layers' numbers, ``FIRST_LAYER .. L``."""
+        return list(range(FIRST_LAYER, FIRST_LAYER + self.num_layers))
+
     def check_head(self, layer: int, head: int) -> None:
-        """Raise a ConfigError unless ``layer, head`` exist (0-based)."""
-        if not (0 <= layer < self.num_layers and 0 <= head < self.num_heads):
-            raise ConfigError(f"layer {layer}, head {head}: the model has layers 0..{self.num_layers - 1} "
-                              f"and heads 0..{self.num_heads - 1}")
+        """Raise a ConfigError unless layer ``layer`` (from :data:`FIRST_LAYER`) and head ``head``
+        (from 0) exist."""
+        if not (FIRST_LAYER <= layer < FIRST_LAYER + self.num_layers and 0 <= head < self.num_heads):
+            embeddings = " (layer 0 is the embeddings, which have no attention)" if layer == 0 else ""
+            raise ConfigError(f"layer {layer}, head {head}: the model has layers {FIRST_LAYER}.."
+                              f"{FIRST_LAYER + self.num_layers - 1} and heads 0..{self.num_heads - 1}{embeddings}")
+
+    def head(self, layer: int, head: int) -> np.ndarray:
+        """``(T, T)``: the attention of layer ``layer`` (from :data:`FIRST_LAYER`), head ``head``;
+        rows = from, columns = to."""
+        self.check_head(layer, head)
+        return self.probs[layer - FIRST_LAYER, head]
 
     def find_word(self, word: str, after: int = -1) -> list[int]:
         """Positions of the pieces of the first whole-word occurrence of ``word`` (any case)
@@ -309,7 +328,8 @@ class PronounAttention:
     """Attention from a pronoun to candidate nouns (Vig & Belinkov 2019, "she" -> "nurse").
 
     weights: ``(C, L, heads)``: for each candidate, the attention from the pronoun's first piece
-    to all the candidate's pieces (summed), in every layer and head.
+    to all the candidate's pieces (summed), in every layer and head (``weights[c, l - 1]`` is
+    layer ``l``, numbered from :data:`FIRST_LAYER`).
     """
 
     pronoun: str
@@ -317,11 +337,12 @@ class PronounAttention:
     weights: np.ndarray
 
     def summary(self) -> dict[str, dict]:
-        """Per candidate: the max and mean over all heads, and where the max is."""
+        """Per candidate: the max and mean over all heads, and where the max is (``[layer, head]``,
+        the layer numbered from :data:`FIRST_LAYER`); the per-layer lists start at that layer."""
         out = {}
         for name, w in zip(self.candidates, self.weights):
             layer, head = np.unravel_index(int(w.argmax()), w.shape)
-            out[name] = {"max": float(w.max()), "mean": float(w.mean()), "max_at": [int(layer), int(head)],
+            out[name] = {"max": float(w.max()), "mean": float(w.mean()), "max_at": [int(layer) + FIRST_LAYER, int(head)],
                          "max_per_layer": w.max(1).round(6).tolist(), "mean_per_layer": w.mean(1).round(6).tolist()}
         return out
 

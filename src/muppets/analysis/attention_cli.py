@@ -2,13 +2,15 @@
 
 ::
 
-    muppets attention minilm "The nurse said that she was tired." --out nurse.html \\
+    muppets attention --model minilm "The nurse said that she was tired." --out nurse.html \\
         --png 3:0 nurse-3-0.png --pronoun she --candidates nurse --shares shares.json
-    muppets attention runs/bert-mini "Is it raining?" --pair "No, it is sunny." --out pair.html
-    muppets attention runs/gpt-mini --texts sentences.txt --shares gpt-shares.json --shares-plot gpt-shares.png
+    muppets attention --model runs/bert-mini "Is it raining?" --pair "No, it is sunny." --out pair.html
+    muppets attention --model runs/gpt-mini --texts sentences.txt --shares gpt-shares.json --shares-plot gpt-shares.png
 
 ``--texts FILE`` (one text a line; ``A<TAB>B`` for a pair) averages the shares over many inputs,
-as Clark et al. 2019 did over 1000 Wikipedia segments. Layers and heads count from 0.
+as Clark et al. 2019 did over 1000 Wikipedia segments. Layers count from 1, as ``muppets probe``
+and ``muppets embed`` count them (their layer 0 is the embeddings, which have no attention: layer
+``l`` here is the transformer layer whose output is their layer ``l``); heads count from 0.
 """
 
 from __future__ import annotations
@@ -16,7 +18,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from muppets.cliargs import non_negative_int, refuse_existing
+from muppets.cliargs import ModelSlots, add_model_argument, non_negative_int, refuse_existing, settle_model
+from muppets.analysis import FIRST_LAYER
 from muppets.config import read_utf8
 from muppets.errors import ConfigError
 
@@ -25,14 +28,17 @@ def add_parser(sub) -> argparse.ArgumentParser:
     """Add the ``attention`` subcommand to an argparse subparsers object; returns its parser."""
     p = sub.add_parser("attention", help="attention of a BERT / GPT model: offline HTML page (head and model "
                        "views), head PNGs, attention shares on [CLS]/[SEP]/punctuation, pronoun case")
-    p.add_argument("model", help="HF BERT or GPT directory, 'minilm', or a muppets run directory")
+    add_model_argument(p, "HF BERT or GPT directory, 'minilm', or a muppets run directory",
+                       ModelSlots(("text",), takes=1))
     p.add_argument("text", nargs="?", help="the text (sentence A) to look at")
     p.add_argument("--pair", metavar="TEXT_B", help="sentence B of a pair")
     p.add_argument("--out", metavar="PAGE", help="write the self-contained HTML page here")
-    p.add_argument("--layer", type=int, default=0, help="layer the page's head view opens on (0-based)")
+    p.add_argument("--layer", type=int, default=FIRST_LAYER,
+                   help="layer the page's head view opens on (default 1: the first transformer layer; layers count "
+                        "from 1 as in probe and embed, whose layer 0 is the embeddings)")
     p.add_argument("--heads", help="heads the page's head view opens with, e.g. 0,3 (default: all)")
     p.add_argument("--png", nargs=2, action="append", metavar=("LAYER:HEAD", "FILE"), default=[],
-                   help="write one head as a PNG (repeatable)")
+                   help="write one head as a PNG (repeatable; layers from 1, heads from 0)")
     p.add_argument("--png-kind", choices=["lines", "heatmap"], default="lines", help="how --png draws a head")
     p.add_argument("--texts", metavar="FILE", help="more inputs for --shares: one text a line, A<TAB>B for a pair")
     p.add_argument("--shares", metavar="JSON", help="write the per layer × head attention shares on the first "
@@ -71,6 +77,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _check_args(args: argparse.Namespace) -> None:
     """Fail before loading the model on arguments that cannot work together."""
+    settle_model(args)
     if args.text is None and not args.texts:
         raise ConfigError("attention: give a TEXT (or --texts FILE with --shares)")
     wants_view = args.out or args.png or args.pronoun
@@ -84,7 +91,7 @@ def _check_args(args: argparse.Namespace) -> None:
     if (args.pronoun_json or args.pronoun_plot) and not args.pronoun:
         raise ConfigError("attention: --pronoun-json and --pronoun-plot write the --pronoun case: give --pronoun WORD "
                           "--candidates A,B")
-    if not args.out and (args.layer != 0 or args.heads):
+    if not args.out and (args.layer != FIRST_LAYER or args.heads):
         raise ConfigError("attention: --layer and --heads choose what the page opens on: give --out PAGE")
     if not args.png and args.png_kind != "lines":
         raise ConfigError("attention: --png-kind draws --png: give --png LAYER:HEAD FILE")
@@ -96,10 +103,10 @@ def _check_args(args: argparse.Namespace) -> None:
 
 
 def _layer_head(spec: str) -> tuple[int, int]:
-    """``"3:5"`` -> (3, 5)."""
+    """``"3:5"`` -> (3, 5): layer 3 (from 1), head 5 (from 0)."""
     layer, sep, head = spec.partition(":")
     if not sep or not layer.strip().isdigit() or not head.strip().isdigit():
-        raise ConfigError(f"--png {spec!r}: expected LAYER:HEAD with 0-based numbers, e.g. 3:5")
+        raise ConfigError(f"--png {spec!r}: expected LAYER:HEAD, the layer from 1 and the head from 0, e.g. 3:5")
     return int(layer), int(head)
 
 
@@ -151,10 +158,12 @@ def _shares(args: argparse.Namespace, model, view) -> None:
         views += [model.view(text, pair) for text, pair in read_texts(args.texts)]
     shares = attention_shares(views)
     print(f"attention shares over {len(views)} input(s), mean over heads per layer:")
+    layers = list(range(FIRST_LAYER, FIRST_LAYER + len(next(iter(shares.values())))))
+    print("  layer  " + " ".join(f"{layer:>5}" for layer in layers))
     for name, values in shares.items():
         print(f"  {name:<6} " + " ".join(f"{v:.3f}" for v in values.mean(1)))
     if args.shares:
-        write_json_atomic(Path(args.shares), {"model": str(args.model), "inputs": len(views),
+        write_json_atomic(Path(args.shares), {"model": str(args.model), "inputs": len(views), "layers": layers,
                                               **{k: v.round(6).tolist() for k, v in shares.items()}})
         print(f"shares: {args.shares}")
     if args.shares_plot:

@@ -12,7 +12,9 @@ not blank without its CDN, #63). The page has
 
 The probabilities travel as one base64 string of uint8 values, ``round(p * 255)``
 (layer, head, from, to order), decoded in the browser: a 128-token, 6-layer × 12-head page is
-about 1.6 MB. The URL hash ``#layer=3&heads=0,5`` selects what the head view shows::
+about 1.6 MB. Layers are numbered from 1 (:data:`~muppets.analysis.attention.FIRST_LAYER`, as
+``muppets probe`` numbers them), heads from 0. The URL hash ``#layer=3&heads=0,5`` selects what the
+head view shows::
 
     view = load_attention_model("minilm").view("The nurse said that she was tired.")
     write_page(view, "attention.html", layer=3, heads=[0])
@@ -30,7 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
-from muppets.analysis.attention import AttentionView
+from muppets.analysis.attention import FIRST_LAYER, AttentionView
 from muppets.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -49,7 +51,7 @@ def quantize(probs: np.ndarray) -> bytes:
     return np.rint(np.clip(probs, 0.0, 1.0) * 255.0).astype(np.uint8).tobytes()
 
 
-def page_data(view: AttentionView, layer: int = 0, heads: Sequence[int] | None = None, title: str = "") -> dict:
+def page_data(view: AttentionView, layer: int = FIRST_LAYER, heads: Sequence[int] | None = None, title: str = "") -> dict:
     """Everything the page's script reads (JSON-able), with the probabilities quantised."""
     heads = list(range(view.num_heads)) if heads is None else [int(h) for h in heads]
     for h in heads:
@@ -63,7 +65,8 @@ def page_data(view: AttentionView, layer: int = 0, heads: Sequence[int] | None =
         "segments": [int(s) for s in view.segments],
         "layers": view.num_layers,
         "heads": view.num_heads,
-        "layer": int(layer),
+        "layer": int(layer),  # the layer's number, from firstLayer
+        "firstLayer": FIRST_LAYER,
         "selected": heads,
         "colors": HEAD_COLORS,
         "segmentColors": SEGMENT_COLORS,
@@ -71,7 +74,7 @@ def page_data(view: AttentionView, layer: int = 0, heads: Sequence[int] | None =
     }
 
 
-def page_html(view: AttentionView, layer: int = 0, heads: Sequence[int] | None = None, title: str = "") -> str:
+def page_html(view: AttentionView, layer: int = FIRST_LAYER, heads: Sequence[int] | None = None, title: str = "") -> str:
     """The page as one string (see the module docstring)."""
     data = page_data(view, layer, heads, title)
     # "</" would close the <script> element early; "<\/" is the same JSON string.
@@ -83,7 +86,7 @@ def page_html(view: AttentionView, layer: int = 0, heads: Sequence[int] | None =
     return template.replace("__MUPPETS_DATA__", blob, 1).replace("__TITLE__", html.escape(data["title"]), 1)
 
 
-def write_page(view: AttentionView, path: str | Path, layer: int = 0, heads: Sequence[int] | None = None,
+def write_page(view: AttentionView, path: str | Path, layer: int = FIRST_LAYER, heads: Sequence[int] | None = None,
                title: str = "") -> Path:
     """Write :func:`page_html` to ``path`` (parent directories created); returns the path."""
     path = Path(path)

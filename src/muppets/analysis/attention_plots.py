@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from muppets.analysis.attention import AttentionView, PronounAttention
+from muppets.analysis.attention import FIRST_LAYER, AttentionView, PronounAttention
 from muppets.analysis.attention_page import HEAD_COLORS, SEGMENT_COLORS  # a PNG and the page agree
 from muppets.errors import ConfigError
 
@@ -40,11 +40,12 @@ def _save(fig, path: str | Path, dpi: int = 120) -> Path:
 
 
 def save_head_png(view: AttentionView, layer: int, head: int, path: str | Path, kind: str = "lines") -> Path:
-    """Write layer ``layer``'s head ``head`` (0-based) of ``view`` as a PNG; returns the path."""
+    """Write layer ``layer``'s head ``head`` of ``view`` as a PNG (layers from 1, heads from 0:
+    :mod:`muppets.analysis.attention`); returns the path."""
     view.check_head(layer, head)
     if kind not in PNG_KINDS:
         raise ConfigError(f"PNG kind {kind!r}: choose one of {', '.join(PNG_KINDS)}")
-    weights = view.probs[layer, head]  # (T, T): from, to
+    weights = view.head(layer, head)  # (T, T): from, to
     fig = _draw_lines(view, weights, HEAD_COLORS[head % len(HEAD_COLORS)]) if kind == "lines" \
         else _draw_heatmap(view, weights)
     fig.suptitle(f"{view.model or 'model'}: layer {layer}, head {head}", fontsize=10)
@@ -104,10 +105,11 @@ def plot_shares(shares: Mapping[str, np.ndarray], path: str | Path, title: str =
     for ax, (name, values) in zip(axes, shares.items()):
         values = np.asarray(values)
         L, heads = values.shape
-        xs = np.repeat(np.arange(L), heads) + rng.uniform(-0.15, 0.15, L * heads)
+        layers = np.arange(FIRST_LAYER, FIRST_LAYER + L)  # numbered as probe and embed number them
+        xs = np.repeat(layers, heads) + rng.uniform(-0.15, 0.15, L * heads)
         ax.scatter(xs, values.reshape(-1), s=10, alpha=0.6, color="tab:blue", label="heads")
-        ax.plot(np.arange(L), values.mean(1), color="black", linewidth=1.5, label="mean")
-        ax.set_xticks(range(L))
+        ax.plot(layers, values.mean(1), color="black", linewidth=1.5, label="mean")
+        ax.set_xticks(layers)
         ax.set_ylim(0, 1)
         ax.set_xlabel("layer")
         ax.set_title(f"attention on {names.get(name, name)}", fontsize=9)
@@ -123,7 +125,7 @@ def plot_pronoun(result: PronounAttention, path: str | Path, title: str = "") ->
     mean over heads (dashed)."""
     fig = _figure(5.0, 3.2)
     ax = fig.add_subplot()
-    layers = np.arange(result.weights.shape[1])
+    layers = np.arange(FIRST_LAYER, FIRST_LAYER + result.weights.shape[1])
     for k, (name, w) in enumerate(zip(result.candidates, result.weights)):
         color = HEAD_COLORS[k % len(HEAD_COLORS)]
         ax.plot(layers, w.max(1), color=color, marker="o", label=f"{result.pronoun} → {name} (max head)")

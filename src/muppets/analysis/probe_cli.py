@@ -2,10 +2,10 @@
 
 ::
 
-    muppets probe minilm --out runs/probe/minilm
-    muppets probe runs/gpt-mini --tasks pos,ner,structural --layers 0,2,4 --max-train-sentences 2000
-    muppets probe runs/elmo-small --probe mlp --no-control --threads 2
-    muppets probe minilm --tasks sst2,cola,mrpc,rte --out runs/probe/minilm-sentences
+    muppets probe --model minilm --out runs/probe/minilm
+    muppets probe --model runs/gpt-mini --tasks pos,ner,structural --layers 0,2,4 --max-train-sentences 2000
+    muppets probe --model runs/elmo-small --probe mlp --no-control --threads 2
+    muppets probe --model minilm --tasks sst2,cola,mrpc,rte --out runs/probe/minilm-sentences
 
 Sentence tasks (any single-text classify task: sst2, cola, mr, youtube-spam, chnsenticorp) probe
 one mean vector per text, pair tasks (mrpc, rte, qnli, xnli-<lang>, pawsx-<lang>) the pair
@@ -21,7 +21,7 @@ from __future__ import annotations
 import argparse
 
 from muppets.analysis.probe_data import CHINESE_TASKS, ENGLISH_TASKS, STRUCTURAL, TASKS
-from muppets.cliargs import non_negative_int
+from muppets.cliargs import add_model_argument, non_negative_int, settle_model
 
 
 def add_parser(sub) -> argparse.ArgumentParser:
@@ -29,7 +29,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
     p = sub.add_parser("probe", help="probe every layer of a frozen model: POS, chunk, NER (CoNLL-2003), UPOS, "
                        "relations and the structural probe (UD EWT), sentence and pair labels (SST-2, CoLA, "
                        "MRPC …); mix weights, expected layer, random encoder, control tasks")
-    p.add_argument("model", help="HF BERT/GPT directory, 'minilm', an ELMo/NNLM/word2vec run, or a vector file")
+    add_model_argument(p, "HF BERT/GPT directory, 'minilm', an ELMo/NNLM/word2vec run, or a vector file")
     p.add_argument("--tasks", default=",".join(ENGLISH_TASKS),
                    help=f"comma-separated, from {','.join(TASKS)} (default: the English ones, {','.join(ENGLISH_TASKS)}, "
                         f"whatever the model's language: a Chinese model needs {','.join(CHINESE_TASKS)}), or sentence tasks: any single-text classify task "
@@ -72,7 +72,8 @@ def config_of(args: argparse.Namespace):
     """The :class:`~muppets.analysis.probing.ProbeConfig` the arguments describe."""
     from muppets.analysis.probing import ProbeConfig
 
-    return ProbeConfig(model=args.model, tasks=args.tasks, layers=args.layers, random_baseline=args.random_baseline,
+    return ProbeConfig(model=settle_model(args), tasks=args.tasks, layers=args.layers,
+                       random_baseline=args.random_baseline,
                        control=args.control, mix=args.mix, cumulative=args.cumulative, probe=args.probe,
                        hidden=args.hidden, rank=args.rank,
                        max_epochs=args.epochs, sentence_batch_size=args.sentence_batch_size, pooling=args.pooling,

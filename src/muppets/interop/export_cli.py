@@ -1,5 +1,5 @@
-"""``muppets export onnx MODEL --out DIR`` and ``muppets export sentence-transformers MODEL --out
-DIR``: the argparse entry (:mod:`muppets.cli` adds it).
+"""``muppets export onnx --model MODEL --out DIR`` and ``muppets export sentence-transformers --model
+MODEL --out DIR``: the argparse entry (:mod:`muppets.cli` adds it).
 
 Imports neither the exporter nor onnxruntime until it runs, so ``muppets --help`` works without
 the ``onnx`` extra (``pip install -e ".[onnx]"``).
@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from muppets.cliargs import add_model_argument, settle_model
 from muppets.errors import MuppetsError
 
 
@@ -19,8 +20,7 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     actions = e.add_subparsers(dest="export_format", required=True)
     o = actions.add_parser("onnx", help="a BERT encoder or a fine-tuned task model -> model.onnx, checked "
                            "against onnxruntime, with its tokenizer and settings beside it")
-    o.add_argument("model", metavar="MODEL",
-                   help="an HF BERT directory, 'minilm', a muppets run, or a fine-tuned task directory (BERT or GPT)")
+    add_model_argument(o, "an HF BERT directory, 'minilm', a muppets run, or a fine-tuned task directory (BERT or GPT)")
     o.add_argument("--out", required=True, metavar="DIR",
                    help="a new (or empty) directory for model.onnx and its settings; never overwritten")
     o.add_argument("--opset", type=int, default=None,  # None: the exporter's DEFAULT_OPSET
@@ -43,7 +43,7 @@ def _add_sentence_transformers(actions: argparse._SubParsersAction) -> None:
 
     st = actions.add_parser("sentence-transformers", help="any encoder or GPT muppets reads -> a directory "
                             "sentence_transformers.SentenceTransformer(DIR) loads (Transformer, Pooling, Dense, Normalize)")
-    st.add_argument("model", metavar="MODEL", help="an HF directory of any family, 'minilm', or a muppets run")
+    add_model_argument(st, "an HF directory of any family, 'minilm', or a muppets run")
     st.add_argument("--out", required=True, metavar="DIR", help="a new (or empty) directory; never overwritten")
     st.add_argument("--pooling", choices=MODES, default="",
                     help="the Pooling module's mode (default: as the model's modules.json says, else mean)")
@@ -58,6 +58,7 @@ def run_sentence_transformers(args: argparse.Namespace) -> int:
         from muppets.sentence import read_head
         from muppets.sentence.encode import export_sentence_transformers
 
+        settle_model(args)
         out = export_sentence_transformers(args.model, args.out, args.pooling, args.normalize)
     except MuppetsError as err:
         print(f"muppets export sentence-transformers: error: {err}", file=sys.stderr)
@@ -71,6 +72,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         from muppets.interop.onnx_export import export_onnx
 
+        settle_model(args)
         opset = {} if args.opset is None else {"opset": args.opset}
         report = export_onnx(args.model, args.out, layers=args.layers, check=args.check, tolerance=args.tolerance,
                              ids_only=args.ids_only, **opset)

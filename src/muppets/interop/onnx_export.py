@@ -386,7 +386,7 @@ def read_manifest(directory: str | Path) -> dict[str, Any]:
     path = Path(directory) / MANIFEST
     if not is_export(directory):
         raise ConfigError(f"{directory}: no muppets ONNX export here (model.onnx and {MANIFEST}); "
-                          "write one with: muppets export onnx MODEL --out DIR")
+                          "write one with: muppets export onnx --model MODEL --out DIR")
     data = read_json_object(path)
     if data.get("format") != FORMAT:
         raise ConfigError(f"{path}: format {data.get('format')!r}, expected {FORMAT!r}")

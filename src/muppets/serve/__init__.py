@@ -28,7 +28,7 @@ hand (:mod:`~muppets.serve.schema`) with messages that name the field and the va
 
 Usage::
 
-    muppets serve minilm --port 8000 --max-batch-tokens 8192 --max-wait-ms 5
+    muppets serve --model minilm --port 8000 --max-batch-tokens 8192 --max-wait-ms 5
     curl -s localhost:8000/v1/embeddings -d '{"input": ["a gripping film", "dull"]}'
 
     from muppets.serve import ServeConfig, running_server

@@ -1,4 +1,4 @@
-"""``muppets serve MODEL_DIR …``: the argparse entry (wired into :mod:`muppets.cli`).
+"""``muppets serve --model MODEL …``: the argparse entry (wired into :mod:`muppets.cli`).
 
 Imports nothing of the server until it runs, so ``muppets --help`` works without the ``serve``
 extra (``pip install -e ".[serve]"``).
@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from muppets.cliargs import add_model_argument, settle_model
 from muppets.errors import MuppetsError
 from muppets.serve.config import BACKENDS, POOLINGS, PRECISIONS, ServeConfig
 
@@ -15,10 +16,12 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Add ``serve`` to the ``muppets`` subcommands; returns its parser."""
     d = ServeConfig()
     s = sub.add_parser("serve", help="serve a model over HTTP: OpenAI-style /v1/embeddings and /v1/completions, "
-                       "/predict, /fill-mask, /health, /metrics (dynamic batching)")
-    s.add_argument("model_dir", metavar="MODEL_DIR",
-                   help="a fine-tuned task directory, an HF BERT / GPT directory or muppets run, 'minilm', "
-                        "an ELMo / NNLM / word2vec run or a word-vector file")
+                       "/predict, /fill-mask, /health, /metrics (dynamic batching)",
+                       description="Serve a model over HTTP. /v1/completions takes OpenAI's defaults: it samples at "
+                                   "temperature 1 unless a request sends \"temperature\": 0 (greedy, what 'muppets "
+                                   "generate' does unless --sample).")
+    add_model_argument(s, "a fine-tuned task directory, an HF BERT / GPT directory or muppets run, 'minilm', "
+                          "an ELMo / NNLM / word2vec run or a word-vector file")
     s.add_argument("--host", default=d.host, help="address to bind (default: loopback only)")
     s.add_argument("--port", type=int, default=d.port, help="TCP port (0 = any free one)")
     s.add_argument("--model-name", default="",
@@ -59,7 +62,7 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
 
 
 def config_from_args(args: argparse.Namespace) -> ServeConfig:
-    return ServeConfig(model_dir=args.model_dir, host=args.host, port=args.port, model_name=args.model_name,
+    return ServeConfig(model_dir=settle_model(args), host=args.host, port=args.port, model_name=args.model_name,
                        max_batch_tokens=args.max_batch_tokens, max_batch_size=args.max_batch_size,
                        max_wait_ms=args.max_wait_ms, queue_size=args.queue_size, threads=args.threads,
                        backend=args.backend, precision=args.precision,
@@ -78,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"muppets serve needs the 'serve' extra (pip install -e \".[serve]\"): {err}", file=sys.stderr)
         return 2
     try:
-        serve(config_from_args(args))
+        serve(config_from_args(args))  # a bad model argument too is a one-line error
     except MuppetsError as err:
         print(f"muppets serve: error: {err}", file=sys.stderr)
         return 2
@@ -86,7 +89,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m muppets.serve.cli MODEL_DIR …`` (the same as ``muppets serve``)."""
+    """``python -m muppets.serve.cli --model MODEL …`` (the same as ``muppets serve``)."""
     import logging
 
     from muppets.cli import finish_subcommands

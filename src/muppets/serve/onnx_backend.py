@@ -124,7 +124,7 @@ def load_with_backend(cfg: ServeConfig, load_torch: Callable[[ServeConfig], Engi
     if cfg.backend == "onnx":
         if export is None:
             raise ConfigError(f"--backend onnx: no ONNX export at {cfg.model_dir} or in its onnx/ folder "
-                              f"(write one: muppets export onnx {cfg.model_dir} --out DIR)")
+                              f"(write one: muppets export onnx --model {cfg.model_dir} --out DIR)")
         return load_onnx_engine(export, cfg)
     if export is None:
         return load_torch(cfg)

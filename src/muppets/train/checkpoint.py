@@ -30,7 +30,7 @@ import re
 import shutil
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, Union
 
 import numpy as np
 import torch
@@ -39,7 +39,7 @@ from safetensors.torch import load_file, load_model, save_file, save_model
 from torch import nn
 
 from muppets.config import atomic_dir, atomic_path, remove_stale, write_json_atomic
-from muppets.errors import CheckpointError, CheckpointMismatch
+from muppets.errors import CheckpointError, CheckpointMismatch, ConfigError
 from muppets.train.optim import param_groups
 
 logger = logging.getLogger(__name__)
@@ -54,6 +54,24 @@ STATE_FILE = "trainer_state.json"
 CHECKPOINT_FILES = (MODEL_FILE, OPTIMIZER_FILE, OPTIMIZER_JSON, RNG_FILE, STATE_FILE)
 LATEST = "latest"
 _STEP_DIR = re.compile(r"^step-(\d+)$")
+# The type of every ``keep_checkpoints`` setting: how many checkpoints a run keeps, newest first.
+KeepCheckpoints = Union[int, Literal["all"]]
+
+
+def checkpoints_kept(value: Any, key: str = "keep_checkpoints") -> int:
+    """``keep_checkpoints`` as :func:`save_checkpoint`'s ``keep``: ``N`` >= 1 keeps the newest N
+    (1, the default of every run: the last one, which resumes it; a fine-tuning run's best model
+    is its ``best/`` directory, never a checkpoint), ``"all"`` (or 0, as before) keeps every one (0).
+
+    >>> checkpoints_kept(1), checkpoints_kept("all"), checkpoints_kept(0)
+    (1, 0, 0)
+    """
+    if value == "all":
+        return 0
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ConfigError(f"{key}: invalid value {value!r}; expected a number of checkpoints (1 = the last) or 'all'",
+                          key=key)
+    return value
 
 
 @dataclass

@@ -45,7 +45,9 @@ from muppets.train.checkpoint import (
     RngState,
     TrainerState,
     capture_rng,
+    KeepCheckpoints,
     checkpoint_name,
+    checkpoints_kept,
     latest_checkpoint,
     load_checkpoint,
     read_state,
@@ -92,7 +94,7 @@ class TrainConfig:
     clip_grad_norm: float = 1.0  # clip the global gradient norm to this; 0 disables
     eval_every: int = 0  # evaluate every N steps; 0 = only at the end
     checkpoint_every: int = 0  # checkpoint every N steps; 0 = only at the end
-    keep_checkpoints: int = 3  # keep the last K checkpoints; 0 keeps all
+    keep_checkpoints: KeepCheckpoints = 1  # checkpoints kept, newest first: 1 = the last (it resumes the run), N, or all
     log_every: int = 10  # console + TensorBoard every N steps (log.jsonl gets every step)
     seed: int = 0  # seeds torch/numpy/random at the start of a fresh run (plus the rank)
     tensorboard: bool = True  # also log to run_dir/tb when tensorboard is installed
@@ -118,6 +120,7 @@ class TrainConfig:
         for name, ok in checks:
             if not ok:
                 raise ConfigError(f"train.{name}: invalid value {getattr(self, name)!r}", key=name)
+        checkpoints_kept(self.keep_checkpoints)
 
 
 class LossOutput(Protocol):
@@ -652,7 +655,7 @@ class Trainer:
             )
             path = save_checkpoint(
                 self.checkpoint_dir, self.model, self.optimizer, self._param_names, state, rng,
-                keep=self.config.keep_checkpoints,
+                keep=checkpoints_kept(self.config.keep_checkpoints),
             )
             self._log.log({"step": self.step, "checkpoint": str(path)}, tensorboard=False)
             logger.info("checkpoint %s", path)

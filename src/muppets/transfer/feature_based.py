@@ -44,6 +44,7 @@ from muppets.config import load_typed, to_dict, write_json_atomic
 from muppets.errors import ConfigError, DataError, TrainingInterrupted
 from muppets.tasks.spec import TaskData, TaskSpec
 from muppets.train import TrainConfig, Trainer, seed_everything
+from muppets.train.checkpoint import KeepCheckpoints, checkpoints_kept
 from muppets.transfer.batching import IGNORE, EpochData, eval_batches
 from muppets.transfer.embedders import POOLING_CHOICES
 from muppets.transfer.feature_cache import LAYER_MODES, FeatureSource, is_int
@@ -89,6 +90,7 @@ class FeatureConfig:
     selection_seed: int = 1234  # train-slice: which sentences are held out (the same for every run seed)
     watch_dev: bool = False  # also score dev at every evaluation, logged as dev/<metric> only (never used to select)
     eval_every: int = 0  # also evaluate every N steps (0 = at epoch ends)
+    keep_checkpoints: KeepCheckpoints = 1  # trainer checkpoints kept, newest first: 1 = the last (it resumes the run; the best model is best/), N, or all
     seed: int = 1  # task-model initialisation, dropout and batch order
     max_train_examples: int = 0  # only the first N training sentences (0 = all)
     max_eval_examples: int = 0  # only the first N dev/test sentences (0 = all)
@@ -109,6 +111,7 @@ class FeatureConfig:
         for name, ok in checks:
             if not ok:
                 raise ConfigError(f"{name}: invalid value {getattr(self, name)!r}", key=name)
+        checkpoints_kept(self.keep_checkpoints)
 
 
 def load_config(path: str | Path | None, overrides: Sequence[str]) -> FeatureConfig:
@@ -301,7 +304,7 @@ def _split_meta(result: tuple[list[np.ndarray], dict], split: str, so_far: dict 
 def _train_config(cfg: FeatureConfig, steps: int, steps_per_epoch: int) -> TrainConfig:
     return TrainConfig(steps=steps, batch_size=cfg.batch_size, lr=cfg.lr, weight_decay=cfg.weight_decay,
                        schedule=cfg.schedule, clip_grad_norm=cfg.clip_grad_norm, eval_every=cfg.eval_every,
-                       checkpoint_every=cfg.eval_every or steps_per_epoch, keep_checkpoints=1,
+                       checkpoint_every=cfg.eval_every or steps_per_epoch, keep_checkpoints=cfg.keep_checkpoints,
                        log_every=cfg.log_every, seed=cfg.seed, tensorboard=False, progress=cfg.progress,
                        threads=cfg.threads)
 

@@ -58,6 +58,7 @@ from muppets.tasks.files import guess_kind
 from muppets.tasks.spec import TaskData, TaskSpec
 from muppets.tokenizers.wordpiece import WordPieceTokenizer
 from muppets.train import TrainConfig, Trainer, seed_everything
+from muppets.train.checkpoint import KeepCheckpoints, checkpoints_kept
 from muppets.train.distributed import barrier, init_distributed
 from muppets.train.rundir import run_lock
 from muppets.transfer.batching import EpochData, loss_units
@@ -122,6 +123,7 @@ class FinetuneConfig:
     min_confidence: float = 0.0  # drop training examples whose top probability is below this (filtering weak labels; 0 = keep all)
     watch_dev: bool = False  # also score dev at every evaluation, logged as dev/<metric> only (never used to select)
     eval_every: int = 0  # also evaluate every N steps (0 = only at epoch ends)
+    keep_checkpoints: KeepCheckpoints = 1  # trainer checkpoints kept, newest first: 1 = the last (it resumes the run; the best model is best/), N, or all
     max_train_examples: int = 0  # use only the first N training examples (0 = all)
     max_eval_examples: int = 0  # score only the first N dev/test examples (0 = all)
     threads: int = 0  # torch CPU threads (0 = leave as is)
@@ -145,6 +147,7 @@ class FinetuneConfig:
         for name, ok in checks:
             if not ok:
                 raise ConfigError(f"{name}: invalid value {getattr(self, name)!r}", key=name)
+        checkpoints_kept(self.keep_checkpoints)
 
     @property
     def feature_options(self) -> FeatureOptions:
@@ -366,7 +369,7 @@ def train_config(cfg: FinetuneConfig, steps: int, steps_per_epoch: int) -> Train
         steps=steps, batch_size=cfg.batch_size, accumulation=cfg.accumulation, lr=cfg.lr,
         weight_decay=cfg.weight_decay, warmup_steps=round(cfg.warmup_ratio * steps),
         schedule="linear", clip_grad_norm=cfg.clip_grad_norm, eval_every=cfg.eval_every,
-        checkpoint_every=cfg.eval_every or steps_per_epoch, keep_checkpoints=1,
+        checkpoint_every=cfg.eval_every or steps_per_epoch, keep_checkpoints=cfg.keep_checkpoints,
         log_every=cfg.log_every, seed=cfg.seed, tensorboard=False, progress=cfg.progress,
         threads=cfg.threads, precision=cfg.precision, trim_heap_seconds=cfg.trim_heap_seconds)
 

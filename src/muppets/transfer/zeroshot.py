@@ -7,7 +7,7 @@ No parameter is trained; each task is written as text the model continues or sco
   their length); the best-scoring ending is the answer.
 - **Reading comprehension** (:func:`answer`, SQuAD): ``"{context}\\nQ: {question}\\nA:"``,
   greedy decoding up to the end of the line (GPT-2 §3.5 does this for CoQA); scored with the
-  official SQuAD EM/F1.
+  official SQuAD EM/F1 (as fractions, as every score of this module).
 - **Summarisation** (:func:`summarize`): ``"{article}\\nTL;DR:"``, top-k sampling with k = 2
   (GPT-2 §3.6), the first three sentences kept.
 - **Translation** (:func:`translate`): a few ``"english sentence = french sentence"`` lines as
@@ -155,7 +155,8 @@ def _sentences(text: str) -> list[str]:
 
 def corpus_bleu(hypotheses: Sequence[str], references: Sequence[str], max_n: int = 4) -> float:
     """Corpus BLEU-4 (Papineni et al. 2002) on whitespace tokens with punctuation split off,
-    one reference per hypothesis, uniform weights and the brevity penalty; 0-100."""
+    one reference per hypothesis, uniform weights and the brevity penalty; a fraction in [0, 1]
+    like every metric of muppets (sacreBLEU prints 100 times it)."""
     matches, totals = [0] * max_n, [0] * max_n
     hyp_len = ref_len = 0
     for hyp, ref in zip(hypotheses, references):
@@ -169,7 +170,7 @@ def corpus_bleu(hypotheses: Sequence[str], references: Sequence[str], max_n: int
         return 0.0
     log_precision = sum(math.log(m / t) for m, t in zip(matches, totals)) / max_n
     brevity = min(0.0, 1.0 - ref_len / hyp_len)
-    return 100.0 * math.exp(brevity + log_precision)
+    return math.exp(brevity + log_precision)
 
 
 def _bleu_tokens(text: str) -> list[str]:

@@ -57,8 +57,9 @@ class LFSummary:
         return out
 
     def format(self, class_names: Sequence[str] | None = None) -> str:
-        """A plain-text table (fractions as percentages); ``class_names`` names the classes in
-        the polarity column (``[spam]`` rather than ``[1]``)."""
+        """A plain-text table; coverage, overlaps, conflicts and accuracy as fractions, as
+        Snorkel's ``lf_summary`` and every score of muppets; ``class_names`` names the classes
+        in the polarity column (``[spam]`` rather than ``[1]``)."""
         gold = self.correct is not None
         head = ["lf", "polarity", "coverage", "overlaps", "conflicts"]
         head += ["correct", "incorrect", "emp.acc"] if gold else []
@@ -66,10 +67,10 @@ class LFSummary:
         for j, row in enumerate(self.rows()):
             polarity = self.polarity[j] if class_names is None else [_class_name(class_names, k) for k in self.polarity[j]]
             cells = [str(row["lf"]), "[" + ", ".join(map(str, polarity)) + "]"]
-            cells += [f"{100 * row[k]:.1f}%" for k in ("coverage", "overlaps", "conflicts")]
+            cells += [f"{row[k]:.3f}" for k in ("coverage", "overlaps", "conflicts")]
             if gold:
                 cells += [str(row["correct"]), str(row["incorrect"]),
-                          f"{100 * row['emp_accuracy']:.1f}%"]
+                          f"{row['emp_accuracy']:.3f}"]
             body.append(cells)
         widths = [max(len(r[c]) for r in [head, *body]) for c in range(len(head))]
         lines = ["  ".join(cell.ljust(w) if c < 2 else cell.rjust(w)
