@@ -25,6 +25,19 @@ def random_corpus(out: Path, documents: int, max_sentences: int, vocab_size: int
     return TokenCorpus(out)
 
 
+def book_corpus(out: Path, sentences: list[int], vocab_size: int = 500, seed: int = 0) -> TokenCorpus:
+    """Long documents ("books") of the given numbers of sentences of 3..25 random ids in
+    ``[5, vocab_size)``, drawn from ``seed``: a small corpus of one's own, few documents long."""
+    rng = np.random.default_rng(seed)
+    with ShardWriter(out, vocab_size=vocab_size) as w:
+        for n in sentences:
+            lengths = rng.integers(3, 26, size=n)
+            ids = rng.integers(5, vocab_size, size=int(lengths.sum()))
+            w.add_encoded(ids, lengths, np.array([n]))
+        w.finish()
+    return TokenCorpus(out)
+
+
 def word_corpus(root: Path) -> tuple[WordVocab, TokenCorpus]:
     """The generated 46-document corpus (:func:`test_pretrain_e2e.write_corpus`, in ``root/raw``)
     as word ids of a cased vocabulary of every word, prepared into ``root/corpus``."""

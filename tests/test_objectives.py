@@ -269,11 +269,17 @@ def test_held_out_nsp_has_notnext_pairs(corpus, caplog):
     assert "held-out NSP pairs" in caplog.text and "only" not in caplog.text
 
 
-def test_nsp_needs_four_documents(tmp_path):
+def test_nsp_on_three_documents_holds_out_blocks_of_text(tmp_path):
+    """Fewer than 4 documents: NSP holds out blocks of text instead (2 on each side at least),
+    and a corpus too small even for that says so."""
     corpus = write_corpus(tmp_path / "c", [5, 6, 7])
-    with pytest.raises(ConfigError, match="NSP"):
-        make_data(corpus)
-    assert len(make_data(corpus, nsp=False).eval_docs) == 1  # MLM alone needs no NotNext pairs
+    data = make_data(corpus)
+    assert data.split.by_text and len(data.eval_docs) >= 2 and len(data.train_docs) >= 2
+    labels = np.concatenate([b["nsp_labels"].numpy() for b in data.eval_batches(16)])
+    assert len(labels) and data.micro_batches(0, 0, 1)[0]["nsp_labels"].numel() == 16
+    assert len(make_data(corpus, nsp=False).eval_docs) >= 1  # MLM alone needs no NotNext pairs
+    with pytest.raises(ConfigError, match="too little text for 2 training and 2 held-out documents.*data.nsp=false"):
+        make_data(write_corpus(tmp_path / "tiny", [1, 2]))
 
 
 def test_notnext_draws_succeed_next_to_a_dominant_document(tmp_path):

@@ -365,3 +365,48 @@ def test_model_preset_and_overrides_are_checked_when_the_config_loads(recipe, fi
     with pytest.raises(ConfigError, match=rf"model\.overrides: {field}: expected"):
         load_config(None, [f"model.overrides={{{field}: [1]}}"])
     assert load_config(None, [f"model.overrides={{{field}: {value}}}"]).model.overrides == {field: yaml.safe_load(value)}
+
+
+CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+
+
+@pytest.mark.parametrize("recipe, config", [("bert_pretrain", "bert-mini.yaml"), ("gpt_pretrain", "gpt-mini.yaml")])
+def test_a_shortened_recipe_takes_its_warmup_and_evaluations_along(recipe, config, caplog):
+    """`pretrain configs/bert-mini.yaml train.steps=40` reaches its peak learning rate and
+    evaluates as often, in proportion, as the 3,200-step recipe; what the overrides set is kept."""
+    from importlib import import_module
+
+    load = import_module(f"muppets.recipes.{recipe}").load_config
+    planned = load(CONFIGS / config, []).train
+    with caplog.at_level(logging.INFO, logger="muppets.recipes.common"):
+        short = load(CONFIGS / config, ["train.steps=40"]).train
+    ratio = 40 / planned.steps
+    assert short.warmup_steps == max(1, round(planned.warmup_steps * ratio)) < 40
+    assert short.eval_every == max(1, round(planned.eval_every * ratio))
+    assert 40 // short.eval_every == pytest.approx(planned.steps // planned.eval_every, abs=1)
+    assert short.checkpoint_every == planned.checkpoint_every and short.lr == planned.lr  # nothing else follows
+    assert (f"train.steps=40 where the config plans {planned.steps}: train.warmup_steps {planned.warmup_steps} -> "
+            f"{short.warmup_steps} and train.eval_every {planned.eval_every} -> {short.eval_every}") in caplog.text
+    kept = load(CONFIGS / config, ["train.warmup_steps=30", "train.steps=40"]).train
+    assert kept.warmup_steps == 30 and kept.eval_every == short.eval_every
+    assert load(CONFIGS / config, ["train.steps=40", "train={steps: 40}"]).train.warmup_steps == 0  # the whole section
+    assert load(CONFIGS / config, [f"train.steps={planned.steps}"]).train == planned
+    longer = load(CONFIGS / config, [f"train.steps={4 * planned.steps}"]).train
+    assert longer.warmup_steps == 4 * planned.warmup_steps and longer.eval_every == 4 * planned.eval_every
+
+
+def test_held_out_figures_worse_than_their_baseline_are_named_in_the_summary(capsys):
+    from muppets import cli
+    from muppets.recipes.pretraining import UNDERTRAINED, worse_than_baseline
+
+    ev = {"mlm_accuracy": 0.05, "mlm_perplexity": 2826.8, "mlm_loss": 7.9, "nsp_accuracy": 0.6}
+    base = {"mlm_accuracy": 0.06, "mlm_perplexity": 955.6, "nsp_accuracy": 0.5}
+    worse = worse_than_baseline(ev, base)
+    assert worse == {"mlm_accuracy": (0.05, 0.06), "mlm_perplexity": (2826.8, 955.6)}  # NSP beats its majority class
+    assert worse_than_baseline({"lm_perplexity": 90.0, "lm_accuracy": 0.2}, {"lm_perplexity": 400.0,
+                                                                               "lm_accuracy": 0.05}) == {}
+    cli._print_pretrain_summary({"step": 40, "stopped_early": False, "final": "runs/x/final", "eval": ev,
+                                 "unigram_baseline": base, "worse_than_baseline": worse})
+    out = capsys.readouterr().out
+    assert f"note: held-out mlm perplexity 2,826.8 is worse than the baseline's 955.6: {UNDERTRAINED}" in out
+    assert "note: held-out mlm accuracy 0.0500 is worse than the baseline's 0.0600" in out and "nsp accuracy" not in out

@@ -571,3 +571,17 @@ def test_a_parameter_exempt_from_clipping_neither_sets_nor_takes_the_clip(tmp_pa
         return float((state["proj.weight"] - start).abs().max())
 
     assert moved(loud) < 0.5 * moved(plain)  # clipped with it, the gradients sink to Adam's ε
+
+
+def test_warmup_as_long_as_the_run_is_warned(tmp_path: Path, caplog) -> None:
+    """40 steps of a recipe planned with 300 warmup steps end at 13% of the peak learning rate."""
+    import doctest
+
+    from muppets.train import schedule
+
+    with caplog.at_level("WARNING", logger="muppets.train.trainer"):
+        _train(tmp_path / "short", steps=3, warmup_steps=20, plot=False)
+    assert "train.warmup_steps=20 >= train.steps=3: the whole run is warmup; the learning rate ends at 15% " \
+           "of train.lr and never decays" in caplog.text
+    assert schedule.warmup_warning(3, 2) is None and schedule.warmup_warning(0, 5) is None
+    assert doctest.testmod(schedule).failed == 0  # scale_with_steps and warmup_warning, by example

@@ -260,6 +260,8 @@ def _pretrain(args: argparse.Namespace) -> int:
 
 
 def _print_pretrain_summary(summary: dict) -> None:
+    from muppets.recipes.pretraining import worse_note
+
     ev = summary.get("eval", {})
     if summary.get("interrupted"):  # final/ holds the model as it is; the checkpoint resumes the run
         print(f"\npretraining stopped by a signal at step {summary['step']}: {summary['final']} is the model so far; "
@@ -281,6 +283,8 @@ def _print_pretrain_summary(summary: dict) -> None:
     if "nsp_accuracy" in ev:
         print(f"held-out NSP accuracy {ev['nsp_accuracy']:.4f}"
               + (f"   (majority class: {base['nsp_accuracy']:.4f})" if "nsp_accuracy" in base else ""))
+    for name, (value, baseline) in summary.get("worse_than_baseline", {}).items():
+        print(f"note: {worse_note(name, value, baseline)}")
     print(f"{summary.get('model_kind', 'Hugging Face')} model directory: {summary['final']}")
 
 

@@ -294,6 +294,11 @@ def _indexed(part: str) -> tuple[str, int | None]:
     return (found.group(1), int(found.group(2))) if found else (part, None)
 
 
+def override_keys(overrides: Sequence[str]) -> set[str]:
+    """The dotted keys that ``key=value`` overrides set (``{"train.steps", …}``)."""
+    return {item.split("=", 1)[0].strip() for item in overrides if "=" in item}
+
+
 def load_typed(cls: type[T], path: str | Path | None, overrides: Sequence[str]) -> T:
     """Config ``cls`` from a YAML/JSON file (optional, None = the defaults) and dotted
     ``key=value`` overrides, type-checked. An error names the file, or the overrides when the

@@ -49,6 +49,7 @@ DOCUMENTS_FILE = "documents.bin"
 META_FILE = "meta.json"
 UNITS_FILE = "units.bin"  # optional: masking units (muppets.data.units)
 OFFSET_DTYPE = np.dtype("<i8")
+_DOCUMENT_CACHES = ("document_ends", "doc_sentence_bounds", "document_token_ends")  # what regrouping replaces
 
 
 def token_dtype(vocab_size: int) -> np.dtype:
@@ -224,7 +225,8 @@ class TokenCorpus:
     Attributes:
         tokens: (N,) token ids (uint16/uint32 memmap).
         sentence_ends: (S,) int64 end offset of each sentence in ``tokens``.
-        document_ends: (D,) int64 end offset of each document in the sentences.
+        document_ends: (D,) int64 end offset of each document in the sentences (a
+            :meth:`regrouped` view's own documents, pieces of the stored ones).
         meta: the parsed ``meta.json``.
         units: (N,) uint8 unit-start bits of every token (memmap), or None when the corpus was
             prepared without masking units (see :mod:`muppets.data.units`).
@@ -244,6 +246,7 @@ class TokenCorpus:
         _check_last(self.directory / SENTENCES_FILE, self.sentence_ends, len(self.tokens))
         _check_last(self.directory / DOCUMENTS_FILE, self.document_ends,
                     len(self.sentence_ends))
+        self.is_regrouped = False  # True for a view with other documents (:meth:`regrouped`)
 
     @property
     def num_tokens(self) -> int:
@@ -325,11 +328,29 @@ class TokenCorpus:
         last = np.append(first[1:], len(docs)) - 1
         return list(zip(starts[first].tolist(), stops[last].tolist()))
 
+    def regrouped(self, document_ends: np.ndarray) -> TokenCorpus:
+        """The same tokens and sentences grouped into other documents (pieces of the stored
+        ones, e.g. :func:`muppets.data.heldout.split_corpus`'s blocks): ``document_ends`` (D',)
+        increasing sentence end offsets, the last one ``num_sentences``. The memory maps are
+        shared; nothing is written."""
+        ends = np.asarray(document_ends, dtype=np.int64)
+        assert len(ends) and ends[-1] == self.num_sentences and (np.diff(ends) > 0).all() and ends[0] > 0, \
+            "document ends must rise to the number of sentences"
+        view = object.__new__(TokenCorpus)
+        view.__dict__.update({k: v for k, v in self.__dict__.items() if k not in _DOCUMENT_CACHES})
+        view.document_ends, view.is_regrouped = ends, True
+        return view
+
     def __getstate__(self) -> dict[str, Any]:
-        return {"directory": self.directory}  # re-map in the receiving process, never copy
+        state: dict[str, Any] = {"directory": self.directory}  # re-map in the receiving process, never copy
+        if self.is_regrouped:
+            state["document_ends"] = self.document_ends
+        return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__init__(state["directory"])
+        if "document_ends" in state:
+            self.__dict__.update(self.regrouped(state["document_ends"]).__dict__)
 
     def __repr__(self) -> str:
         return (f"TokenCorpus({str(self.directory)!r}, documents={self.num_documents}, "

@@ -37,7 +37,7 @@ import torch
 
 from muppets.data.shards import FramedTokens, TokenCorpus, tokenizer_fingerprint
 from muppets.errors import ConfigError, DataError
-from muppets.objectives.mlm_nsp import split_documents
+from muppets.data.heldout import split_corpus
 from muppets.objectives.step_data import PretrainingData, in_batches, spread
 from muppets.tokenizers.characters import CharacterMapper
 from muppets.tokenizers.words import WordVocab
@@ -50,9 +50,9 @@ IGNORE = -100  # target of a position that predicts nothing
 @dataclass
 class BiLMDataConfig:
     window: int = 32  # tokens per training window (consecutive <s> … </s> sentences of one document)
-    eval_fraction: float = 0.02  # share of documents held out for evaluation (at least 1)
+    eval_fraction: float = 0.02  # share held out for evaluation: of the documents (at least 1), or of the text when they are few or long (muppets.data.heldout)
     eval_windows: int = 256  # held-out windows scored at every evaluation (spread over the held-out documents)
-    split_seed: int = 1234  # fixes which documents are held out, independent of the run seed
+    split_seed: int = 1234  # fixes which documents (or blocks of text) are held out, independent of the run seed
 
     def __post_init__(self) -> None:
         if self.window < 3:
@@ -108,8 +108,9 @@ class BiLMData(PretrainingData):
         words = vocab.settings
         mapper = CharacterMapper(max_chars, words.bos_token, words.eos_token, words.pad_token)
         self.char_table = mapper.encode_words(vocab.words)  # (V_in, C) int16
-        self.stream, bounds = bracketed_stream(corpus, vocab.bos_id, vocab.eos_id)
-        self.train_docs, self.eval_docs = split_documents(corpus.num_documents, cfg.eval_fraction, cfg.split_seed)
+        split = split_corpus(corpus, cfg.eval_fraction, cfg.split_seed)
+        self.train_docs, self.eval_docs = split.train_docs, split.eval_docs
+        self.stream, bounds = bracketed_stream(split.corpus, vocab.bos_id, vocab.eos_id)
         self.train_bounds = bounds[self.train_docs]  # (D_train, 2)
         self.eval_windows = windows(bounds[self.eval_docs], cfg.window)
         self.epoch_size = int(windows_per_document(self.train_bounds, cfg.window).sum())
@@ -185,6 +186,3 @@ def _check_corpus(corpus: TokenCorpus, vocab: WordVocab, softmax_size: int) -> N
                         value=corpus.meta.get("tokenizer_sha256"))
     if not 5 <= softmax_size <= len(vocab):
         raise ConfigError(f"softmax size {softmax_size} must be in [5, {len(vocab)}] (the vocabulary size)")
-    if corpus.num_documents < 2:
-        raise DataError("a biLM corpus needs at least 2 documents (one is held out)", path=meta,
-                        value=corpus.num_documents)

@@ -5,7 +5,7 @@ token stream (GPT-2 packs its WebText this way); training sequences are blocks o
 tokens cut from it, consecutive blocks overlapping by one token so that every token of the
 stream is a next-token target exactly once per epoch. The block order is a permutation drawn
 from ``(seed, epoch)``, so a batch is a pure function of ``(seed, step)`` (exact resume, DDP
-slices), as in :mod:`muppets.objectives.mlm_nsp`, whose held-out document split is reused.
+slices), as in :mod:`muppets.objectives.mlm_nsp`, with the same held-out split (:mod:`muppets.data.heldout`).
 The stream is never built: a :class:`~muppets.data.shards.DocumentStream` reads each block from
 the memory-mapped corpus when it is asked for, so memory does not grow with the corpus.
 """
@@ -21,7 +21,7 @@ import torch
 
 from muppets.data.shards import DocumentStream, FramedTokens, TokenCorpus, TokenStream
 from muppets.errors import ConfigError
-from muppets.objectives.mlm_nsp import split_documents
+from muppets.data.heldout import split_corpus
 from muppets.objectives.step_data import PretrainingData, in_batches, spread
 
 log = logging.getLogger(__name__)
@@ -30,9 +30,9 @@ log = logging.getLogger(__name__)
 @dataclass
 class CLMDataConfig:
     block_size: int = 128  # tokens per training sequence (block_size - 1 next-token targets)
-    eval_fraction: float = 0.02  # share of documents held out for evaluation (at least 1)
+    eval_fraction: float = 0.02  # share held out for evaluation: of the documents (at least 1), or of the text when they are few or long (muppets.data.heldout)
     eval_blocks: int = 256  # held-out blocks scored at every evaluation (spread over the held-out stream)
-    split_seed: int = 1234  # fixes which documents are held out, independent of the run seed
+    split_seed: int = 1234  # fixes which documents (or blocks of text) are held out, independent of the run seed
 
     def __post_init__(self) -> None:
         if self.block_size < 2:
@@ -62,7 +62,8 @@ class CausalLMData(PretrainingData):
             raise ConfigError(f"eos id {eos_id} is outside the corpus vocabulary of {corpus.vocab_size}")
         super().__init__(batch_size, accumulation, seed)
         self.cfg = cfg
-        train_docs, self.eval_docs = split_documents(corpus.num_documents, cfg.eval_fraction, cfg.split_seed)
+        split = split_corpus(corpus, cfg.eval_fraction, cfg.split_seed)
+        corpus, train_docs, self.eval_docs = split.corpus, split.train_docs, split.eval_docs
         self.stream = lm_stream(corpus, train_docs, eos_id)  # (N,) read in place
         self.eval_stream = lm_stream(corpus, self.eval_docs, eos_id)
         self.epoch_size = num_blocks(len(self.stream), cfg.block_size)

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import torch
 
+from muppets.data.heldout import CorpusSplit, split_corpus, split_documents  # noqa: F401 (split_documents: re-exported)
 from muppets.data.shards import TokenCorpus
 from muppets.errors import ConfigError
 from muppets.objectives.mlm import IGNORE, MaskingConfig, PackedPlan, mask_sequence, plan_packed
@@ -43,10 +44,10 @@ class PretrainDataConfig:
     short_seq_prob: float = 0.1  # share of instances with a random shorter target length
     nsp: bool = True  # sentence pairs with IsNext/NotNext labels; False = MLM alone on packed text, no NSP loss
     masking: MaskingConfig = field(default_factory=MaskingConfig)
-    eval_fraction: float = 0.02  # share of documents held out for evaluation (at least 1; 2 with NSP)
+    eval_fraction: float = 0.02  # share held out for evaluation: of the documents (at least 1; 2 with NSP), or of the text when they are few or long (muppets.data.heldout)
     eval_examples: int = 512  # held-out sequences scored at every evaluation
     eval_masked_lm_prob: float = 0.0  # held-out masking rate (0 = the training rate); 0.15 keeps runs trained at other rates comparable
-    split_seed: int = 1234  # fixes which documents are held out, independent of the run seed
+    split_seed: int = 1234  # fixes which documents (or blocks of text) are held out, independent of the run seed
 
     def __post_init__(self) -> None:
         checks = [("max_seq_len", self.max_seq_len >= 8, ">= 8 ([CLS], two segments and their [SEP]s)"),
@@ -79,7 +80,9 @@ class BertPretrainingData(PretrainingData):
             warn_if_capped(name, rate, cfg.masking.max_predictions, cfg.max_seq_len)
         vocab = np.arange(corpus.vocab_size)
         self.random_ids = vocab[~np.isin(vocab, special.all)]
-        self.train_docs, self.eval_docs = split_for(corpus, cfg)
+        self.split = split_for(corpus, cfg)
+        self.corpus = self.split.corpus  # the split's documents (pieces of the stored ones after a text split)
+        self.train_docs, self.eval_docs = self.split.train_docs, self.split.eval_docs
         self._plan = EpochCache(self._draw_plan)
         if len(self._plan(0)) == 0:
             raise ConfigError(f"{corpus.directory}: the training documents yield no instances")
@@ -238,26 +241,16 @@ def check_nsp_eval(plan: PairPlan, used: int, n_docs: int, enough: int = 100) ->
                     "%.0f points; raise data.eval_fraction", len(plan), n_docs, 50 / np.sqrt(len(plan)))
 
 
-def split_for(corpus: TokenCorpus, cfg: PretrainDataConfig) -> tuple[np.ndarray, np.ndarray]:
-    """The held-in / held-out documents; with NSP at least 2 on each side, so that both have
-    NotNext pairs (a B segment from another document of the same side)."""
-    if cfg.nsp and corpus.num_documents < 4:
-        raise ConfigError(f"{corpus.directory}: NSP needs at least 4 documents (2 held out, so that NotNext "
-                          f"pairs can be evaluated), the corpus has {corpus.num_documents}; set data.nsp=false")
-    return split_documents(corpus.num_documents, cfg.eval_fraction, cfg.split_seed, min_each=2 if cfg.nsp else 1)
+NSP_DOCUMENT_TOKENS = 2048  # with a text split, the training text is cut into documents of about this size (a chapter)
 
 
-def split_documents(num_docs: int, eval_fraction: float, seed: int,
-                    min_each: int = 1) -> tuple[np.ndarray, np.ndarray]:
-    """Deterministic held-in / held-out document indices (each sorted): ``eval_fraction`` of
-    the documents held out, and at least ``min_each`` documents on either side."""
-    if not 0.0 < eval_fraction < 1.0:
-        raise ConfigError(f"data.eval_fraction: {eval_fraction!r} must be in (0, 1)", key="data.eval_fraction")
-    if num_docs < 2 * min_each:
-        raise ConfigError(f"need at least {2 * min_each} documents for a train/eval split, got {num_docs}")
-    n_eval = min(num_docs - min_each, max(min_each, int(round(num_docs * eval_fraction))))
-    order = np.random.default_rng([seed, 3]).permutation(num_docs)
-    return np.sort(order[n_eval:]), np.sort(order[:n_eval])
+def split_for(corpus: TokenCorpus, cfg: PretrainDataConfig) -> CorpusSplit:
+    """The held-in / held-out split (:func:`~muppets.data.heldout.split_corpus`); with NSP at
+    least 2 documents on each side, so that both have NotNext pairs (a B segment from another
+    document of the same side), and a text split cuts the training text into pseudo-documents
+    of about :data:`NSP_DOCUMENT_TOKENS`."""
+    return split_corpus(corpus, cfg.eval_fraction, cfg.split_seed, min_each=2 if cfg.nsp else 1,
+                        document_tokens=NSP_DOCUMENT_TOKENS if cfg.nsp else 0)
 
 
 def collate(rows: Sequence[dict], pad_id: int, max_predictions: int, nsp: bool) -> dict[str, torch.Tensor]:

@@ -4,7 +4,7 @@ Every document of a prepared word corpus becomes a stream: ``n-1`` start symbols
 first words have a full context), then its sentences, each followed by ``</s>`` — the paper
 treats the text as one word stream in which sentence ends are words too. Every non-padding
 position t is one example: context ``stream[t-n+1 .. t-1]`` (oldest first), target ``stream[t]``.
-A fixed share of the documents is held out (:func:`muppets.objectives.mlm_nsp.split_documents`)
+A fixed share of the documents (or of the text) is held out (:func:`muppets.data.heldout.split_corpus`)
 for perplexity. Example ``g`` of the run is position ``order_e[g mod N]`` of epoch
 ``e = g // N``, ``order_e`` a permutation drawn from ``(seed, e)``: a batch is a pure function
 of ``(seed, step)``, so resume is exact and DDP ranks take their own slices. The stream is
@@ -23,7 +23,7 @@ import torch
 
 from muppets.data.shards import DocumentStream, FramedTokens, TokenCorpus
 from muppets.errors import ConfigError
-from muppets.objectives.mlm_nsp import split_documents
+from muppets.data.heldout import split_corpus
 from muppets.objectives.step_data import PretrainingData, spread
 
 __all__ = ["NNLMDataConfig", "word_stream", "ngram_stream", "NNLMData"]
@@ -33,9 +33,9 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class NNLMDataConfig:
-    eval_fraction: float = 0.02  # share of documents held out for perplexity (at least 1)
+    eval_fraction: float = 0.02  # share held out for perplexity: of the documents (at least 1), or of the text when they are few or long (muppets.data.heldout)
     eval_examples: int = 20_000  # held-out positions scored per evaluation (spread evenly; 0 = all)
-    split_seed: int = 1234  # fixes which documents are held out, independent of the run seed
+    split_seed: int = 1234  # fixes which documents (or blocks of text) are held out, independent of the run seed
 
 
 def word_stream(corpus: TokenCorpus, docs: np.ndarray, eos_id: int) -> DocumentStream:
@@ -80,7 +80,8 @@ class NNLMData(PretrainingData):
                 raise ConfigError(f"{name} id {i} is outside the corpus vocabulary of {corpus.vocab_size}")
         super().__init__(batch_size, accumulation, seed)
         self.context, self.cfg, self.bos_id = context, cfg, bos_id
-        train_docs, eval_docs = split_documents(corpus.num_documents, cfg.eval_fraction, cfg.split_seed)
+        split = split_corpus(corpus, cfg.eval_fraction, cfg.split_seed)
+        corpus, train_docs, eval_docs = split.corpus, split.train_docs, split.eval_docs
         self.stream = word_stream(corpus, train_docs, eos_id)  # read in place
         self.eval_stream = word_stream(corpus, eval_docs, eos_id)
         if len(self.stream) == 0 or len(self.eval_stream) == 0:

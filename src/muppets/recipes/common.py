@@ -25,7 +25,7 @@ from typing import Any, ClassVar, TypeVar
 import torch
 from torch import nn
 
-from muppets.config import load_typed, to_dict, write_json_atomic
+from muppets.config import load_typed, override_keys, to_dict, write_json_atomic
 from muppets.data.prepare import (SPECIALS_AS_TEXT, CorpusTokenizer, prepare_corpus, reads_specials_as_text,
                                   source_difference)
 from muppets.data.readers import iter_documents
@@ -37,6 +37,7 @@ from muppets.paths import resolve_data_path, resolve_model_path
 from muppets.train import TrainConfig
 from muppets.train.distributed import any_rank, dist_info, init_distributed
 from muppets.train.rundir import changed_settings, check_start, describe, run_lock
+from muppets.train.schedule import SCALED_WITH_STEPS, scale_with_steps
 
 log = logging.getLogger(__name__)
 
@@ -175,10 +176,16 @@ class RunSection:
 
 def config_loader(cls: type[C]) -> Callable[[str | Path | None, list[str]], C]:
     """A recipe's ``load_config(path, overrides)``: its config ``cls`` from a YAML/JSON file
-    (optional, None = the defaults) and dotted ``key=value`` overrides, type-checked."""
+    (optional, None = the defaults) and dotted ``key=value`` overrides, type-checked. An override
+    of ``train.steps`` takes the warmup and the evaluation cadence along
+    (:func:`schedule_with_steps`)."""
 
     def load_config(path: str | Path | None, overrides: list[str]) -> C:
-        return load_typed(cls, path, overrides)
+        cfg = load_typed(cls, path, overrides)
+        if isinstance(getattr(cfg, "train", None), TrainConfig) and "train.steps" in override_keys(overrides):
+            planned = load_typed(cls, path, [o for o in overrides if override_keys([o]) != {"train.steps"}])
+            schedule_with_steps(cfg, planned.train.steps, override_keys(overrides))
+        return cfg
 
     load_config.__doc__ = f"A {cls.__name__} from a YAML/JSON file (optional) + dotted overrides, type-checked."
     return load_config
@@ -195,6 +202,21 @@ def corpus_texts(sec: CorpusSection, max_documents: int = 0) -> Iterator[str]:
         if max_documents and i >= max_documents:
             return
         yield from doc.paragraphs
+
+
+def schedule_with_steps(cfg: Any, planned_steps: int, explicit: set[str]) -> None:
+    """When ``train.steps`` differs from the ``planned_steps`` of the config file (or the
+    defaults), scale ``train.warmup_steps`` and ``train.eval_every`` with it, except those set
+    in ``explicit`` (the dotted keys of the overrides; ``train`` as a whole counts for all), and
+    log what changed: a recipe shortened to 40 steps still reaches its peak learning rate and
+    evaluates as often, in proportion (:func:`~muppets.train.schedule.scale_with_steps`)."""
+    keep = set(SCALED_WITH_STEPS) if "train" in explicit else {k.split(".", 1)[1] for k in explicit
+                                                                  if k.startswith("train.")}
+    cfg.train, changed = scale_with_steps(cfg.train, planned_steps, keep)
+    if changed:
+        log.info("train.steps=%d where the config plans %d: %s scaled with it (set them to keep other values)",
+                 cfg.train.steps, planned_steps,
+                 " and ".join(f"train.{name} {old} -> {new}" for name, (old, new) in changed.items()))
 
 
 TOKENIZER_SETTINGS = "build.json"  # <run_dir>/tokenizer/: the tokenizer section it was trained with

@@ -9,6 +9,7 @@ export and score the baseline, and any summary entries of its own) and hands it 
 
 from __future__ import annotations
 
+import logging
 import math
 import weakref
 from collections.abc import Callable, Sequence
@@ -29,6 +30,8 @@ from muppets.train.distributed import dist_info
 
 Batch = dict[str, torch.Tensor]
 Metrics = dict[str, float]
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -65,6 +68,9 @@ def train_and_export(cfg: RunSection, corpus: TokenCorpus, job: Pretraining, res
             _keep_sentence_files(cfg, tmp)
             write_json_atomic(tmp / "muppets_config.json", to_dict(cfg))
         summary["unigram_baseline"] = job.baseline()
+        summary["worse_than_baseline"] = worse_than_baseline(result.last_eval, summary["unigram_baseline"])
+        for name, (value, base) in summary["worse_than_baseline"].items():
+            log.warning(worse_note(name, value, base))
         write_json_atomic(run_dir / "summary.json", summary)
     return summary
 
@@ -150,6 +156,31 @@ def fixed_eval_batches(data: Any, batch_size: int) -> list[Batch]:
                               "data.eval_fraction (and data.eval_examples, if 0), or pretrain on a larger corpus")
         built[batch_size] = batches
     return built[batch_size]
+
+
+UNDERTRAINED = "the model has learned less than the baseline knows: train longer (train.steps), or check train.lr and train.warmup_steps"
+
+
+def worse_note(name: str, value: float, baseline: float) -> str:
+    """The sentence that says a held-out figure is worse than its baseline (the log and the
+    final summary), e.g. ``held-out mlm perplexity 2,826.8 is worse than the baseline's 955.6: …``."""
+    shown = "{:.4f}" if name.endswith("accuracy") else "{:,.1f}"
+    return (f"held-out {name.replace('_', ' ')} {shown.format(value)} is worse than the baseline's "
+            f"{shown.format(baseline)}: {UNDERTRAINED}")
+
+
+def worse_than_baseline(metrics: Metrics, baseline: Metrics) -> dict[str, tuple[float, float]]:
+    """``{name: (held-out value, baseline value)}`` of every metric the baseline also scores
+    where the model does worse: a higher perplexity or loss, a lower accuracy."""
+    worse = {}
+    for name, base in baseline.items():
+        value = metrics.get(name)
+        if value is None:
+            continue
+        lower_is_better = name.endswith(("perplexity", "loss"))
+        if (value > base) if lower_is_better else (value < base):
+            worse[name] = (float(value), float(base))
+    return worse
 
 
 def unigram_scores(counts: np.ndarray, targets: np.ndarray) -> tuple[float, float]:

@@ -20,11 +20,16 @@ is the first optimizer update, ``step=total_steps`` the last):
 
 from __future__ import annotations
 
+import dataclasses
 import math
+from collections.abc import Collection
+from typing import TypeVar
 
 from muppets.errors import ConfigError
 
 SCHEDULES = ("linear", "cosine", "constant")
+SCALED_WITH_STEPS = ("warmup_steps", "eval_every")  # train settings that follow train.steps when not set
+C = TypeVar("C")  # a TrainConfig (imported by the trainer, which imports this module)
 
 
 def check_schedule(schedule: str, min_lr_ratio: float) -> None:
@@ -58,3 +63,40 @@ def lr_factor(
     span = max(total_steps - warmup_steps, 1)
     progress = min(max((step - warmup_steps) / span, 0.0), 1.0)
     return min_lr_ratio + (1.0 - min_lr_ratio) * _decay(progress, schedule)
+
+
+def scale_with_steps(train: C, planned_steps: int, keep: Collection[str] = ()) -> tuple[C, dict[str, tuple[int, int]]]:
+    """``train`` (a :class:`~muppets.train.TrainConfig`) with the settings of
+    :data:`SCALED_WITH_STEPS` not named in ``keep`` scaled by ``train.steps / planned_steps``:
+    a recipe planned for ``planned_steps`` updates and shortened (or lengthened) keeps its warmup
+    and its number of evaluations in proportion (0 stays 0, anything else at least 1). Returns
+    the new config and ``{name: (old, new)}`` of what changed.
+
+    >>> from muppets.train import TrainConfig
+    >>> scale_with_steps(TrainConfig(steps=40, warmup_steps=300, eval_every=250), 3200)[1]
+    {'warmup_steps': (300, 4), 'eval_every': (250, 3)}
+    """
+    steps = getattr(train, "steps")
+    if planned_steps <= 0 or steps == planned_steps:
+        return train, {}
+    changed = {}
+    for name in SCALED_WITH_STEPS:
+        old = getattr(train, name)
+        new = max(1, round(old * steps / planned_steps)) if old > 0 and name not in keep else old
+        if new != old:
+            changed[name] = (old, new)
+    return dataclasses.replace(train, **{k: new for k, (_, new) in changed.items()}), changed  # type: ignore[type-var]
+
+
+def warmup_warning(steps: int, warmup_steps: int) -> str | None:
+    """What to warn about when warmup lasts the whole run (``warmup_steps >= steps``): the
+    learning rate ends below its peak (or just reaches it) and never decays. None otherwise.
+
+    >>> warmup_warning(40, 300)
+    'train.warmup_steps=300 >= train.steps=40: the whole run is warmup; the learning rate ends at 13% of train.lr and never decays'
+    """
+    if steps <= 0 or warmup_steps < steps:
+        return None
+    end = lr_factor(steps, total_steps=steps, warmup_steps=warmup_steps)
+    return (f"train.warmup_steps={warmup_steps} >= train.steps={steps}: the whole run is warmup; the learning "
+            f"rate ends at {end:.0%} of train.lr and never decays")

@@ -71,7 +71,7 @@ from muppets.train.rundir import (
     run_lock,
     saved_config,
 )
-from muppets.train.schedule import check_schedule, lr_factor
+from muppets.train.schedule import check_schedule, lr_factor, warmup_warning
 from muppets.train.signals import stop_signal_handler
 
 logger = logging.getLogger(__name__)
@@ -320,6 +320,9 @@ class Trainer:
             if self.step >= self.config.steps:
                 logger.info("already at step %d of %d; nothing to train", self.step, self.config.steps)
                 return TrainResult(self.step, [], self._logged_evaluation(), self.last_checkpoint, False)
+            warning = warmup_warning(self.config.steps, self.config.warmup_steps)
+            if warning and self.dist.is_main:
+                logger.warning(warning)
             with self._signal_handlers(), self._progress_bar():
                 try:
                     return self._loop()
