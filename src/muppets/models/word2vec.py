@@ -451,7 +451,7 @@ class Word2VecTrainer:
         elif self.checkpoint_dir is not None and (self.checkpoint_dir / "latest").is_file():
             raise earlier_run(self.run_dir, self.checkpoint_dir / (self.checkpoint_dir / "latest").read_text().strip())
         if self.run_dir is not None:
-            self._log = RunLogger(self.run_dir, tensorboard=False)
+            self._log = RunLogger(self.run_dir)
         threads = torch.get_num_threads()
         torch.set_num_threads(1)  # parallelism = worker processes; each kernel runs on one core
         self._stop_signal = None
@@ -542,7 +542,7 @@ class Word2VecTrainer:
             logger.info("word2vec epoch %d chunk %d/%d: %d words trained, loss %.4f per example",
                         epoch + 1, k + 1, self.examples.num_chunks, p.effective_words, per_example)
         self._log.log({"step": epoch * self.examples.num_chunks + k + 1, "loss": per_example,
-                       "effective_words": p.effective_words}, tensorboard=False)
+                       "effective_words": p.effective_words})
 
     # ------------------------------------------------------------------ checkpoints
     def _fingerprint(self) -> str:

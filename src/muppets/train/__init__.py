@@ -1,6 +1,7 @@
 """Training: the shared :class:`Trainer` (AdamW groups, warmup schedules, accumulation with exact
-loss normalisation, clipping, DDP, atomic safetensors checkpoints with exact resume, jsonl and
-TensorBoard logs, ``training_curves.png``, a progress bar with the run's ETA).
+loss normalisation, clipping, DDP, atomic safetensors checkpoints with exact resume, jsonl logs
+and experiment trackers (TensorBoard, MLflow, W&B: :mod:`muppets.train.trackers`),
+``training_curves.png``, a progress bar with the run's ETA).
 
 Typical use (the same script runs alone or under ``torchrun --nproc_per_node=N``)::
 
@@ -16,6 +17,7 @@ from muppets.train.checkpoint import (
     latest_checkpoint,
     load_checkpoint,
     load_model_weights,
+    preserved_rng,
     save_checkpoint,
 )
 from muppets.train.distributed import DistInfo, dist_info, init_distributed, shutdown_distributed
@@ -29,7 +31,6 @@ from muppets.train.trainer import (
     TrainConfig,
     Trainer,
     TrainResult,
-    preserved_rng,
     seed_everything,
 )
 

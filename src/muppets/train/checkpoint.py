@@ -22,12 +22,14 @@ replaced atomically afterwards, so a crash at any moment leaves the previous che
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import json
 import logging
 import random
 import re
 import shutil
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Union
@@ -126,6 +128,16 @@ def restore_rng(state: RngState, rank: int = 0) -> None:
     np.random.set_state((name, np.asarray(keys, dtype=np.uint32), pos, has_gauss, cached))
     version, internal, gauss_next = state.python
     random.setstate((version, tuple(internal), gauss_next))
+
+
+@contextlib.contextmanager
+def preserved_rng() -> Iterator[None]:
+    """Run a block without disturbing any random generator (e.g. evaluation during training)."""
+    state = capture_rng()
+    try:
+        yield
+    finally:
+        restore_rng(state)
 
 
 # ------------------------------------------------------------------------------ writing

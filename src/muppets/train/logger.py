@@ -1,4 +1,5 @@
-"""Run logs: ``run_dir/log.jsonl`` (one JSON object per line) and optional TensorBoard.
+"""Run logs: ``run_dir/log.jsonl`` (one JSON object per line), and the experiment trackers
+(TensorBoard, MLflow, W&B: :mod:`muppets.train.trackers`) that get its numbers.
 
 Record kinds, all with an integer ``step`` (optimizer updates done):
 
@@ -18,16 +19,20 @@ from __future__ import annotations
 import json
 import logging
 import math
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from muppets.config import atomic_path
 from muppets.errors import DataError
+from muppets.train.checkpoint import preserved_rng
+
+if TYPE_CHECKING:  # (trackers imports rundir, which imports this module)
+    from muppets.train.trackers import Tracker
 
 logger = logging.getLogger(__name__)
 
 LOG_FILE = "log.jsonl"
-TB_DIR = "tb"
 
 
 def read_log(run_dir: Path, *, strict: bool = True) -> list[dict[str, Any]]:
@@ -76,52 +81,51 @@ def step_losses(run_dir: Path) -> dict[int, float]:
     return {r["step"]: r["loss"] for r in read_log(run_dir) if "loss" in r}
 
 
-def _tensorboard_writer() -> Any | None:
-    """TensorBoard's ``SummaryWriter`` class, or None when tensorboard is not installed."""
-    try:
-        from torch.utils.tensorboard import SummaryWriter
-    except ImportError:
-        logger.info("tensorboard is not installed; logging to %s only", LOG_FILE)
-        return None
-    return SummaryWriter
-
-
 class RunLogger:
-    """Appends records to ``log.jsonl`` and (optionally) TensorBoard; inert when not enabled.
+    """Appends records to ``log.jsonl`` and reports their numbers to experiment trackers
+    (:mod:`muppets.train.trackers`); inert when not enabled.
 
     Args:
-        run_dir: where ``log.jsonl`` and ``tb/`` go.
+        run_dir: where ``log.jsonl`` goes.
         enabled: False on every rank but the main one: nothing is written.
-        tensorboard: also write scalars to ``run_dir/tb`` when tensorboard is importable.
+        trackers: where the numbers of reported records also go; they are given ``config`` (the
+            run's resolved config) first, at the first record with a number to report, so a run
+            with nothing to log opens no tracker run (and leaves no empty TensorBoard file).
+        config: the run's resolved config, for the trackers.
     """
 
-    def __init__(self, run_dir: Path, *, enabled: bool = True, tensorboard: bool = False) -> None:
+    def __init__(self, run_dir: Path, *, enabled: bool = True, trackers: Sequence[Tracker] = (),
+                 config: dict[str, Any] | None = None) -> None:
         self.run_dir = Path(run_dir)
         self.enabled = enabled
         self._file = None
-        self._tb = None
-        # imported now (an import may draw random numbers; a caller restores its RNG after this),
-        # opened at the first scalar: a run with nothing to log leaves no empty event file
-        self._tb_class = None
+        self._trackers = list(trackers) if enabled else []
+        self._config = config if config is not None else {}
+        self._started = False
         if enabled:
             self.run_dir.mkdir(parents=True, exist_ok=True)
             self._file = (self.run_dir / LOG_FILE).open("a", encoding="utf-8")
-            if tensorboard:
-                self._tb_class = _tensorboard_writer()
 
-    def log(self, record: dict[str, Any], *, tensorboard: bool = True) -> None:
-        """Append ``record`` (must have ``step``); numbers also go to TensorBoard if asked."""
+    def log(self, record: dict[str, Any], *, report: bool = True) -> None:
+        """Append ``record`` (must have ``step``); its finite numbers also go to the trackers if
+        ``report``."""
         if self._file is None:
             return
         self._file.write(json.dumps(record) + "\n")
         self._file.flush()
-        if self._tb_class is not None and tensorboard:
-            if self._tb is None:
-                self._tb = self._tb_class(log_dir=str(self.run_dir / TB_DIR))
-            step = int(record["step"])
-            for key, value in record.items():
-                if key != "step" and isinstance(value, (int, float)) and math.isfinite(value):
-                    self._tb.add_scalar(key, value, step)
+        if not (report and self._trackers):
+            return
+        scalars = {k: v for k, v in record.items()
+                   if k != "step" and isinstance(v, (int, float)) and math.isfinite(v)}
+        if not scalars:
+            return
+        if not self._started:  # opening a tracker's run must not move the training's random streams
+            self._started = True
+            with preserved_rng():
+                for tracker in self._trackers:
+                    tracker.log_config(self._config)
+        for tracker in self._trackers:
+            tracker.log_scalars(int(record["step"]), scalars)
 
     def truncate_after(self, step: int) -> None:
         """Drop the records with ``step`` greater than ``step`` (atomic rewrite)."""
@@ -129,16 +133,26 @@ class RunLogger:
             return
         self._file.close()
         path = self.run_dir / LOG_FILE
-        kept = [r for r in _resumable_records(path) if int(r.get("step", 0)) <= step]
+        records = _resumable_records(path)
+        kept = [r for r in records if int(r.get("step", 0)) <= step]
+        if len(kept) < len(records):
+            self._warn_rewind(step, max(int(r.get("step", 0)) for r in records))
         with atomic_path(path) as tmp:
             tmp.write_text("".join(json.dumps(r) + "\n" for r in kept), encoding="utf-8")
         self._file = path.open("a", encoding="utf-8")
 
-    def close(self) -> None:
-        """Flush and close the files."""
+    def _warn_rewind(self, step: int, last: int) -> None:
+        kept = [t.name for t in self._trackers if not t.rewinds]
+        if kept:
+            logger.warning("%s dropped steps %d-%d of the interrupted attempt; %s cannot: they keep that attempt's "
+                           "points of those steps, and this one logs them again", LOG_FILE, step + 1, last,
+                           " and ".join(kept))
+
+    def close(self, failed: bool = False) -> None:
+        """Flush and close the log, and end the trackers' runs (as failed when training raised)."""
         if self._file is not None:
             self._file.close()
             self._file = None
-        if self._tb is not None:
-            self._tb.close()
-            self._tb = None
+        trackers, self._trackers = self._trackers, []
+        for tracker in trackers:
+            tracker.close(failed)

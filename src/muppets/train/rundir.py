@@ -48,9 +48,9 @@ CONFIG_FILE = "config.json"
 FINISHED_FILES = ("final", "summary.json")  # what a finished pretraining run leaves besides its log
 # settings (the last part of a dotted key) that change neither the batches, the updates nor the
 # scores of a run: how it is watched, paced and placed
-PACING_KEYS = frozenset({"threads", "progress", "plot", "tensorboard", "log_every", "trim_heap_seconds",
-                         "max_minutes", "eval_every", "checkpoint_every", "keep_checkpoints", "run_dir",
-                         "device", "eval_batch_size"})
+PACING_KEYS = frozenset({"threads", "progress", "plot", "tensorboard", "report_to", "tracking_uri", "log_every",
+                         "trim_heap_seconds", "max_minutes", "eval_every", "checkpoint_every", "keep_checkpoints",
+                         "run_dir", "device", "eval_batch_size"})
 
 
 def earlier_run(run_dir: Path, checkpoint: Path) -> RunDirError:
@@ -122,6 +122,12 @@ def check_start(run_dir: Path, run_config: dict[str, Any], steps: int, resume: b
                           f"or choose another run_dir")
     if state.step >= steps and effective_changes(changed):
         check_resume(earlier, state.step, steps, changed)
+
+
+def run_name(run_dir: Path) -> str:
+    """A run's name in plot titles and trackers: the last two parts of its directory
+    (``sst2-bert-mix/seed-1``)."""
+    return "/".join(Path(run_dir).resolve().parts[-2:])
 
 
 def flatten(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:

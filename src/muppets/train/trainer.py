@@ -50,6 +50,7 @@ from muppets.train.checkpoint import (
     checkpoints_kept,
     latest_checkpoint,
     load_checkpoint,
+    preserved_rng,
     read_state,
     restore_rng,
     save_checkpoint,
@@ -69,10 +70,12 @@ from muppets.train.rundir import (
     effective_changes,
     keep_previous_config,
     run_lock,
+    run_name,
     saved_config,
 )
 from muppets.train.schedule import check_schedule, lr_factor, warmup_warning
 from muppets.train.signals import stop_signal_handler
+from muppets.train.trackers import NONE, TrackedRun, check_reporting, open_trackers
 
 logger = logging.getLogger(__name__)
 
@@ -95,9 +98,11 @@ class TrainConfig:
     eval_every: int = 0  # evaluate every N steps; 0 = only at the end
     checkpoint_every: int = 0  # checkpoint every N steps; 0 = only at the end
     keep_checkpoints: KeepCheckpoints = 1  # checkpoints kept, newest first: 1 = the last (it resumes the run), N, or all
-    log_every: int = 10  # console + TensorBoard every N steps (log.jsonl gets every step)
+    log_every: int = 10  # console + trackers every N steps (log.jsonl gets every step)
     seed: int = 0  # seeds torch/numpy/random at the start of a fresh run (plus the rank)
-    tensorboard: bool = True  # also log to run_dir/tb when tensorboard is installed
+    report_to: list[str] = field(default_factory=lambda: ["tensorboard"])  # trackers besides log.jsonl: tensorboard | mlflow | wandb; [] or [none] = none (muppets.train.trackers)
+    tracking_uri: str = ""  # mlflow's local store: a directory, file: URI, or sqlite: URI (full mlflow package) ("" = run_dir/mlruns)
+    tensorboard: bool | None = None  # older configs' switch, read into report_to (true adds tensorboard, false removes it)
     progress: bool = True  # tqdm bar with loss, tokens/s, ETA of the run (main rank, on a TTY)
     plot: bool = True  # redraw run_dir/training_curves.png at every evaluation and at the end
     threads: int = 0  # torch.set_num_threads; 0 = leave as is
@@ -107,6 +112,11 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         check_schedule(self.schedule, self.min_lr_ratio)
+        check_reporting(self.report_to, self.tracking_uri)
+        if self.tensorboard is not None:  # one setting says where a run reports: report_to
+            others = [name for name in self.report_to if name not in ("tensorboard", NONE)]
+            self.report_to = others + ["tensorboard"] if self.tensorboard else others
+            self.tensorboard = None
         checks = [
             ("steps", self.steps >= 0), ("batch_size", self.batch_size >= 1),
             ("accumulation", self.accumulation >= 1), ("lr", self.lr >= 0),
@@ -175,16 +185,6 @@ def seed_everything(seed: int) -> None:
     random.seed(seed)
 
 
-@contextmanager
-def preserved_rng() -> Iterator[None]:
-    """Run a block without disturbing any random generator (e.g. evaluation during training)."""
-    state = capture_rng()
-    try:
-        yield
-    finally:
-        restore_rng(state)
-
-
 def _check_split(config: TrainConfig, world: int) -> None:
     if config.batch_size % (world * config.accumulation):
         raise ConfigError(
@@ -200,8 +200,8 @@ class Trainer:
         model: ``model(**batch)`` returns an object with ``loss_sums`` (see :class:`LossOutput`).
         data: a :class:`StepData`.
         config: the :class:`TrainConfig`.
-        run_dir: ``config.json``, ``log.jsonl``, ``training_curves.png``, ``tb/``,
-            ``checkpoints/``, ``model/`` go here.
+        run_dir: ``config.json``, ``log.jsonl``, ``training_curves.png``, ``checkpoints/``,
+            ``model/`` go here, and the trackers' ``tb/``, ``mlruns/``, ``wandb/``, ``trackers.json``.
         evaluate: called with the bare model in eval mode under ``no_grad`` (and without
             touching the training RNG) on every rank; returns ``{name: value}``.
         run_config: the resolved full config; saved as ``run_dir/config.json`` and in every
@@ -328,6 +328,9 @@ class Trainer:
                     return self._loop()
                 finally:  # also after a divergence or a second signal: the picture shows why
                     self._plot()
+        except BaseException:
+            self._log.close(failed=True)
+            raise
         finally:
             self._log.close()
 
@@ -340,17 +343,24 @@ class Trainer:
         if path is None and self.step == 0 and self.dist.is_main:  # a failing rank ends the others (torchrun)
             check_fresh_start(self.run_dir, self.run_config, latest_checkpoint(self.run_dir))
         rng = self._restore(path) if path is not None else None
-        self._log = RunLogger(self.run_dir, enabled=self.dist.is_main, tensorboard=self.config.tensorboard)
+        self._log = self._run_logger()
         self._log.truncate_after(self.step)
         if self.dist.is_main:
             if path is not None:
                 keep_previous_config(self.run_dir, self.run_config, self.step)
             write_json_atomic(self.run_dir / "config.json", self.run_config)
-        if rng is not None:  # last, so that nothing above (e.g. importing tensorboard) draws from it
+        if rng is not None:  # last, so that nothing above (e.g. importing a tracker) draws from it
             restore_rng(rng, self.dist.rank)
         elif self.step == 0:
             seed_everything(self.config.seed + self.dist.rank)
         self._net.train()
+
+    def _run_logger(self) -> RunLogger:
+        """The log, and on the main rank the trackers of ``report_to`` (imported now)."""
+        if not self.dist.is_main:
+            return RunLogger(self.run_dir, enabled=False)
+        run = TrackedRun(self.run_dir, run_name(self.run_dir), self.step, self.config.tracking_uri)
+        return RunLogger(self.run_dir, trackers=open_trackers(self.config.report_to, run), config=self.run_config)
 
     def _resume_path(self, resume: bool | Path) -> Path | None:
         if resume is False:
@@ -594,7 +604,7 @@ class Trainer:
             record.update(self.step_extras())
         every = self.config.log_every
         periodic = every > 0 and self.step % every == 0
-        self._log.log(record, tensorboard=periodic)
+        self._log.log(record, report=periodic)
         if periodic and self.dist.is_main:
             logger.info(
                 "step %d/%d loss %.4f lr %.3g grad_norm %.3f tokens/s %.0f",
@@ -638,8 +648,7 @@ class Trainer:
         if not (self.config.plot and self.dist.is_main) or self._plotted_step == self.step:
             return
         self._plotted_step = self.step
-        name = "/".join(self.run_dir.resolve().parts[-2:])  # e.g. sst2-bert-mix/seed-1
-        write_run_plot(self.run_dir, title=f"{name}: step {self.step} of {self.config.steps}",
+        write_run_plot(self.run_dir, title=f"{run_name(self.run_dir)}: step {self.step} of {self.config.steps}",
                        panels=partial(plan_panels, eval_labels=self.eval_labels))
         if self.draw is not None:
             self.draw()
@@ -660,7 +669,7 @@ class Trainer:
                 self.checkpoint_dir, self.model, self.optimizer, self._param_names, state, rng,
                 keep=checkpoints_kept(self.config.keep_checkpoints),
             )
-            self._log.log({"step": self.step, "checkpoint": str(path)}, tensorboard=False)
+            self._log.log({"step": self.step, "checkpoint": str(path)}, report=False)
             logger.info("checkpoint %s", path)
         barrier()
         self.last_checkpoint = path

@@ -45,6 +45,7 @@ from muppets.errors import ConfigError, DataError, TrainingInterrupted
 from muppets.tasks.spec import TaskData, TaskSpec
 from muppets.train import TrainConfig, Trainer, seed_everything
 from muppets.train.checkpoint import KeepCheckpoints, checkpoints_kept
+from muppets.train.trackers import check_reporting
 from muppets.transfer.batching import IGNORE, EpochData, eval_batches
 from muppets.transfer.embedders import POOLING_CHOICES
 from muppets.transfer.feature_cache import LAYER_MODES, FeatureSource, is_int
@@ -98,8 +99,11 @@ class FeatureConfig:
     device: str = "cpu"  # cpu | cuda:N (backbone and task model)
     log_every: int = 50  # console log every N steps
     progress: bool = True  # progress bars (on a TTY)
+    report_to: list[str] = field(default_factory=list)  # trackers besides log.jsonl: tensorboard | mlflow | wandb (muppets.train.trackers)
+    tracking_uri: str = ""  # mlflow's local store: a directory, file: URI, or sqlite: URI (full mlflow package) ("" = run_dir/mlruns)
 
     def __post_init__(self) -> None:
+        check_reporting(self.report_to, self.tracking_uri)
         checks = [("layers", self.layers in LAYER_MODES or is_int(self.layers)),
                   ("pooling", self.pooling in POOLING_CHOICES), ("cache_dtype", self.cache_dtype in ("float16", "float32")),
                   ("epochs", self.epochs >= 1), ("batch_size", self.batch_size >= 1),
@@ -305,7 +309,8 @@ def _train_config(cfg: FeatureConfig, steps: int, steps_per_epoch: int) -> Train
     return TrainConfig(steps=steps, batch_size=cfg.batch_size, lr=cfg.lr, weight_decay=cfg.weight_decay,
                        schedule=cfg.schedule, clip_grad_norm=cfg.clip_grad_norm, eval_every=cfg.eval_every,
                        checkpoint_every=cfg.eval_every or steps_per_epoch, keep_checkpoints=cfg.keep_checkpoints,
-                       log_every=cfg.log_every, seed=cfg.seed, tensorboard=False, progress=cfg.progress,
+                       log_every=cfg.log_every, seed=cfg.seed, report_to=list(cfg.report_to),
+                       tracking_uri=cfg.tracking_uri, progress=cfg.progress,
                        threads=cfg.threads)
 
 

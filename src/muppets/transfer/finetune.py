@@ -61,6 +61,7 @@ from muppets.train import TrainConfig, Trainer, seed_everything
 from muppets.train.checkpoint import KeepCheckpoints, checkpoints_kept
 from muppets.train.distributed import barrier, init_distributed
 from muppets.train.rundir import run_lock
+from muppets.train.trackers import check_reporting
 from muppets.transfer.batching import EpochData, loss_units
 from muppets.transfer.features import Feature, FeatureOptions, Probs, make_features
 from muppets.transfer.models import (default_orderings, load_task_model, load_tokenizer, new_task_model,
@@ -132,8 +133,11 @@ class FinetuneConfig:
     device: str = "auto"  # auto (cuda:<local rank> if available, else cpu) | cpu | cuda:N
     log_every: int = 50  # console log every N steps
     progress: bool = True  # progress bar (on a TTY)
+    report_to: list[str] = field(default_factory=list)  # trackers besides log.jsonl: tensorboard | mlflow | wandb (muppets.train.trackers)
+    tracking_uri: str = ""  # mlflow's local store: a directory, file: URI, or sqlite: URI (full mlflow package) ("" = run_dir/mlruns)
 
     def __post_init__(self) -> None:
+        check_reporting(self.report_to, self.tracking_uri)
         checks = [("epochs", self.epochs >= 1), ("batch_size", self.batch_size >= 1),
                   ("bucket_batches", self.bucket_batches >= 0), ("eval_batch_size", self.eval_batch_size >= 1), ("patience", self.patience >= 0),
                   ("warmup_ratio", 0.0 <= self.warmup_ratio <= 1.0), ("eval_every", self.eval_every >= 0),
@@ -370,8 +374,8 @@ def train_config(cfg: FinetuneConfig, steps: int, steps_per_epoch: int) -> Train
         weight_decay=cfg.weight_decay, warmup_steps=round(cfg.warmup_ratio * steps),
         schedule="linear", clip_grad_norm=cfg.clip_grad_norm, eval_every=cfg.eval_every,
         checkpoint_every=cfg.eval_every or steps_per_epoch, keep_checkpoints=cfg.keep_checkpoints,
-        log_every=cfg.log_every, seed=cfg.seed, tensorboard=False, progress=cfg.progress,
-        threads=cfg.threads, precision=cfg.precision, trim_heap_seconds=cfg.trim_heap_seconds)
+        log_every=cfg.log_every, seed=cfg.seed, report_to=list(cfg.report_to), tracking_uri=cfg.tracking_uri,
+        progress=cfg.progress, threads=cfg.threads, precision=cfg.precision, trim_heap_seconds=cfg.trim_heap_seconds)
 
 
 def _run_dir(cfg: FinetuneConfig) -> Path:
