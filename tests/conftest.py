@@ -14,6 +14,12 @@ import torch
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
+# Under pytest-xdist every worker is a process of its own: the cores are split between them, so
+# that two workers' torch thread pools do not fight over the same cores.
+_WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1)
+if _WORKERS > 1:
+    torch.set_num_threads(max(1, (os.cpu_count() or 1) // _WORKERS))
+
 
 @pytest.fixture
 def one_thread():
