@@ -11,6 +11,7 @@ import os
 import re
 import struct
 import sys
+import time
 import zlib
 from pathlib import Path
 
@@ -165,6 +166,10 @@ def test_a_resumed_run_goes_on_in_the_same_tracker_runs(tmp_path: Path, caplog: 
     run_dir = tmp_path / "run"
     first, _ = _train(run_dir, ["mlflow", "wandb", "tensorboard"])
     ids = json.loads((run_dir / IDS_FILE).read_text())
+    # TensorBoard reads a folder's event files in name order: the time in whole seconds, then a
+    # per-process counter (in this process "...10" sorts before "...9"): a resume within the
+    # same second as the first run could be read first, as no real resume is
+    time.sleep(1.05)
     with caplog.at_level("WARNING", logger="muppets.train.logger"):  # as if killed after step 4, before its checkpoint
         again, _ = _train(run_dir, ["mlflow", "wandb", "tensorboard"],
                           resume=run_dir / "checkpoints" / "step-00000002")
