@@ -32,7 +32,6 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-import pytest
 import yaml
 
 from muppets.paths import data_dir
