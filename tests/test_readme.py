@@ -253,9 +253,9 @@ class Workdir:
             (self.path / redirect).write_text(out.getvalue(), encoding="utf-8")
 
     def serve(self, args: list[str], where: str) -> None:
-        """Start the server as the README does, wait for ``/health``, ask one question, stop it."""
+        """Start the server as the README does (on a free port), wait until ``/health`` answers
+        (the model is loaded), stop it."""
         port = free_port()
-        args = [a for a in args]
         args[args.index("--port") + 1] = str(port)
         proc = subprocess.Popen([PYTHON, "-m", "muppets.cli", *args, "--threads", "1"], cwd=self.path,
                                 env=self.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
