@@ -17,7 +17,7 @@ if [ "$(uname -s)" = Linux ]; then
 else
   "${PIP[@]}" "torch==2.13.0"  # macOS and Windows wheels on PyPI are CPU builds
 fi
-"${PIP[@]}" -e ".[dev,tensorboard,mlflow,wandb,serve,onnx,chinese,columnar,zstd]"
+"${PIP[@]}" -e ".[dev,docs,tensorboard,mlflow,wandb,serve,onnx,chinese,columnar,zstd]"
 .venv/bin/python -c "import torch, muppets; assert torch.__version__.startswith('2.13.0'), torch.__version__"
 # CI only, from the system's packages (installed once; kept after): Chromium for the attention
 # page's headless-browser test (tests/test_attention_page.py), tcmalloc for the malloc tests
