@@ -77,12 +77,14 @@ def test_tokenizer_train_replaces_a_tokenizer_only_when_asked_and_nothing_else(t
 
 
 def _readme_commands() -> list[list[str]]:
-    """The argv of every ``muppets …`` line in README.md's bash blocks (continuations joined,
-    comments and output redirection dropped)."""
+    """The argv of every ``muppets …`` line in the bash blocks of README.md and of every page of
+    the manual (``docs/**/*.md``; continuations joined, comments and output redirection dropped)."""
     import re
     import shlex
 
-    text = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    root = Path(__file__).resolve().parents[1]
+    pages = [root / "README.md", *sorted((root / "docs").rglob("*.md"))]
+    text = "\n".join(p.read_text(encoding="utf-8") for p in pages)
     commands = []
     for block in re.findall(r"```bash\n(.*?)```", text, re.S):
         for line in block.replace("\\\n", " ").splitlines():
@@ -95,7 +97,7 @@ def _readme_commands() -> list[list[str]]:
 
 
 def test_every_readme_command_parses_and_its_settings_load(monkeypatch, capsys):
-    """What the README tells a user to type: every subcommand and option exists, and every
+    """What the README and the manual tell a user to type: every subcommand and option exists, and every
     config file with its key=value overrides loads (--print-config: nothing is run or written)."""
     from muppets import cli
 
