@@ -34,9 +34,9 @@ A fine-tuned tagger on raw text (the shapes of transformers' pipelines)::
     # [{'entity_group': 'PER', 'score': 0.99, 'word': 'John', 'start': 0, 'end': 4},
     #  {'entity_group': 'LOC', 'score': 0.98, 'word': 'Paris', 'start': 14, 'end': 19}]
 
-Layout (see DESIGN.md): ``tokenizers/`` → ``data/`` → ``objectives/`` → ``nn/`` + ``models/`` →
-``train/`` → ``transfer/``; ``interop/`` reads and writes Hugging Face directories; ``serve/`` is
-the HTTP server; ``cli.py`` is a thin shell.
+Layout (see docs/concepts/architecture.md): ``tokenizers/`` → ``data/`` → ``objectives/`` →
+``nn/`` + ``models/`` → ``train/`` → ``transfer/``; ``interop/`` reads and writes Hugging Face
+directories; ``serve/`` is the HTTP server; ``cli.py`` is a thin shell.
 """
 
 import importlib

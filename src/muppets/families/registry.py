@@ -25,7 +25,8 @@ class Family:
     """One model family: how its Hugging Face directories are read and written, and what it is.
 
     The callables take a model directory first; ``load`` returns the pretraining (or LM) model,
-    which has ``.cfg`` and ``.backbone`` (an ``Encoded``-returning module, DESIGN.md's contract).
+    which has ``.cfg`` and ``.backbone`` (an ``Encoded``-returning module, the contract of
+    docs/concepts/architecture.md).
     """
 
     name: str  # registry key; also the "kind" embedders and pages report

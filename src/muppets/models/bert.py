@@ -1,10 +1,11 @@
 """BERT (Devlin et al. 2019): a post-LN transformer encoder with MLM and NSP pretraining heads.
 
-The backbone answers DESIGN.md's contract: ``BertBackbone(ids, segments, mask) -> Encoded`` with
-the embedding output first and every layer after it. The MLM head runs **only at the masked
-positions** it is given, so a CPU step does not spend most of its time on the 30k-way output
-layer at positions that carry no label; given no positions, it scores every position (the
-Hugging Face ``prediction_logits`` view, used for parity and feature use).
+The backbone answers the ``Encoded`` contract (docs/concepts/architecture.md):
+``BertBackbone(ids, segments, mask) -> Encoded`` with the embedding output first and every layer
+after it. The MLM head runs **only at the masked positions** it is given, so a CPU step does not
+spend most of its time on the 30k-way output layer at positions that carry no label; given no
+positions, it scores every position (the Hugging Face ``prediction_logits`` view, used for parity
+and feature use).
 
 BERT's relatives run on the same classes (:mod:`muppets.families`): RoBERTa / XLM-R set
 ``padded_positions`` and one token type, DistilBERT no token types, ELECTRA an

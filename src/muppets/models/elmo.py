@@ -16,9 +16,10 @@ The biLM (§3.1; Józefowicz et al. 2016's CNN-BIG-LSTM, halved) has three parts
 The token encoder and the softmax are shared by the two directions; the LSTMs are not (eq. 2
 ties ``Θ_x`` and ``Θ_s``). Both directions' losses are summed: ``loss_sums = {"fwd", "bwd"}``.
 
-The backbone answers DESIGN.md's contract with ``L + 1`` layers of width ``2p`` (§3.2's
-``R_k``): the token layer duplicated ``[x; x]`` (so all layers have one width, as in ELMo), then
-``[h_fwd; h_bwd]`` of every LSTM layer (after its residual connection). Padded positions are 0.
+The backbone answers the ``Encoded`` contract (docs/concepts/architecture.md) with ``L + 1``
+layers of width ``2p`` (§3.2's ``R_k``): the token layer duplicated ``[x; x]`` (so all layers have
+one width, as in ELMo), then ``[h_fwd; h_bwd]`` of every LSTM layer (after its residual
+connection). Padded positions are 0.
 
 Not reproduced: bilm-tf clips the LSTM cell and projection at ±3 (``torch.nn.LSTM`` has no clip;
 gradient-norm clipping and AdamW keep training stable here), and carries LSTM state from one

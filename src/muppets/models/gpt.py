@@ -9,8 +9,9 @@ over learned position embeddings, and a language-model head tied to the token em
   after the last block, residual output projections initialised with std
   ``0.02 / sqrt(2 · n_layer)``, 1024 positions.
 
-The backbone answers DESIGN.md's contract (``Encoded``: embedding output first, top layer last;
-for GPT-2 the top layer is after the final LayerNorm, as in Hugging Face's hidden states).
+The backbone answers the ``Encoded`` contract of docs/concepts/architecture.md (embedding output
+first, top layer last; for GPT-2 the top layer is after the final LayerNorm, as in Hugging Face's
+hidden states).
 Training computes the LM loss fused with the output layer (:mod:`muppets.nn.linear_ce`), so the
 ``(B, T, V)`` logits are never materialised; decoding uses a :class:`~muppets.nn.kv_cache.KVCache`.
 """

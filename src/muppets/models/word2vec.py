@@ -252,7 +252,8 @@ class _Kernel:
 
 
 class Word2VecModel(nn.Module):
-    """Input and output vectors of a word list; a one-layer backbone (DESIGN.md's contract)."""
+    """Input and output vectors of a word list; a one-layer backbone (the ``Encoded`` contract of
+    docs/concepts/architecture.md)."""
 
     def __init__(self, cfg: Word2VecConfig, words: Sequence[str], counts: Sequence[int]) -> None:
         super().__init__()

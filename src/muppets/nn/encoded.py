@@ -1,4 +1,5 @@
-"""The one contract between backbones and everything that consumes them (DESIGN.md)."""
+"""The one contract between backbones and everything that consumes them
+(docs/concepts/architecture.md, "The Encoded contract")."""
 
 from __future__ import annotations
 
