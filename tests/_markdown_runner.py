@@ -173,6 +173,10 @@ class Workdir:
                     "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
         self.namespace: dict = {"__name__": "page"}
         self.postponed: list[tuple[Block, str]] = []
+        # Servers a page started in the background (`muppets serve … &`) for its later Python
+        # blocks, and the port each page port was given here (its URLs are pointed at it).
+        self.servers: list[subprocess.Popen] = []
+        self.ports: dict[str, str] = {}
 
     def run_bash(self, block: Block) -> None:
         for command in bash_commands(block.text):
@@ -255,8 +259,13 @@ class Workdir:
 
     def serve(self, args: list[str], where: str) -> None:
         """Start the server as the README does (on a free port), wait until ``/health`` answers
-        (the model is loaded), stop it."""
+        (the model is loaded), stop it. A command that ends in ``&`` (a tutorial's server, which
+        its later Python blocks call) keeps running until the page ends: the page's port in those
+        blocks' URLs is replaced by the free one."""
+        background = args[-1] == "&"
+        args = args[:-1] if background else args
         port = free_port()
+        self.ports[args[args.index("--port") + 1]] = str(port)
         args[args.index("--port") + 1] = str(port)
         proc = subprocess.Popen([PYTHON, "-m", "muppets.cli", *args, "--threads", "1"], cwd=self.path,
                                 env=self.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -273,8 +282,17 @@ class Workdir:
                     time.sleep(0.3)
             assert health, where
         finally:
+            if not background or proc.poll() is not None:
+                proc.terminate()
+                proc.wait(timeout=60)
+        if background:
+            self.servers.append(proc)
+
+    def stop_servers(self) -> None:
+        for proc in self.servers:
             proc.terminate()
             proc.wait(timeout=60)
+        self.servers = []
 
     def subprocess(self, argv: list[str], env_words: list[str], where: str) -> None:
         env = {**self.env, **dict(w.split("=", 1) for w in env_words)}
@@ -282,7 +300,10 @@ class Workdir:
         assert done.returncode == 0, f"{where}: exit status {done.returncode}\n{done.stderr[-3000:]}"
 
     def run_python(self, block: Block) -> None:
-        code = compile(PRELUDE.get(block.text.splitlines()[0], "") + block.text, block.where, "exec")
+        text = block.text
+        for page_port, port in self.ports.items():  # http://localhost:8000/… -> this run's server
+            text = re.sub(rf"(localhost|127\.0\.0\.1):{page_port}\b", rf"\g<1>:{port}", text)
+        code = compile(PRELUDE.get(text.splitlines()[0], "") + text, block.where, "exec")
         exec(code, self.namespace)  # noqa: S102 - the README's own example code
 
 
@@ -302,13 +323,16 @@ PRELUDE = {
 def run_page(blocks: list[Block], workdir: Workdir) -> list[str]:
     """Run ``blocks`` in order in ``workdir``, then the postponed commands; the time of each block."""
     timings = []
-    for block in blocks:
-        started = time.perf_counter()
-        if block.lang == "bash":
-            workdir.run_bash(block)
-        else:
-            workdir.run_python(block)
-        timings.append(f"{block.where}: {time.perf_counter() - started:.1f} s")
-    for block, command in workdir.postponed:
-        workdir.run_command(block, command, postponed=True)
+    try:
+        for block in blocks:
+            started = time.perf_counter()
+            if block.lang == "bash":
+                workdir.run_bash(block)
+            else:
+                workdir.run_python(block)
+            timings.append(f"{block.where}: {time.perf_counter() - started:.1f} s")
+        for block, command in workdir.postponed:
+            workdir.run_command(block, command, postponed=True)
+    finally:
+        workdir.stop_servers()
     return timings
