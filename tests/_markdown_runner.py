@@ -86,6 +86,12 @@ TINY: dict[tuple[str, str], list[str]] = {
     ("nnlm train", ""): ["model.preset=nnlm-tiny", *_PRETRAIN_TINY],
     ("generate", ""): ["--max-new-tokens", "4"],
     ("zeroshot", ""): ["--threads", "1"],
+    # docs/tutorials/continued-pretraining.md and multilingual.md (pretrain-bert.md and
+    # chinese-ernie.md use the entries above)
+    ("pretrain", "configs/dapt-minilm.yaml"): [*_PRETRAIN_TINY, "data.eval_examples=8", "data.max_seq_len=32"],
+    ("pretrain", "configs/bert-mini-multilingual.yaml"): [*_PRETRAIN_TINY, "model.preset=bert-tiny",
+                                                         "tokenizer.vocab_size=2000", "data.eval_examples=10",
+                                                         "data.max_seq_len=64"],
 }
 # Option values lowered in place (the README's --limit 1000 would score 1,000 items).
 SMALLER = {"--limit": "4", "--pretrain-steps": "2"}
