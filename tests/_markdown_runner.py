@@ -85,6 +85,10 @@ TINY: dict[tuple[str, str], list[str]] = {
     ("nnlm train", ""): ["model.preset=nnlm-tiny", *_PRETRAIN_TINY],
     ("generate", ""): ["--max-new-tokens", "4"],
     ("zeroshot", ""): ["--threads", "1"],
+    # docs/tutorials/feature-based.md (finetune.md and multitask.md use the entries above)
+    ("features", ""): ["max_train_examples=24", "max_eval_examples=16", "epochs=1", "batch_size=8",
+                       "embed_batch_size=8", "progress=false", "threads=1"],
+    ("embed", ""): ["--threads", "1"],
 }
 # Option values lowered in place (the README's --limit 1000 would score 1,000 items).
 SMALLER = {"--limit": "4", "--pretrain-steps": "2"}
