@@ -209,19 +209,23 @@ def test_task_split_writes_a_labelled_split_finetune_reads(tmp_path, capsys) -> 
             write_table(bad, kind, tmp_path / ("x.tsv" if match.startswith("\\") else "x.csv"))
 
 
-def _readme_block(title: str) -> list[str]:
-    """The commands of the first bash block under the README heading starting with ``title``."""
+def _tutorial_commands() -> list[str]:
+    """The ``muppets`` commands of the weak-supervision tutorial's bash blocks, in order, but those
+    on ``my_lfs.py`` (a file the page's Python block writes)."""
+    import sys
     from pathlib import Path
 
-    text = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
-    section = text[text.index(f"\n## {title}"):]
-    block = section[section.index("```bash\n") + 8:]
-    return [line.split("   #")[0].strip() for line in block[:block.index("```")].splitlines() if line.strip()]
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from _markdown_runner import ROOT, bash_commands, markdown_blocks
+
+    blocks = markdown_blocks(ROOT / "docs" / "tutorials" / "weak-supervision.md")
+    commands = [c for b in blocks if b.lang == "bash" for c in bash_commands(b.text)]
+    return [c for c in commands if c.startswith("muppets ") and "my_lfs.py" not in c]
 
 
-def test_the_readme_weak_supervision_commands_run_as_written(tmp_path, monkeypatch, capsys, caplog) -> None:
-    """Every command of the README's weak-supervision block, from a fresh directory; finetune on
-    a tiny random BERT for a few steps instead of MiniLM for 3 epochs."""
+def test_the_tutorial_weak_supervision_commands_run_as_written(tmp_path, monkeypatch, capsys, caplog) -> None:
+    """Every command of the weak-supervision tutorial (docs/tutorials/weak-supervision.md), from a
+    fresh directory; finetune on a tiny random BERT for a few steps instead of MiniLM."""
     import shlex
     import sys
     from pathlib import Path
@@ -229,9 +233,10 @@ def test_the_readme_weak_supervision_commands_run_as_written(tmp_path, monkeypat
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from _tiny_backbones import tiny_bert
 
-    commands = _readme_block("Weak supervision")
-    assert [c.split()[1:3] for c in commands] == [["weak", "analyze"], ["weak", "label"], ["data", "task-split"],
-                                                  ["data", "task-split"], ["finetune", "runs/weak/spam.jsonl"]]
+    commands = _tutorial_commands()
+    assert [c.split()[1:3] for c in commands] == [
+        ["data", "task-split"], ["weak", "analyze"], ["weak", "label"], ["weak", "label"], ["data", "task-split"],
+        ["data", "task-split"], ["finetune", "runs/weak/spam.jsonl"], ["finetune", "runs/weak/spam-dev.jsonl"]]
     tiny = tiny_bert(tmp_path / "tiny-bert")
     (tmp_path / "work").mkdir()
     (tmp_path / "work" / "examples").symlink_to(Path(__file__).resolve().parents[1] / "examples")
@@ -252,3 +257,5 @@ def test_the_readme_weak_supervision_commands_run_as_written(tmp_path, monkeypat
     assert len(rows) == 1162 and min(r["votes"] for r in rows) == 1
     metrics = json.loads(Path("runs/finetune/spam/metrics.json").read_text())
     assert {"dev", "test"} <= set(metrics) and Path("lfs.png").stat().st_size > 1000
+    assert "wrote 1,162 labels (snorkel) of spam/train to runs/weak/spam-dev.jsonl" in out
+    assert {"dev", "test"} <= set(json.loads(Path("runs/finetune/spam-dev/metrics.json").read_text()))
