@@ -86,19 +86,16 @@ TINY: dict[tuple[str, str], list[str]] = {
     ("nnlm train", ""): ["model.preset=nnlm-tiny", *_PRETRAIN_TINY],
     ("generate", ""): ["--max-new-tokens", "4"],
     ("zeroshot", ""): ["--threads", "1"],
-<<<<<<< HEAD
     # docs/tutorials/continued-pretraining.md and multilingual.md (pretrain-bert.md and
     # chinese-ernie.md use the entries above)
     ("pretrain", "configs/dapt-minilm.yaml"): [*_PRETRAIN_TINY, "data.eval_examples=8", "data.max_seq_len=32"],
     ("pretrain", "configs/bert-mini-multilingual.yaml"): [*_PRETRAIN_TINY, "model.preset=bert-tiny",
                                                          "tokenizer.vocab_size=2000", "data.eval_examples=10",
                                                          "data.max_seq_len=64"],
-=======
     # docs/tutorials/feature-based.md (finetune.md and multitask.md use the entries above)
     ("features", ""): ["max_train_examples=24", "max_eval_examples=16", "epochs=1", "batch_size=8",
                        "embed_batch_size=8", "progress=false", "threads=1"],
     ("embed", ""): ["--threads", "1"],
->>>>>>> t3
 }
 # Option values lowered in place (the README's --limit 1000 would score 1,000 items).
 SMALLER = {"--limit": "4", "--pretrain-steps": "2"}
