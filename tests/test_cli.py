@@ -111,7 +111,9 @@ def test_every_readme_command_parses_and_its_settings_load(monkeypatch, capsys):
         assert all("=" in x for x in extra) and (not extra or getattr(args, "overrides", None) is not None), argv
         configured = argv[0] in ("pretrain", "finetune", "multitask", "features") or argv[:2] in (
             ["word2vec", "train"], ["nnlm", "train"])
-        if configured and getattr(args, "task", None) not in made:
+        task = getattr(args, "task", None)
+        page_file = task is not None and ("." in task or "/" in task) and not Path(task).exists()
+        if configured and task not in made and not page_file:  # a file an earlier step of its page wrote
             assert cli.main([*argv, "--print-config"]) == 0, (argv, capsys.readouterr().err)
 
 
