@@ -286,6 +286,21 @@ def _print_pretrain_summary(summary: dict) -> None:
     for name, (value, baseline) in summary.get("worse_than_baseline", {}).items():
         print(f"note: {worse_note(name, value, baseline)}")
     print(f"{summary.get('model_kind', 'Hugging Face')} model directory: {summary['final']}")
+    if "transfer" in summary:
+        _print_transfer(summary)
+
+
+def _print_transfer(summary: dict) -> None:
+    """A pretraining run's ``transfer`` (``transfer.task``): its figures beside the baselines,
+    the pictures, and the commands to try next."""
+    from muppets.train.plots import PLOT_FILE
+    from muppets.transfer.pretraining_gain import next_commands, report_lines
+
+    result, run_dir = summary["transfer"], Path(summary["final"]).parent
+    print("\n" + "\n".join(report_lines(result)))
+    pictures = [str(run_dir / PLOT_FILE)] + ([result["curves"]] if result.get("curves") else [])
+    print("\npictures: " + ", ".join(pictures))
+    print("\nnext, on what this run wrote:\n" + "\n".join(f"  {line}" for line in next_commands(run_dir, result)))
 
 
 def _finetune_config(args: argparse.Namespace):
