@@ -916,7 +916,14 @@ def _add_weak_parser(sub: argparse._SubParsersAction) -> None:
 def _add_pretraining_parsers(sub: argparse._SubParsersAction) -> None:
     """``pretrain``, ``word2vec train``, ``nnlm train``."""
     p = sub.add_parser("pretrain", help="pretrain BERT (MLM + NSP), GPT (causal LM; a gpt-… "
-                       "model.preset) or ELMo (biLM; an elmo-… model.preset) from a YAML config")
+                       "model.preset) or ELMo (biLM; an elmo-… model.preset) from a YAML config",
+                       description="Pretrain from a YAML config: tokenizer -> prepared corpus -> training with "
+                       "held-out evaluations beside the unigram baseline -> <run_dir>/final (a Hugging Face "
+                       "directory). A BERT config with transfer.task (configs/quickstart.yaml, the main job: "
+                       "transfer.task=conll2003) then fine-tunes final/ and a random initialisation of the same "
+                       "architecture alike on that task (transfer.finetune: muppets finetune's keys), prints both "
+                       "on a split that chose nothing beside the majority class, draws "
+                       "<run_dir>/transfer/<task>/transfer_curves.png and prints the commands to try next.")
     _add_run_args(p, "YAML/JSON config (see configs/)", "train.steps=100")
     p.set_defaults(func=_pretrain)
 

@@ -59,7 +59,7 @@ def train_and_export(cfg: RunSection, corpus: TokenCorpus, job: Pretraining, res
     run_dir = Path(cfg.run_dir)
     baseline = job.baseline() if dist_info().is_main else {}
     trainer = Trainer(job.model, job.data, cfg.train, run_dir, evaluate=job.evaluate, run_config=to_dict(cfg),
-                      frozen=job.frozen, baselines=baseline_lines(baseline),
+                      frozen=job.frozen, baselines=baseline_lines(baseline), eval_labels={"": "held-out documents"},
                       after_training=getattr(cfg, "AFTER_TRAINING", ()))
     result = trainer.train(resume=resume)
     final = run_dir / "final"
