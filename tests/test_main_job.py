@@ -201,3 +201,25 @@ def test_the_transfer_fine_tunes_final_and_a_random_initialisation_alike(tmp_pat
     other = load_typed(TransferSection, None, ["task=toy-ner", "finetune.epochs=1", "finetune.batch_size=16",
                                                "finetune.max_seq_len=32", "finetune.progress=false"])
     assert pretraining_gain.run(other, tmp_path, "cpu", _toy_ner())["steps"] == 1  # other settings: run again
+
+
+def test_the_gain_benchmark_pairs_the_two_runs_of_each_seed() -> None:
+    sys.path.insert(0, str(HERE.parent / "benchmarks"))
+    import main_job_gain
+
+    rows = [{"pretrained": 0.30, "random": 0.26, "majority": 0.0}, {"pretrained": 0.31, "random": 0.25, "majority": 0.0},
+            {"pretrained": 0.29, "random": 0.30, "majority": 0.0}]
+    t = main_job_gain.table(rows)
+    diff = t["pretrained_minus_random"]
+    assert diff["mean"] == pytest.approx((0.04 + 0.06 - 0.01) / 3) and (diff["wins"], diff["losses"]) == (2, 1)
+    assert diff["std"] == pytest.approx(float(np.std([0.04, 0.06, -0.01], ddof=1)))
+    assert t["random"]["values"] == [0.26, 0.25, 0.30] and t["majority"]["mean"] == 0.0
+
+
+def test_a_finished_pretraining_asked_again_with_other_transfer_settings_trains_nothing_new() -> None:
+    from muppets.recipes.bert_pretrain import PretrainConfig
+    from muppets.train.rundir import effective_changes
+
+    changed = {"transfer.finetune.lr": (1e-3, 5e-4), "transfer.task": ("conll2003", "sst2"), "train.lr": (1e-3, 2e-3)}
+    assert effective_changes(changed, PretrainConfig.AFTER_TRAINING) == {"train.lr": (1e-3, 2e-3)}
+    assert effective_changes({"transfers": (1, 2)}, ("transfer.",)) == {"transfers": (1, 2)}  # a section, not a prefix

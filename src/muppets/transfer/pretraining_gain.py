@@ -125,6 +125,7 @@ def run(sec: TransferSection, run_dir: Path, device: str = "auto", data: TaskDat
         log.info("transfer: %s holds this transfer's results (the same settings and final/): reused", out)
         return done
     if out.exists():  # another final/ or other settings: the old runs would be taken for these
+        log.warning("transfer: %s holds a transfer of another final/ or with other settings: replaced", out)
         shutil.rmtree(out)
     summaries = {}
     for init in INITS:
