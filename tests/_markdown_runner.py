@@ -64,8 +64,14 @@ _PRETRAIN_TINY = ["train.steps=2", "train.batch_size=4", "train.warmup_steps=0",
                   "train.checkpoint_every=0", "train.progress=false", "train.plot=false", "train.threads=1",
                   "train.max_minutes=0"]
 TINY: dict[tuple[str, str], list[str]] = {
+    # the main job: its transfer (fine-tuning final/ and a random initialisation on CoNLL-2003) at tiny sizes too
     ("pretrain", "configs/quickstart.yaml"): [*_PRETRAIN_TINY, "model.preset=bert-tiny", "tokenizer.vocab_size=2000",
-                                             "data.eval_examples=8", "data.max_seq_len=64"],
+                                             "data.eval_examples=8", "data.max_seq_len=64",
+                                             "transfer.finetune.max_train_examples=24",
+                                             "transfer.finetune.max_eval_examples=16", "transfer.finetune.epochs=1",
+                                             "transfer.finetune.batch_size=8", "transfer.finetune.max_seq_len=48",
+                                             "transfer.finetune.eval_every=0", "transfer.finetune.progress=false",
+                                             "transfer.finetune.threads=1"],
     ("pretrain", "configs/bert-mini.yaml"): [*_PRETRAIN_TINY, "model.preset=bert-tiny", "data.eval_examples=8",
                                             "data.max_seq_len=64"],
     ("pretrain", "configs/tapt-minilm.yaml"): [*_PRETRAIN_TINY, "data.eval_examples=8", "data.max_seq_len=32"],

@@ -286,6 +286,21 @@ def _print_pretrain_summary(summary: dict) -> None:
     for name, (value, baseline) in summary.get("worse_than_baseline", {}).items():
         print(f"note: {worse_note(name, value, baseline)}")
     print(f"{summary.get('model_kind', 'Hugging Face')} model directory: {summary['final']}")
+    if "transfer" in summary:
+        _print_transfer(summary)
+
+
+def _print_transfer(summary: dict) -> None:
+    """A pretraining run's ``transfer`` (``transfer.task``): its figures beside the baselines,
+    the pictures, and the commands to try next."""
+    from muppets.train.plots import PLOT_FILE
+    from muppets.transfer.pretraining_gain import next_commands, report_lines
+
+    result, run_dir = summary["transfer"], Path(summary["final"]).parent
+    print("\n" + "\n".join(report_lines(result)))
+    pictures = [str(run_dir / PLOT_FILE)] + ([result["curves"]] if result.get("curves") else [])
+    print("\npictures: " + ", ".join(pictures))
+    print("\nnext, on what this run wrote:\n" + "\n".join(f"  {line}" for line in next_commands(run_dir, result)))
 
 
 def _finetune_config(args: argparse.Namespace):
@@ -901,7 +916,14 @@ def _add_weak_parser(sub: argparse._SubParsersAction) -> None:
 def _add_pretraining_parsers(sub: argparse._SubParsersAction) -> None:
     """``pretrain``, ``word2vec train``, ``nnlm train``."""
     p = sub.add_parser("pretrain", help="pretrain BERT (MLM + NSP), GPT (causal LM; a gpt-… "
-                       "model.preset) or ELMo (biLM; an elmo-… model.preset) from a YAML config")
+                       "model.preset) or ELMo (biLM; an elmo-… model.preset) from a YAML config",
+                       description="Pretrain from a YAML config: tokenizer -> prepared corpus -> training with "
+                       "held-out evaluations beside the unigram baseline -> <run_dir>/final (a Hugging Face "
+                       "directory). A BERT config with transfer.task (configs/quickstart.yaml, the main job: "
+                       "transfer.task=conll2003) then fine-tunes final/ and a random initialisation of the same "
+                       "architecture alike on that task (transfer.finetune: muppets finetune's keys), prints both "
+                       "on a split that chose nothing beside the majority class, draws "
+                       "<run_dir>/transfer/<task>/transfer_curves.png and prints the commands to try next.")
     _add_run_args(p, "YAML/JSON config (see configs/)", "train.steps=100")
     p.set_defaults(func=_pretrain)
 

@@ -25,6 +25,7 @@ import numpy as np
 from torch import nn
 
 from muppets import families
+from muppets.config import write_json_atomic
 from muppets.data.shards import TokenCorpus, corpus_meta
 from muppets.errors import ConfigError
 from muppets.families import Family
@@ -40,6 +41,8 @@ from muppets.recipes.common import (PretrainedModelSection, RunSection, Tokenize
 from muppets.recipes.pretraining import (Pretraining, held_out, held_out_evaluator, train_and_export,
                                          unigram_scores)
 from muppets.tokenizers.wordpiece import WordPieceTokenizer
+from muppets.train.distributed import dist_info, init_distributed
+from muppets.transfer.pretraining_gain import TransferSection
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +81,11 @@ class PretrainConfig(RunSection):
     model: BertModelSection = field(default_factory=BertModelSection)
     tokenizer: WordPieceSection = field(default_factory=WordPieceSection)
     data: PretrainDataConfig = field(default_factory=PretrainDataConfig)
+    transfer: TransferSection = field(default_factory=TransferSection)
+
+    # settings that steer only what happens after the trained steps: a finished run asked again
+    # with them changed runs its transfer again and trains nothing (muppets.train.rundir.check_resume)
+    AFTER_TRAINING: ClassVar[tuple[str, ...]] = ("transfer.",)
 
 
 # ----------------------------------------------------------------------------- stages
@@ -263,12 +271,31 @@ def check_masking_units(cfg: PretrainConfig) -> None:
 
 
 def run(cfg: PretrainConfig, resume: bool = True) -> dict:
-    """Tokenizer -> corpus -> pretraining -> ``<run_dir>/final`` (HF format). Returns a summary."""
+    """Tokenizer -> corpus -> pretraining -> ``<run_dir>/final`` (HF format) -> with
+    ``transfer.task``, the fine-tuning of final/ and of a random initialisation of it
+    (:mod:`muppets.transfer.pretraining_gain`). Returns a summary."""
     check_masking_units(cfg)
+    if cfg.transfer.task and init_distributed().world > 1:
+        raise ConfigError(f"transfer.task={cfg.transfer.task} fine-tunes in one process after pretraining: under "
+                          "torchrun leave it empty (transfer.task=), then run the same config without torchrun")
     with pretraining_run(cfg, resume):  # the run directory is this run's, and it may start there
         if cfg.corpus.languages:  # one corpus per language, language-balanced batches
-            return multilingual.run(cfg, resume)
-        return _run(cfg, resume)
+            summary = multilingual.run(cfg, resume)
+        else:
+            summary = _run(cfg, resume)
+        return with_transfer(cfg, summary)
+
+
+def with_transfer(cfg: PretrainConfig, summary: dict) -> dict:
+    """``summary`` with ``transfer``, the result of :func:`muppets.transfer.pretraining_gain.run`,
+    when ``transfer.task`` is set and the pretraining finished (rewritten into summary.json)."""
+    if not cfg.transfer.task or summary.get("interrupted") or not dist_info().is_main:
+        return summary
+    from muppets.transfer import pretraining_gain
+
+    summary["transfer"] = pretraining_gain.run(cfg.transfer, Path(cfg.run_dir), cfg.device)
+    write_json_atomic(Path(cfg.run_dir) / "summary.json", summary)
+    return summary
 
 
 def _run(cfg: PretrainConfig, resume: bool) -> dict:

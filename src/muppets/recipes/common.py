@@ -273,7 +273,8 @@ def pretraining_run(cfg: RunSection, resume: bool = True) -> Iterator[None]:
         def start() -> None:
             if dist.is_main:
                 held.enter_context(run_lock(run_dir))
-                check_start(run_dir, to_dict(cfg), cfg.train.steps, resume, INPUT_SETTINGS)
+                check_start(run_dir, to_dict(cfg), cfg.train.steps, resume, INPUT_SETTINGS,
+                            getattr(cfg, "AFTER_TRAINING", ()))
 
         rank_zero_first(start)
         yield

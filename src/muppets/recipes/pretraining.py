@@ -51,11 +51,16 @@ def train_and_export(cfg: RunSection, corpus: TokenCorpus, job: Pretraining, res
     """Train (resuming from ``run_dir``'s checkpoints when ``resume``), then on rank 0 export
     ``<run_dir>/final`` (with the resolved config as ``muppets_config.json``), score the
     baseline and write ``summary.json``. Every rank returns the summary (rank 0's has the
-    baseline). A run stopped by a signal is exported too (the model so far is of use), with
-    ``interrupted: true`` in the summary: it is not finished, and the same command resumes it."""
+    baseline). The baseline is scored before training (the held-out batches and the training
+    counts do not change), so that ``training_curves.png`` draws it beside the evaluations
+    (:func:`baseline_lines`). A run stopped by a signal is exported too (the model so far is of
+    use), with ``interrupted: true`` in the summary: it is not finished, and the same command
+    resumes it."""
     run_dir = Path(cfg.run_dir)
+    baseline = job.baseline() if dist_info().is_main else {}
     trainer = Trainer(job.model, job.data, cfg.train, run_dir, evaluate=job.evaluate, run_config=to_dict(cfg),
-                      frozen=job.frozen)
+                      frozen=job.frozen, baselines=baseline_lines(baseline), eval_labels={"": "held-out documents"},
+                      after_training=getattr(cfg, "AFTER_TRAINING", ()))
     result = trainer.train(resume=resume)
     final = run_dir / "final"
     summary = {"step": result.step, "stopped_early": result.stopped_early, "interrupted": result.interrupted,
@@ -67,7 +72,7 @@ def train_and_export(cfg: RunSection, corpus: TokenCorpus, job: Pretraining, res
             job.export(tmp)
             _keep_sentence_files(cfg, tmp)
             write_json_atomic(tmp / "muppets_config.json", to_dict(cfg))
-        summary["unigram_baseline"] = job.baseline()
+        summary["unigram_baseline"] = baseline
         summary["worse_than_baseline"] = worse_than_baseline(result.last_eval, summary["unigram_baseline"])
         for name, (value, base) in summary["worse_than_baseline"].items():
             log.warning(worse_note(name, value, base))
@@ -156,6 +161,27 @@ def fixed_eval_batches(data: Any, batch_size: int) -> list[Batch]:
                               "data.eval_fraction (and data.eval_examples, if 0), or pretrain on a larger corpus")
         built[batch_size] = batches
     return built[batch_size]
+
+
+def baseline_lines(baseline: Metrics) -> dict[str, tuple[str, float]]:
+    """The baseline's figures as the lines of ``training_curves.png`` (metric -> (label, value)):
+    an NSP accuracy is the majority class's, any other accuracy that of always guessing the most
+    frequent token, a perplexity or loss the unigram distribution's.
+
+    >>> baseline_lines({"nsp_accuracy": 0.5, "mlm_accuracy": 0.06})["mlm_accuracy"]
+    ('unigram: the most frequent token', 0.06)
+    """
+    def label(name: str) -> str:
+        if name.startswith("nsp"):
+            return "majority class"
+        return "unigram: the most frequent token" if name.endswith("accuracy") else "unigram distribution"
+
+    lines = {name: (label(name), float(value)) for name, value in baseline.items()}
+    for name, value in baseline.items():  # a perplexity's log is the mean cross-entropy: the loss panel's line
+        term = name.removesuffix("_perplexity")
+        if term != name and value > 0 and f"{term}_loss" not in lines:
+            lines[f"{term}_loss"] = (label(name), math.log(value))
+    return lines
 
 
 UNDERTRAINED = "the model has learned less than the baseline knows: train longer (train.steps), or check train.lr and train.warmup_steps"

@@ -18,6 +18,13 @@ Panels (decided by :func:`plan_panels`, a pure function of the log records):
   log scale, labelled with plain numbers. ``eval_labels`` names what the evaluations scored (a fine-tuning run: ``{"":
   "train-slice (692 of 6,920 train examples, selected on)", "dev/": "dev (200 of 872
   examples)"}``): those lines carry the names in a legend instead of ``eval`` / ``dev``.
+  ``baselines`` draws what a baseline scores on the same examples as a dashed horizontal line in
+  its metric's panel (a pretraining run: ``{"mlm_accuracy": ("unigram: the most frequent
+  token", 0.058)}``).
+
+:func:`write_comparison_plot` draws several runs of one kind into one picture (a fine-tuning
+from pretrained weights beside one from a random initialisation): a line per run in every
+panel, baselines as above.
 
 Every panel spans the same steps (:func:`step_range`), so an evaluation sits under the loss of
 its step and a panel with one point still has a step axis (whole steps; a lone point is
@@ -34,7 +41,7 @@ from __future__ import annotations
 import logging
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -60,7 +67,12 @@ class Series:
     label: str
     steps: np.ndarray  # (N,) optimizer step of every value
     values: np.ndarray  # (N,) finite values
-    style: str = "points"
+    style: str = "points"  # raw | smooth | points | baseline (values[0] as a dashed line across the panel)
+
+    @classmethod
+    def baseline(cls, label: str, value: float) -> Series:
+        """A horizontal line at ``value`` across the whole panel (no steps of its own)."""
+        return cls(label, np.zeros(0, dtype=np.int64), np.array([float(value)]), "baseline")
 
 
 @dataclass
@@ -161,6 +173,9 @@ def _metric_group(name: str, names: set[str]) -> tuple[str, str]:
     return (f"{title} (dev)" if dev else title), label
 
 
+Baselines = dict[str, tuple[str, float]]  # metric name (as logged, without eval/ and dev/) -> (label, value)
+
+
 def _metric_panels(columns: dict[str, Column], eval_labels: dict[str, str] | None = None) -> list[Panel]:
     names = {k[len("eval/"):].removeprefix("dev/") for k in columns if k.startswith("eval/")}
     named = {"eval": (eval_labels or {}).get(""), "dev": (eval_labels or {}).get("dev/")}
@@ -179,16 +194,59 @@ def _metric_panels(columns: dict[str, Column], eval_labels: dict[str, str] | Non
     return list(panels.values())
 
 
-def plan_panels(records: list[dict], eval_labels: dict[str, str] | None = None) -> list[Panel]:
+def add_baselines(panels: list[Panel], baselines: Baselines | None) -> list[Panel]:
+    """Append to each metric's panel (its title is the metric's name, e.g. ``mlm_accuracy``)
+    the line of that metric's baseline; a baseline without a panel, or not finite, is left out."""
+    for panel in panels:
+        label, value = (baselines or {}).get(panel.title, ("", math.nan))
+        if math.isfinite(value):
+            panel.series.append(Series.baseline(label, value))
+            panel.log_y = panel.log_y and value > 0
+    return panels
+
+
+def plan_panels(records: list[dict], eval_labels: dict[str, str] | None = None,
+                baselines: Baselines | None = None) -> list[Panel]:
     """The subplots for these log records: training loss first, then the evaluated metrics in
     the order they first appear (at most :data:`MAX_PANELS` in all; empty panels dropped);
-    ``eval_labels`` (see the module docstring) names the lines of ``eval/<m>`` and ``eval/dev/<m>``."""
+    ``eval_labels`` (see the module docstring) names the lines of ``eval/<m>`` and ``eval/dev/<m>``;
+    ``baselines`` adds a dashed line to a metric's panel (:func:`add_baselines`)."""
     columns = _columns(records)
     loss = _loss_panel(columns)
-    panels = ([loss] if loss is not None else []) + _metric_panels(columns, eval_labels)
+    panels = ([loss] if loss is not None else []) + add_baselines(_metric_panels(columns, eval_labels), baselines)
     if len(panels) > MAX_PANELS:
         logger.debug("plotting %d of %d panels", MAX_PANELS, len(panels))
     return panels[:MAX_PANELS]
+
+
+def comparison_panels(runs: dict[str, list[dict]], baselines: Baselines | None = None,
+                      metrics: Sequence[str] | None = None) -> list[Panel]:
+    """The subplots of several runs in one picture (``runs``: label -> its log records, e.g.
+    ``{"pretrained": …, "random init": …}``): the training loss (each run's moving average,
+    or the loss itself under 50 values), then every evaluated metric (``eval/<m>`` and
+    ``eval/dev/<m>``, titled ``<m>`` and ``dev <m>``; only those named in ``metrics``, e.g.
+    ``["dev/f1"]``, when given) with one line per run, in the order they first appear;
+    ``baselines`` as in :func:`plan_panels`, keyed by the metric without ``dev/``."""
+    loss, panels = Panel("training loss"), {}
+    for label, records in runs.items():
+        columns = _columns(records)
+        steps, values = _finite(columns.get("loss", ([], [])))
+        if len(values):
+            window = smoothing_window(len(values))
+            loss.series.append(Series(label if window == 1 else f"{label} (mean of {window})", steps,
+                                      moving_average(values, window), "smooth"))
+        for key, column in columns.items():
+            if key.startswith("eval/"):
+                steps, values = _finite(column)
+                name = key[len("eval/"):]
+                if len(values) and (metrics is None or name in metrics):
+                    panels.setdefault(name, Panel(name.replace("/", " "), legend=True)).series.append(
+                        Series(label, steps, values))
+    for name, panel in panels.items():
+        label, value = (baselines or {}).get(name.removeprefix("dev/"), ("", math.nan))
+        if math.isfinite(value):
+            panel.series.append(Series.baseline(label, value))
+    return (([loss] if loss.series else []) + list(panels.values()))[:MAX_PANELS]
 
 
 # ----------------------------------------------------------------------------- drawing
@@ -201,7 +259,9 @@ def _thin(n: int) -> np.ndarray:
 
 def _draw_series(ax: Any, s: Series, color: str) -> None:
     lone = len(s.values) == 1  # a line through one point draws nothing: mark it
-    if s.style == "raw":
+    if s.style == "baseline":
+        ax.axhline(float(s.values[0]), color="0.3", linestyle="--", linewidth=1.1, label=s.label)
+    elif s.style == "raw":
         take = _thin(len(s.values))
         ax.plot(s.steps[take], s.values[take], color=color, alpha=0.25, linewidth=0.7)
     elif s.style == "smooth":  # a moving average loses nothing visible when thinned
@@ -233,6 +293,9 @@ def _draw_panel(ax: Any, panel: Panel, x_label: str, x_range: tuple[float, float
 
     colour = -1
     for index, series in enumerate(panel.series):
+        if series.style == "baseline":  # grey and dashed, whatever the run lines' colours
+            _draw_series(ax, series, "0.3")
+            continue
         if index == 0 or panel.series[index - 1].style != "raw":  # a raw line and its average share one
             colour += 1
         _draw_series(ax, series, f"C{colour % 10}")
@@ -311,6 +374,31 @@ def render(panels: list[Panel], title: str = "", x_label: str = "step") -> Any:
     return fig
 
 
+def write_plot(path: Path, panels: Callable[[], list[Panel]], title: str = "", x_label: str = "step") -> Path | None:
+    """Draw ``panels()`` into the PNG ``path`` atomically (a temporary file renamed into place).
+    Returns the path, or None when nothing was drawn: matplotlib is missing (logged once) or
+    drawing failed (logged as a warning); it never raises."""
+    path = Path(path)
+    if not _have_matplotlib():
+        return None
+    try:
+        fig = render(panels(), title, x_label)
+        with atomic_path(path) as tmp:
+            fig.savefig(tmp, format="png", dpi=90)
+        return path
+    except Exception as error:  # a picture must never end a training run
+        logger.warning("could not draw %s: %s: %s", path, type(error).__name__, error)
+        return None
+
+
+def write_comparison_plot(run_dirs: dict[str, Path], path: Path, title: str = "",
+                          baselines: Baselines | None = None, metrics: Sequence[str] | None = None) -> Path | None:
+    """Draw the runs' ``log.jsonl`` (``run_dirs``: label -> run directory) into one picture at
+    ``path`` (:func:`comparison_panels`); None when nothing was drawn (see :func:`write_plot`)."""
+    return write_plot(path, lambda: comparison_panels(
+        {label: read_log(Path(d), strict=False) for label, d in run_dirs.items()}, baselines, metrics), title)
+
+
 def write_run_plot(run_dir: Path, path: Path | None = None, title: str | None = None,
                    panels: Callable[[list[dict]], list[Panel]] = plan_panels, x_label: str = "step") -> Path | None:
     """Draw ``run_dir/log.jsonl`` into ``path`` (default ``run_dir/training_curves.png``),
@@ -321,17 +409,8 @@ def write_run_plot(run_dir: Path, path: Path | None = None, title: str | None = 
     warning)."""
     run_dir = Path(run_dir)
     path = Path(path) if path is not None else run_dir / PLOT_FILE
-    if not _have_matplotlib():
-        return None
-    try:
-        records = read_log(run_dir, strict=False)
-        fig = render(panels(records), run_dir.name if title is None else title, x_label)
-        with atomic_path(path) as tmp:
-            fig.savefig(tmp, format="png", dpi=90)
-        return path
-    except Exception as error:  # a picture must never end a training run
-        logger.warning("could not draw %s: %s: %s", path, type(error).__name__, error)
-        return None
+    return write_plot(path, lambda: panels(read_log(run_dir, strict=False)),
+                      run_dir.name if title is None else title, x_label)
 
 
 def _have_matplotlib() -> bool:

@@ -102,13 +102,15 @@ def _check_no_trained_run(run_dir: Path) -> None:
 
 
 def check_start(run_dir: Path, run_config: dict[str, Any], steps: int, resume: bool = True,
-                inputs: Collection[str] = ()) -> None:
+                inputs: Collection[str] = (), after_training: Collection[str] = ()) -> None:
     """Decide before anything is written into ``run_dir`` what :class:`~muppets.train.Trainer`
     decides there only once the run's inputs are made, so that a refusal destroys nothing: a
     fresh start (no checkpoint, or ``resume`` False) that would overwrite an earlier run
     (:func:`check_fresh_start`); a run finished at ``steps`` asked again with other settings
     (:func:`check_resume`); and a resume whose settings under ``inputs`` (dotted prefixes, e.g.
-    ``tokenizer.``) changed: its model was trained on the ids of its own tokenizer."""
+    ``tokenizer.``) changed: its model was trained on the ids of its own tokenizer.
+    ``after_training`` are the keys that steer only what follows the trained steps
+    (:func:`effective_changes`' ``free``)."""
     earlier = latest_checkpoint(Path(run_dir))
     if not resume or earlier is None:
         check_fresh_start(run_dir, run_config, earlier)
@@ -120,8 +122,8 @@ def check_start(run_dir: Path, run_config: dict[str, Any], steps: int, resume: b
         raise RunDirError(f"{earlier}: this run was trained on the ids its own inputs give ({describe(moved)}); "
                           f"resuming would feed its model other ids: run it with its own settings (its config.json), "
                           f"or choose another run_dir")
-    if state.step >= steps and effective_changes(changed):
-        check_resume(earlier, state.step, steps, changed)
+    if state.step >= steps and effective_changes(changed, after_training):
+        check_resume(earlier, state.step, steps, changed, after_training)
 
 
 def run_name(run_dir: Path) -> str:
@@ -162,9 +164,12 @@ def describe(changed: dict[str, tuple[Any, Any]]) -> str:
 
 def effective_changes(changed: dict[str, tuple[Any, Any]], free: Collection[str] = ()) -> dict[str, tuple[Any, Any]]:
     """The changes of :func:`changed_settings` that change what a run trains: :data:`PACING_KEYS`
-    and the caller's ``free`` keys (a dotted key or its last part) aside."""
+    and the caller's ``free`` keys (a dotted key, its last part, or a section ending in ``.``,
+    e.g. ``transfer.``, for every key under it) aside."""
     free = PACING_KEYS | frozenset(free)
-    return {k: v for k, v in changed.items() if k.rpartition(".")[2] not in free and k not in free}
+    sections = tuple(f for f in free if f.endswith("."))
+    return {k: v for k, v in changed.items()
+            if k.rpartition(".")[2] not in free and k not in free and not k.startswith(sections)}
 
 
 def check_resume(checkpoint: Path, step: int, steps: int, changed: dict[str, tuple[Any, Any]],

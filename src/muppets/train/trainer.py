@@ -230,6 +230,9 @@ class Trainer:
         eval_labels: what ``evaluate`` scored, by metric-name prefix (``{"": "train-slice (692 of
             6,920 train examples, selected on)", "dev/": "dev (200 of 872 examples)"}``): named
             in the evaluation's log line and in ``training_curves.png``.
+        baselines: what a baseline scores on the evaluated examples, by metric name (``{"mlm_accuracy":
+            ("unigram: the most frequent token", 0.058)}``): a dashed line in that metric's panel of
+            ``training_curves.png`` (:func:`~muppets.train.plots.add_baselines`).
 
     Under ``torchrun`` the constructor joins the process group (:func:`init_distributed`) and
     wraps the model in DistributedDataParallel; build the same model on every rank.
@@ -251,6 +254,7 @@ class Trainer:
         draw: Callable[[], object] | None = None,
         after_training: Collection[str] = (),
         eval_labels: Mapping[str, str] | None = None,
+        baselines: Mapping[str, tuple[str, float]] | None = None,
     ) -> None:
         self.model, self.data, self.config = model, data, config
         self.run_dir = Path(run_dir)
@@ -259,6 +263,7 @@ class Trainer:
         self.step_extras, self.frozen, self.draw = step_extras, frozen, draw
         self.after_training = frozenset(after_training)
         self.eval_labels = dict(eval_labels or {})
+        self.baselines = dict(baselines or {})
         self.run_config = run_config if run_config is not None else {"train": to_dict(config)}
         self.dist = init_distributed()
         _check_split(config, self.dist.world)
@@ -649,7 +654,7 @@ class Trainer:
             return
         self._plotted_step = self.step
         write_run_plot(self.run_dir, title=f"{run_name(self.run_dir)}: step {self.step} of {self.config.steps}",
-                       panels=partial(plan_panels, eval_labels=self.eval_labels))
+                       panels=partial(plan_panels, eval_labels=self.eval_labels, baselines=self.baselines))
         if self.draw is not None:
             self.draw()
 
