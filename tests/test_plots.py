@@ -308,9 +308,14 @@ def test_a_long_log_draws_in_well_under_a_second(tmp_path: Path) -> None:
                             "eval/mlm_perplexity": 7.4, "eval/nsp_accuracy": 0.8})
     _write_log(tmp_path, records)
     write_run_plot(tmp_path)  # the first call imports matplotlib
-    start = time.process_time()  # CPU time: other jobs on the cores stretch the wall time, not this
-    assert _is_png(write_run_plot(tmp_path))
-    assert time.process_time() - start < 2.0
+    # CPU time: other jobs on the cores stretch the wall time, not this; the best of three draws,
+    # since a busy neighbour on the same core still inflates it (1.0 s alone, 2.3 s once under CI)
+    times = []
+    for _ in range(3):
+        start = time.process_time()
+        assert _is_png(write_run_plot(tmp_path))
+        times.append(time.process_time() - start)
+    assert min(times) < 2.0, times
 
 
 # ------------------------------------------------------------------ the ETA of the run
