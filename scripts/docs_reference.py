@@ -137,7 +137,7 @@ def _default(f: dataclasses.Field) -> typing.Any:
     return dataclasses.MISSING
 
 
-def config_rows(cls: type, prefix: str, seen: set[type]) -> list[str]:
+def config_rows(cls: type, prefix: str) -> list[str]:
     hints = typing.get_type_hints(cls)
     comments = field_comments(cls)
     rows, nested = [], []
@@ -156,7 +156,7 @@ def config_rows(cls: type, prefix: str, seen: set[type]) -> list[str]:
         doc = (kind.__doc__ or "").strip().split("\n\n")[0]
         out += ["", f"#### `{prefix}{name}` ({kind.__name__})", "", " ".join(doc.split()), "",
                 "| key | type | default | meaning |", "|---|---|---|---|"]
-        out += config_rows(kind, f"{prefix}{name}.", seen | {kind})
+        out += config_rows(kind, f"{prefix}{name}.")
     return out
 
 
@@ -173,7 +173,7 @@ def config_page() -> str:
         doc = (cls.__doc__ or "").strip().split("\n\n")[0]
         out += [f"## {title}", "", f"Read by `{command}`; class `{module}.{name}`. {' '.join(doc.split())}", "",
                 "| key | type | default | meaning |", "|---|---|---|---|"]
-        out += config_rows(cls, "", {cls})
+        out += config_rows(cls, "")
         out.append("")
     return "\n".join(out)
 
