@@ -21,7 +21,8 @@ fi
 .venv/bin/python -c "import torch, muppets; assert torch.__version__.startswith('2.13.0'), torch.__version__"
 # CI only, from the system's packages (installed once; kept after): Chromium for the attention
 # page's headless-browser test (tests/test_attention_page.py), tcmalloc for the malloc tests
-# (tests/test_malloc.py); neither test may skip under CI=true. Elsewhere `muppets` uses tcmalloc
+# (tests/test_malloc.py), iproute2 for the two-node rehearsal in network namespaces
+# (tests/test_multinode.py); none of those tests may skip under CI=true. Elsewhere `muppets` uses tcmalloc
 # when it is installed (`apt-get install libtcmalloc-minimal4`; README).
 case "${CI:-}" in
   1|true|TRUE|True|yes)
@@ -32,6 +33,9 @@ case "${CI:-}" in
     # the test's own check (tests/test_malloc.py), so that set-up and test cannot disagree
     if ! .venv/bin/python -c "import sys; from muppets.malloc import find_malloc, library_dirs; sys.exit(find_malloc('tcmalloc', library_dirs()) is None)"; then
       PACKAGES="$PACKAGES libtcmalloc-minimal4"
+    fi
+    if ! command -v ip >/dev/null 2>&1; then
+      PACKAGES="$PACKAGES iproute2"
     fi
     if [ -n "$PACKAGES" ]; then
       SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"

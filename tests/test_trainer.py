@@ -432,6 +432,41 @@ def test_two_process_ddp_equals_one_process(tmp_path: Path) -> None:
     assert (tmp_path / "ddp" / "training_curves.png").is_file() and not list((tmp_path / "ddp").glob(".*.tmp"))
 
 
+def _start_apart(rank: int, port: int, root: str) -> None:
+    """Rank ``rank`` of 2 trains in its own ``root/rank<r>`` (as on nodes without shared storage)."""
+    from muppets.errors import CheckpointError
+    from muppets.train.distributed import shutdown_distributed
+
+    os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE="2", MASTER_ADDR="127.0.0.1",
+                      MASTER_PORT=str(port))
+    run_dir = Path(root) / f"rank{rank}"
+    try:
+        config = toy_config(steps=4)
+        Trainer(ToyModel(dropout=0.0), ToyData(config.batch_size, config.accumulation), config, run_dir).train()
+        outcome = "trained"
+    except CheckpointError as err:
+        outcome = str(err)
+    finally:
+        shutdown_distributed()
+    (Path(root) / f"rank{rank}.txt").write_text(outcome, encoding="utf-8")
+
+
+def test_ranks_that_find_different_checkpoints_refuse_to_start(tmp_path: Path) -> None:
+    """Each rank looks for the latest checkpoint itself; when rank 0 finds one and rank 1 none
+    (run_dir not on shared storage), both refuse, naming what each found."""
+    import socket
+
+    _train(tmp_path / "rank0", dropout=0.0, steps=2, checkpoint_every=2)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    torch.multiprocessing.spawn(_start_apart, args=(port, str(tmp_path)), nprocs=2)
+    for rank in (0, 1):
+        said = (tmp_path / f"rank{rank}.txt").read_text()
+        assert "rank 0: step 2, rank 1: none" in said and "storage they all share" in said, said
+    assert not (tmp_path / "rank1" / "checkpoints").exists()
+
+
 def test_max_minutes_budget_evaluates_checkpoints_and_stops(tmp_path: Path) -> None:
     evaluated: list[int] = []
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import atexit
 import logging
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import torch
@@ -91,8 +92,28 @@ def init_distributed(backend: str | None = None) -> DistInfo:
     # other ranks may never arrive.
     atexit.register(_leave_group)
     info = dist_info()
-    logger.info("joined process group: rank %d of %d (backend %s)", info.rank, info.world, backend)
+    warning = restart_warning(os.environ)
+    if warning and info.is_main:
+        logger.warning(warning)
+    logger.info("joined process group: rank %d of %d (backend %s, master %s:%s)", info.rank, info.world, backend,
+                os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"])
     return info
+
+
+def restart_warning(env: Mapping[str, str]) -> str | None:
+    """What to tell a job that torchrun may restart while sharing its rendezvous store.
+
+    With ``--max-restarts`` above 0 and the c10d rendezvous, torchrun (2.13) lends the workers
+    the agents' own store; after a worker dies, the restarted workers can read the failed
+    round's addresses from it and fail to connect (pytorch/pytorch#135712: each node counts
+    its restarts itself, so their keys stop matching). ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1``
+    on every node gives each round a store of its own; the two-node rehearsal restarts with it
+    every time (docs/concepts/multi-node.md)."""
+    if env.get("TORCHELASTIC_USE_AGENT_STORE") != "True" or env.get("TORCHELASTIC_MAX_RESTARTS", "0") in ("", "0"):
+        return None
+    return ("torchrun may restart this job (--max-restarts) but shares its rendezvous store with the workers: "
+            "a restart can then fail to reconnect (pytorch/pytorch#135712); start torchrun with "
+            "TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 in its environment on every node")
 
 
 def shutdown_distributed() -> None:

@@ -345,6 +345,7 @@ class Trainer:
             torch.set_num_threads(self.config.threads)
         self._stop_signal = None
         path = self._resume_path(resume)
+        self._agree_on_start(path)
         if path is None and self.step == 0 and self.dist.is_main:  # a failing rank ends the others (torchrun)
             check_fresh_start(self.run_dir, self.run_config, latest_checkpoint(self.run_dir))
         rng = self._restore(path) if path is not None else None
@@ -379,6 +380,26 @@ class Trainer:
         if not (path / STATE_FILE).is_file() and latest_checkpoint(path) is not None:
             return latest_checkpoint(path)
         return path
+
+    def _agree_on_start(self, path: Path | None) -> None:
+        """Under DDP, check that every rank starts from the same checkpoint (or none).
+
+        Each rank looks for the run's latest checkpoint itself; on several machines that is
+        only the same one when ``run_dir`` is on storage they all share. A rank that saw
+        another (or none) would train a different model in lockstep with the others, so every
+        rank raises instead, naming what each one found.
+
+        Raises:
+            CheckpointError: the ranks found different checkpoints.
+        """
+        if self.dist.world <= 1:
+            return
+        step = read_state(path).step if path is not None else -1
+        found = [int(t.item()) for t in all_gather(torch.tensor([step], dtype=torch.int64))]
+        if len(set(found)) > 1:
+            seen = ", ".join(f"rank {r}: {'none' if s < 0 else f'step {s}'}" for r, s in enumerate(found))
+            raise CheckpointError(f"the ranks would start from different checkpoints of {self.checkpoint_dir} "
+                                  f"({seen}): every node must see the same run_dir, on storage they all share")
 
     def _restore(self, path: Path) -> RngState:
         """Load model, optimizer and counters from ``path``; return the RNG state to apply."""
