@@ -133,11 +133,30 @@ def _data_prepare(args: argparse.Namespace) -> int:
 
     s = prepare_corpus([resolve_data_path(p) for p in args.input], _load_tokenizer(args.tokenizer, args.chinese_script),
                        args.out, fmt=args.format, workers=args.workers, errors=args.errors,
-                       overwrite=args.overwrite, progress=True)  # a bar on a terminal, log lines elsewhere
-    print(f"prepared {s.out_dir}: {s.files} files, {s.documents} documents, {s.sentences} sentences, "
+                       overwrite=args.overwrite, progress=True,  # a bar on a terminal, log lines elsewhere
+                       part=args.part)
+    part = "" if s.part is None else f" (part {s.part[0]}/{s.part[1]}: join all parts with muppets data merge)"
+    print(f"prepared {s.out_dir}{part}: {s.files} files, {s.documents} documents, {s.sentences} sentences, "
           f"{s.tokens} tokens in {s.seconds:.1f} s ({s.tokens_per_second:,.0f} tokens/s); "
           f"{s.empty_documents} empty documents, {s.skipped_files} skipped files, "
           f"{s.skipped_lines} skipped lines")
+    return 0
+
+
+def _part(text: str) -> tuple[int, int]:
+    """``--part I/N``: part I of N, 1-based (``split -n K/N``'s notation)."""
+    index, _, count = text.partition("/")
+    if not (index.strip().isdigit() and count.strip().isdigit()) or not 1 <= int(index) <= int(count):
+        raise argparse.ArgumentTypeError(f"{text!r}: give I/N with 1 <= I <= N, e.g. 2/3 for the second of three parts")
+    return int(index), int(count)
+
+
+def _data_merge(args: argparse.Namespace) -> int:
+    from muppets.data.merge import merge_parts
+
+    s = merge_parts(args.parts, args.out, overwrite=args.overwrite)
+    print(f"merged {s.parts} parts into {s.out_dir}: {s.files} files, {s.documents} documents, "
+          f"{s.sentences} sentences, {s.tokens} tokens in {s.seconds:.1f} s")
     return 0
 
 
@@ -851,7 +870,19 @@ def _add_corpus_parsers(sub: argparse._SubParsersAction) -> None:
                    help="bad input (undecodable bytes, a malformed line, an empty file): strict = stop, naming file and line; skip = count and leave out; replace = as skip, but bad bytes become U+FFFD and the line stays")
     d.add_argument("--overwrite", action="store_true",
                    help="replace a prepared corpus (or fill an empty directory) at --out; nothing else is replaced")
+    d.add_argument("--part", type=_part, default=None, metavar="I/N",
+                   help="prepare only part I of N (1-based) of the documents, one part per machine: a contiguous "
+                        "stretch of the input bytes; muppets data merge joins the N parts into the corpus one machine "
+                        "would prepare, byte for byte")
     d.set_defaults(func=_data_prepare)
+    m = data.add_parser("merge", help="join the parts of a corpus prepared on several machines (data prepare --part)")
+    m.add_argument("parts", nargs="+", metavar="PART_DIR",
+                   help="the N part directories, in any order (refused unless they are parts 1..N of one corpus: "
+                        "same tokenizer, settings and input files)")
+    m.add_argument("--out", required=True, help="the corpus directory to write (an existing one only with --overwrite)")
+    m.add_argument("--overwrite", action="store_true",
+                   help="replace a prepared corpus (or fill an empty directory) at --out; nothing else is replaced")
+    m.set_defaults(func=_data_merge)
     t = data.add_parser("task-text", help="a task split's text without labels, as a jsonl corpus "
                         "(task-adaptive pretraining: continue MLM on it, then fine-tune)")
     t.add_argument("task", help="a registered task (e.g. sst2, conll2003)")

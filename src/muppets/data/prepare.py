@@ -35,7 +35,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from muppets.data.readers import ReadStats, iter_documents, list_files
+from muppets.data.readers import ReadStats, input_bytes, iter_documents, list_files, part_range
 from muppets.data.sentences import split_sentences
 from muppets.data.shards import ShardWriter, tokenizer_fingerprint
 from muppets.data.units import UnitMarker, UnitSpec
@@ -43,12 +43,13 @@ from muppets.errors import ConfigError, DataError
 from muppets.progress import progress_bar
 
 __all__ = ["CorpusTokenizer", "PrepareSummary", "prepare_corpus", "SPECIALS_AS_TEXT", "reads_specials_as_text",
-           "SOURCE_FILES", "source_files", "source_difference"]
+           "SOURCE_FILES", "PART", "source_files", "source_difference", "check_part"]
 
 logger = logging.getLogger(__name__)
 
 SPECIALS_AS_TEXT = "special_strings_as_text"  # meta.json: special-token strings in the text were encoded as text
 SOURCE_FILES = "source_files"  # meta.json: [{path (resolved), size, mtime_ns}] of every input file read
+PART = "part"  # meta.json of one part of a corpus prepared on several machines (muppets.data.merge)
 Chunk = list[list[str]]  # documents, each a list of paragraphs
 Encoded = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]  # tokens (T,), lengths (S,), counts (D,), units (T,)
 
@@ -85,6 +86,7 @@ class PrepareSummary:
     skipped_lines: int  # undecodable/malformed lines skipped (errors != "strict")
     replaced: int  # undecodable byte sequences replaced (errors="replace")
     seconds: float  # wall-clock time
+    part: tuple[int, int] | None = None  # (I, N): part I of N (muppets.data.merge joins them)
 
     @property
     def tokens_per_second(self) -> float:
@@ -106,6 +108,7 @@ def prepare_corpus(
     overwrite: bool = False,
     tokenizer_factory: Callable[[str], CorpusTokenizer] | None = None,
     units: UnitSpec | None = None,
+    part: tuple[int, int] | None = None,
 ) -> PrepareSummary:
     """Read, sentence-split and tokenize ``inputs`` into a prepared corpus at ``out_dir``.
 
@@ -124,6 +127,10 @@ def prepare_corpus(
             picklable. Default: ``type(tokenizer).from_json``, else ``WordPieceTokenizer.from_json``.
         units: also store masking units (words, phrases, entities: :mod:`muppets.data.units`)
             as ``units.bin``; needs a tokenizer with ``encode_text_with_words`` (WordPiece).
+        part: ``(I, N)``: prepare only part I of N (1-based) of the documents, for one of N
+            machines (:class:`muppets.data.readers.KeyRange`: a contiguous stretch of the input
+            bytes); :func:`muppets.data.merge.merge_parts` joins the N parts into the corpus
+            that preparing everything gives, byte for byte. ``meta.json`` records the part.
     """
     started = time.perf_counter()
     inputs = [inputs] if isinstance(inputs, (str, Path)) else list(inputs)
@@ -132,7 +139,13 @@ def prepare_corpus(
     total_bytes = sum(f["size"] for f in sources)
     workers = workers or _usable_cpus()
     stats = ReadStats()
-    documents = iter_documents(files, fmt, errors=errors, text_field=text_field, stats=stats)
+    keys, part_meta = None, {}
+    if part is not None:
+        key_bytes = input_bytes(files)
+        keys = part_range(*check_part(part), key_bytes)
+        part_meta = {PART: {"index": part[0], "count": part[1], "key_range": [keys.lo, keys.hi],
+                            "input_bytes": key_bytes, "errors": errors, "text_field": text_field}}
+    documents = iter_documents(files, fmt, errors=errors, text_field=text_field, stats=stats, part=keys)
     chunks = chunk_documents(documents, batch_docs, batch_chars)
     tokenizer_json = tokenizer.to_json()
     if units is not None and not hasattr(tokenizer, "encode_text_with_words"):
@@ -143,16 +156,32 @@ def prepare_corpus(
                      tokenizer_sha256=tokenizer_fingerprint(tokenizer_json),
                      overwrite=overwrite, units=units is not None) as writer:
         with _encoder(tokenizer, tokenizer_json, tokenizer_factory, workers, units) as encode_all:
-            _write_all(writer, encode_all(chunks), stats, total_bytes, progress)
+            _write_all(writer, encode_all(chunks), stats, total_bytes if keys is None else keys.span(key_bytes),
+                       progress)
         extra = {} if units is None else {"units": units.describe()}
         writer.finish({"skipped": _skipped(stats), "files": stats.files,
                        "input_bytes": total_bytes, "input_format": fmt, SPECIALS_AS_TEXT: True,
-                       SOURCE_FILES: sources, **extra})
+                       SOURCE_FILES: sources, **extra, **part_meta})
     summary = _summarize(writer, stats, total_bytes, time.perf_counter() - started)
-    logger.info("prepared %s: %d files, %d documents, %d sentences, %d tokens in %.1f s "
-                "(%.0f tokens/s)", summary.out_dir, summary.files, summary.documents,
-                summary.sentences, summary.tokens, summary.seconds, summary.tokens_per_second)
+    summary.part = None if part is None else (part[0], part[1])
+    logger.info("prepared %s%s: %d files, %d documents, %d sentences, %d tokens in %.1f s "
+                "(%.0f tokens/s)", summary.out_dir, "" if part is None else f" (part {part[0]}/{part[1]})",
+                summary.files, summary.documents, summary.sentences, summary.tokens, summary.seconds,
+                summary.tokens_per_second)
     return summary
+
+
+def check_part(part: tuple[int, int]) -> tuple[int, int]:
+    """``part`` as ``(I, N)`` with ``1 <= I <= N`` (else :class:`ConfigError`)."""
+    try:
+        index, count = part
+    except (TypeError, ValueError):
+        raise ConfigError(f"part must be (I, N), e.g. (2, 3) for the second of three, got {part!r}") from None
+    if not (isinstance(index, int) and isinstance(count, int) and not isinstance(index, bool)
+            and not isinstance(count, bool) and 1 <= index <= count):
+        raise ConfigError(f"part {index}/{count}: I and N are whole numbers with 1 <= I <= N "
+                          "(part 1/3 is the first of three)")
+    return index, count
 
 
 def source_files(files: Iterable[Path]) -> list[dict[str, Any]]:

@@ -73,8 +73,8 @@ from muppets.data.formats import compression_of, container_of, iter_byte_lines, 
 from muppets.data.languages import line_paragraphs, tei_paragraphs, wrapped_paragraphs, zhwiki_paragraphs
 from muppets.errors import DataError
 
-__all__ = ["Document", "ReadStats", "FORMATS", "CORPUS_FORMATS", "ERROR_MODES", "list_files",
-           "detect_format", "iter_documents"]
+__all__ = ["Document", "ReadStats", "KeyRange", "FORMATS", "CORPUS_FORMATS", "ERROR_MODES", "list_files",
+           "input_bytes", "part_range", "detect_format", "iter_documents"]
 
 logger = logging.getLogger(__name__)
 
@@ -110,6 +110,63 @@ class ReadStats:
     skipped_lines: int = 0  # undecodable / malformed lines skipped (errors != "strict")
     replaced: int = 0  # undecodable byte sequences replaced by U+FFFD (errors="replace")
     formats: dict[str, int] = field(default_factory=dict)  # files per detected format
+
+    _COUNTERS = ("files", "documents", "empty_documents", "skipped_files", "skipped_lines", "replaced")
+
+    def add_since(self, now: ReadStats, then: ReadStats) -> None:
+        """Add the counters ``now`` gained since ``then`` (``bytes_read`` aside)."""
+        for name in self._COUNTERS:
+            setattr(self, name, getattr(self, name) + getattr(now, name) - getattr(then, name))
+        for kind, count in now.formats.items():
+            if count != then.formats.get(kind, 0):
+                self.formats[kind] = self.formats.get(kind, 0) + count - then.formats.get(kind, 0)
+
+    def copy(self) -> ReadStats:
+        return ReadStats(**{**self.__dict__, "formats": dict(self.formats)})
+
+
+@dataclass(frozen=True)
+class KeyRange:
+    """The documents one part of a corpus prepared on several machines reads (``--part I/N``).
+
+    A document's *key* is :attr:`ReadStats.bytes_read` when the reader yields it: the raw bytes
+    on disk read so far over the concatenated input files. Keys never decrease along the stream
+    and depend only on the files and this module, so every machine computes the same ones; a
+    part owns the keys in ``[lo, hi)`` (``hi=None``: no upper end), a contiguous stretch of the
+    stream. A compressed or columnar file's documents all have the key of the file's start
+    (its bytes count when it is done), so such a file goes whole to one part.
+    """
+
+    lo: int = 0
+    hi: int | None = None
+
+    def __contains__(self, key: int) -> bool:
+        return self.lo <= key and (self.hi is None or key < self.hi)
+
+    def after(self, key: int) -> bool:
+        """Whether ``key`` (and so every later one) lies past the range."""
+        return self.hi is not None and key >= self.hi
+
+    def span(self, total: int) -> int:
+        """Bytes of a ``total``-byte input inside the range (for progress)."""
+        return max(0, (total if self.hi is None else min(self.hi, total)) - self.lo)
+
+    def progress(self, key: int) -> int:
+        """Bytes of the range read once the stream is at ``key``."""
+        return max(0, (key if self.hi is None else min(key, self.hi)) - self.lo)
+
+
+def input_bytes(files: Iterable[Path]) -> int:
+    """The bytes on disk of ``files`` (as :func:`list_files` gives them): the key space."""
+    return sum(_size(Path(f)) for f in files)
+
+
+def part_range(index: int, count: int, total: int) -> KeyRange:
+    """The keys part ``index`` of ``count`` (1-based, like ``split -n K/N``) owns in a
+    ``total``-byte input: ``[floor((I-1)·B/N), floor(I·B/N))``, the last part up to the end."""
+    if not (isinstance(index, int) and isinstance(count, int) and 1 <= index <= count):
+        raise ValueError(f"part {index}/{count}: need 1 <= I <= N (e.g. 2/3)")
+    return KeyRange((index - 1) * total // count, None if index == count else index * total // count)
 
 
 @dataclass
@@ -211,6 +268,7 @@ def iter_documents(
     errors: str = "strict",
     text_field: str = "text",
     stats: ReadStats | None = None,
+    part: KeyRange | tuple[int, int] | None = None,
 ) -> Iterator[Document]:
     """Yield the non-empty documents of ``paths`` (files or directories) in order, streaming.
 
@@ -220,18 +278,73 @@ def iter_documents(
         errors: ``"strict"``, ``"skip"`` or ``"replace"`` (see the module docstring).
         text_field: the jsonl field holding the text.
         stats: counters to fill in (files, bytes, empty documents, skipped, replaced).
+        part: only the documents whose key lies in this :class:`KeyRange` (or part ``(I, N)``:
+            :func:`part_range`). Files wholly before the range are not opened, reading stops
+            at the first key past it, and ``stats`` holds this part's share of the counters:
+            summed over the parts of a partition they are those of reading everything.
+            ``stats.bytes_read`` then counts the range's bytes read.
     """
     _check_choice("errors", errors, ERROR_MODES)
     stats = stats if stats is not None else ReadStats()
-    for path in list_files(paths, fmt):
+    files = list_files(paths, fmt)
+    if part is not None:
+        keys = part if isinstance(part, KeyRange) else part_range(*part, input_bytes(files))
+        yield from _part_documents(files, fmt, errors, text_field, stats, keys)
+        return
+    for path in files:
         ctx = _Context(path, errors, stats, text_field)
         for doc in _file_documents(ctx, fmt):
-            if doc.paragraphs:
-                stats.documents += 1
+            if _counted(stats, doc):
                 yield doc
-            else:
-                stats.empty_documents += 1
-                logger.debug("empty document skipped: %s", doc.source)
+
+
+def _counted(stats: ReadStats, doc: Document) -> bool:
+    """Count ``doc`` as a document or an empty one; whether it is to be yielded."""
+    if doc.paragraphs:
+        stats.documents += 1
+        return True
+    stats.empty_documents += 1
+    logger.debug("empty document skipped: %s", doc.source)
+    return False
+
+
+def _part_documents(files: list[Path], fmt: str, errors: str, text_field: str, stats: ReadStats,
+                    keys: KeyRange) -> Iterator[Document]:
+    """:func:`iter_documents` of the documents whose key is in ``keys``. The files are read with
+    counters of their own (``seen``); what they gain up to an event — a document, empty or not,
+    or a file's end — is this part's when the event's key is in ``keys``: every change of a
+    counter goes to exactly one part, the same on every machine."""
+    seen, taken = ReadStats(), ReadStats()  # the stream's counters; those already given out
+
+    def event(key: int) -> bool:
+        nonlocal taken
+        mine = key in keys
+        if mine:
+            stats.add_since(seen, taken)
+        taken = seen.copy()
+        stats.bytes_read = keys.progress(key)
+        return mine
+
+    start = 0
+    for path in files:
+        end = start + _size(path)
+        if keys.after(start):
+            return
+        if end < keys.lo:  # every key of the file is <= end: none is ours
+            start = end
+            stats.bytes_read = keys.progress(end)
+            continue
+        seen.bytes_read = start
+        for doc in _file_documents(_Context(path, errors, seen, text_field), fmt):
+            if keys.after(seen.bytes_read):
+                return
+            wanted = _counted(seen, doc)
+            if event(seen.bytes_read) and wanted:
+                yield doc
+        if keys.after(end):
+            return
+        event(end)
+        start = end
 
 
 def detect_format(path: str | Path) -> str:
@@ -247,11 +360,12 @@ def detect_format(path: str | Path) -> str:
 
 def _file_documents(ctx: _Context, fmt: str) -> Iterator[Document]:
     kind = _file_format(ctx, fmt)
+    done = ctx.stats.bytes_read + _size(ctx.path)
     if kind is None:
+        ctx.stats.bytes_read = done  # a skipped file's bytes count too: keys are cumulative sizes
         return
     ctx.stats.files += 1
     ctx.stats.formats[kind] = ctx.stats.formats.get(kind, 0) + 1
-    done = ctx.stats.bytes_read + _size(ctx.path)
     entry = CORPUS_FORMATS[kind]
     yield from entry.parse(ctx) if entry.columnar else entry.parse(ctx, _read_lines(ctx))
     ctx.stats.bytes_read = done  # count the whole file, even a skipped Gutenberg footer

@@ -26,7 +26,7 @@ import torch
 from torch import nn
 
 from muppets.config import load_typed, override_keys, to_dict, write_json_atomic
-from muppets.data.prepare import (SPECIALS_AS_TEXT, CorpusTokenizer, prepare_corpus, reads_specials_as_text,
+from muppets.data.prepare import (PART, SPECIALS_AS_TEXT, CorpusTokenizer, prepare_corpus, reads_specials_as_text,
                                   source_difference)
 from muppets.data.readers import iter_documents
 from muppets.data.shards import TokenCorpus, corpus_meta, tokenizer_fingerprint
@@ -333,6 +333,7 @@ def prepare_once(sec: CorpusSection, tok: CorpusTokenizer, run_dir: Path) -> Tok
     fingerprint = tokenizer_fingerprint(tok.to_json())
     units = sec.units()
     meta = corpus_meta(out)
+    _check_whole(out, meta)
     _check_sources(out, meta, sec)
     found = meta.get("tokenizer_sha256") if meta is not None else None
     old_text = found == fingerprint and not reads_specials_as_text(meta, tok)
@@ -349,6 +350,16 @@ def prepare_once(sec: CorpusSection, tok: CorpusTokenizer, run_dir: Path) -> Tok
                    workers=sec.workers or None, errors=sec.errors, overwrite=is_own, units=units,
                    progress=True)  # a bar on a terminal, a line every 30 s in a log file
     return TokenCorpus(out)
+
+
+def _check_whole(out: Path, meta: dict | None) -> None:
+    """A part of a corpus prepared on several machines (``data prepare --part``, meta.json
+    ``part``) holds only some of the documents: training on it as the corpus is refused."""
+    part = (meta or {}).get(PART)
+    if part is not None:
+        raise ConfigError(f"{out} is a part of a corpus ({part.get('index')}/{part.get('count')}), not the whole "
+                          "corpus; merge the parts first: muppets data merge PART_DIR... --out DIR, then name DIR in "
+                          "corpus.prepared")
 
 
 def _check_sources(out: Path, meta: dict | None, sec: CorpusSection) -> None:
