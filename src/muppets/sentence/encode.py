@@ -49,6 +49,8 @@ def backbone_top(backbone: torch.nn.Module, ids: torch.Tensor, mask: torch.Tenso
 class SentenceModel:
     """A model directory (or ``minilm``) + its sentence head: :meth:`encode` texts to vectors."""
 
+    device = torch.device("cpu")  # where the inputs go (an ONNX subclass runs on the CPU)
+
     def __init__(self, model: str | Path, pooling: str = "", normalize: bool | None = None,
                  device: str = "cpu") -> None:
         from muppets import families

@@ -128,8 +128,10 @@ class SentenceEncoder(Engine):
         return list(vectors.cpu().numpy())
 
     def padded(self, rows: Sequence[Sequence[int]]) -> tuple[torch.Tensor, torch.Tensor]:
-        """:func:`pad_right` ids and mask ``(B, T)``, on the model's device."""
-        device = next(self.backbone.parameters()).device
+        """:func:`pad_right` ids and mask ``(B, T)``, on the model's device (an ONNX engine has
+        no torch backbone: the CPU)."""
+        torch_model = isinstance(self.backbone, torch.nn.Module)
+        device = next(self.backbone.parameters()).device if torch_model else torch.device("cpu")
         ids, mask = pad_right(rows, self.pad_id)
         return move(ids, device), move(mask, device)
 
