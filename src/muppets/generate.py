@@ -155,10 +155,12 @@ def generate(model, prompts: Sequence[Sequence[int]], cfg: GenerationConfig | No
 def _sample(model, prompts, cfg: GenerationConfig, on_token: OnToken | None, should_stop) -> list[list[int]]:
     """Greedy or sampled decoding of all rows at once; a finished row is fed end-of-text."""
     eos = model.cfg.eos_token_id
-    ids, mask = left_pad(prompts, eos)
+    device = _device_of(model)
+    ids, mask = (t.to(device) for t in left_pad(prompts, eos))
     B = ids.shape[0]
     cache = model.backbone.new_cache(B, ids.shape[1] + cfg.max_new_tokens)
-    generator = torch.Generator().manual_seed(cfg.seed) if cfg.seed is not None and cfg.do_sample else None
+    generator = (torch.Generator(device).manual_seed(cfg.seed)
+                 if cfg.seed is not None and cfg.do_sample else None)
     seen, seen_mask = ids, mask
     out: list[list[int]] = [[] for _ in range(B)]
     done = [False] * B
@@ -176,7 +178,7 @@ def _sample(model, prompts, cfg: GenerationConfig, on_token: OnToken | None, sho
     for step in range(cfg.max_new_tokens):
         nxt = next_tokens(ids, mask) if step == 0 else next_tokens(nxt[:, None], None)
         if any(done):
-            nxt = torch.where(torch.tensor(done), torch.full_like(nxt, eos), nxt)
+            nxt = torch.where(torch.tensor(done, device=device), torch.full_like(nxt, eos), nxt)
         for row, token in enumerate(nxt.tolist()):
             if not done[row]:
                 done[row] = _take(row, token, out, cfg, eos, on_token, should_stop)
@@ -184,8 +186,13 @@ def _sample(model, prompts, cfg: GenerationConfig, on_token: OnToken | None, sho
             break
         if cfg.repetition_penalty != 1.0:
             seen = torch.cat([seen, nxt[:, None]], 1)
-            seen_mask = torch.cat([seen_mask, torch.ones(B, 1, dtype=torch.bool)], 1)
+            seen_mask = torch.cat([seen_mask, torch.ones(B, 1, dtype=torch.bool, device=device)], 1)
     return out
+
+
+def _device_of(model) -> torch.device:
+    """Where the model's weights are: the prompts, the cache and the sampling generator go there."""
+    return next(model.parameters()).device
 
 
 def _take(row: int, token: int, out: list[list[int]], cfg: GenerationConfig, eos: int,
@@ -225,12 +232,12 @@ class _Hypotheses:
 
 def _beam_search(model, prompts, cfg: GenerationConfig) -> list[list[int]]:
     """Keep ``num_beams`` best partial outputs per prompt by summed log probability."""
-    eos, K = model.cfg.eos_token_id, cfg.num_beams
-    ids, mask = left_pad(prompts, eos)
+    eos, K, device = model.cfg.eos_token_id, cfg.num_beams, _device_of(model)
+    ids, mask = (t.to(device) for t in left_pad(prompts, eos))
     P = ids.shape[0]
     ids, mask = ids.repeat_interleave(K, 0), mask.repeat_interleave(K, 0)  # (P*K, T)
     cache = model.backbone.new_cache(P * K, ids.shape[1] + cfg.max_new_tokens)
-    scores = torch.zeros(P, K)
+    scores = torch.zeros(P, K, device=device)
     scores[:, 1:] = float("-inf")  # the K copies start equal: only one may expand at step 1
     beams: list[list[int]] = [[] for _ in range(P * K)]
     hyps = [_Hypotheses(K, cfg.length_penalty) for _ in range(P)]
@@ -242,16 +249,17 @@ def _beam_search(model, prompts, cfg: GenerationConfig) -> list[list[int]]:
         logp = penalise_repetition(logp, seen, seen_mask, cfg.repetition_penalty)
         logp = logp.view(P, K, -1) + scores[:, :, None]  # (P, K, V)
         V = logp.shape[-1]
-        top, flat = logp.view(P, K * V).topk(2 * K, dim=-1)  # (P, 2K)
+        top, flat = (t.cpu() for t in logp.view(P, K * V).topk(2 * K, dim=-1))  # (P, 2K), read one by one on the host
         parents, tokens, scores = _select(top, flat // V, flat % V, beams, hyps, done, K, eos, cfg, step + 1)
         if all(done):
             break
         beams = [beams[int(p)] + [int(t)] for p, t in zip(parents, tokens)]
         if step + 1 == cfg.max_new_tokens:  # no logits needed after the last token
             break
+        parents, tokens, scores = parents.to(device), tokens.to(device), scores.to(device)
         cache.reorder(parents)
         seen = torch.cat([seen.index_select(0, parents), tokens[:, None]], 1)
-        seen_mask = torch.cat([seen_mask.index_select(0, parents), torch.ones(P * K, 1, dtype=torch.bool)], 1)
+        seen_mask = torch.cat([seen_mask.index_select(0, parents), torch.ones(P * K, 1, dtype=torch.bool, device=device)], 1)
         logits = model.next_token_logits(tokens[:, None], None, cache)
     for p in range(P):
         if not done[p]:

@@ -46,6 +46,7 @@ from muppets.multitask.weighting import ADAPTIVE, TaskWeighting
 from muppets.nn.block import init_weights
 from muppets.tasks.spec import TaskData, TaskSpec
 from muppets.train import Trainer, seed_everything
+from muppets.train.device import pick_device
 from muppets.train.distributed import barrier, init_distributed
 from muppets.transfer import finetune as ft
 from muppets.transfer.features import Feature, make_features
@@ -203,7 +204,7 @@ def run(cfg: MultitaskConfig, resume: bool = True, datas: dict[str, TaskData] | 
     datas = datas or load_datas(cfg)
     model_dir = ft.resolve_model(base.model)
     tok = load_tokenizer(model_dir)
-    tasks = _build_tasks(cfg, datas, model_dir, tok, ft.task_device(base.device, dist.local_rank))
+    tasks = _build_tasks(cfg, datas, model_dir, tok, pick_device(base.device, dist.local_rank))
     groups = _groups(cfg, tasks, tok.pad_id)
     epoch_steps = _epoch_steps(cfg, groups)
     steps = cfg.steps or base.epochs * epoch_steps

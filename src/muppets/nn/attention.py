@@ -10,6 +10,7 @@ from torch import nn
 
 from muppets.nn.decode import linear
 from muppets.nn.dropout import dropout as fast_dropout
+from muppets.nn.dropout import is_suppressed as dropout_suppressed
 from muppets.nn.kv_cache import LayerCache
 from muppets.nn.packing import Packing
 
@@ -62,11 +63,12 @@ class SelfAttention(nn.Module):
         elif cache is not None:
             k, v = cache.append(k, v)  # (B, heads, S, hd)
             y = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask)
-        elif self.training and self.dropout > 0.0:
+        elif self.training and self.dropout > 0.0 and q.device.type == "cpu":
             y = _attention_with_dropout(q, k, v, attn_mask, self.dropout, self.causal)
         else:
-            y = F.scaled_dot_product_attention(
-                q, k, v, attn_mask=_merge_causal(attn_mask, T, self.causal),
+            y = F.scaled_dot_product_attention(  # on a GPU, training dropout too: its fused kernels
+                q, k, v, attn_mask=_merge_causal(attn_mask, T, self.causal),  # draw the mask inside
+                dropout_p=self.dropout if self.training and not dropout_suppressed() else 0.0,
                 is_causal=self.causal and attn_mask is None,
             )  # (B, heads, T, hd)
         y = y.transpose(1, 2).reshape(B, T, H)  # (B, T, H)

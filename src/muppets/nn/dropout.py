@@ -35,6 +35,11 @@ def suppressed() -> Iterator[None]:
         _LOCAL.off = previous
 
 
+def is_suppressed() -> bool:
+    """True inside :func:`suppressed` on this thread."""
+    return getattr(_LOCAL, "off", False)
+
+
 def _uniform16(shape: torch.Size, device: torch.device) -> torch.Tensor:
     """int16 values uniform on [-32768, 32767]: four per 64-bit draw of the global generator."""
     n = 1
@@ -55,7 +60,7 @@ def dropout_mask(shape: torch.Size, p: float, device: torch.device) -> torch.Ten
 
 def dropout(x: torch.Tensor, p: float, training: bool) -> torch.Tensor:
     """Inverted dropout: zero with probability ``p``, scale survivors by ``1 / (1 - p)``."""
-    if not training or p == 0.0 or getattr(_LOCAL, "off", False):
+    if not training or p == 0.0 or is_suppressed():
         return x
     if x.device.type != "cpu":
         return F.dropout(x, p, True)

@@ -36,6 +36,7 @@ from muppets.interop.model_card import Provenance
 from muppets.paths import resolve_data_path, resolve_model_path
 from muppets.train import TrainConfig
 from muppets.train.distributed import any_rank, dist_info, init_distributed
+from muppets.train.device import pick_device
 from muppets.train.rundir import changed_settings, check_start, describe, run_lock
 from muppets.train.schedule import SCALED_WITH_STEPS, scale_with_steps
 
@@ -391,13 +392,6 @@ def _not_reusable(out: Path, found: str | None, fingerprint: str, old_text: bool
 
 
 # ----------------------------------------------------------------------------- device
-
-
-def pick_device(name: str, local_rank: int) -> torch.device:
-    """``auto`` = this rank's GPU when CUDA is available, else the CPU; or a torch device name."""
-    if name == "auto":
-        return torch.device(f"cuda:{local_rank}" if torch.cuda.is_available() else "cpu")
-    return torch.device(name)
 
 
 def seeded_model(cfg: RunSection, build: Callable[[], nn.Module]) -> nn.Module:

@@ -26,6 +26,7 @@ from muppets.data.shards import TokenCorpus
 from muppets.errors import ConfigError
 from muppets.recipes.common import RunSection
 from muppets.train import StepData, Trainer
+from muppets.train.device import to_device
 from muppets.train.distributed import dist_info
 
 Batch = dict[str, torch.Tensor]
@@ -112,7 +113,7 @@ def _term_sums(model: nn.Module, batches: Sequence[Batch]) -> dict[str, list[flo
     sums: dict[str, list[float]] = {}
     device = next(model.parameters()).device
     for batch in batches:
-        out = model(**{k: v.to(device) for k, v in batch.items()})
+        out = model(**to_device(batch, device))
         for term, loss in out.loss_sums.items():
             acc = sums.setdefault(term, [0.0, 0.0, 0.0])
             acc[0] += float(loss)

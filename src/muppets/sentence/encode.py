@@ -26,6 +26,7 @@ from muppets.errors import ConfigError
 from muppets.interop.model_card import Provenance, write_model_card
 from muppets.sentence.head import SETTINGS_FILES, read_head, write_head
 from muppets.sentence.modules import read_json, write_json
+from muppets.train.device import move, pick_device
 
 log = logging.getLogger(__name__)
 
@@ -48,15 +49,19 @@ def backbone_top(backbone: torch.nn.Module, ids: torch.Tensor, mask: torch.Tenso
 class SentenceModel:
     """A model directory (or ``minilm``) + its sentence head: :meth:`encode` texts to vectors."""
 
-    def __init__(self, model: str | Path, pooling: str = "", normalize: bool | None = None) -> None:
+    device = torch.device("cpu")  # where the inputs go (an ONNX subclass runs on the CPU)
+
+    def __init__(self, model: str | Path, pooling: str = "", normalize: bool | None = None,
+                 device: str = "cpu") -> None:
         from muppets import families
         from muppets.paths import resolve_model_path
 
         self.source = resolve_model_path(model)
         self.family = families.of_directory(self.source)
-        self.model = self.family.load(self.source).eval()
+        self.device = pick_device(device)  # cpu | cuda | cuda:N
+        self.model = self.family.load(self.source).to(self.device).eval()
         self.tok = self.family.tokenizer(self.source)
-        self.head = read_head(self.source, pooling, normalize).eval()
+        self.head = read_head(self.source, pooling, normalize).to(self.device).eval()
         self.head.check(int(self.model.cfg.hidden_size), self.source)
         positions = int(self.model.cfg.max_position_embeddings)
         self.max_tokens = min(positions, self.head.max_seq_length or positions)
@@ -74,8 +79,8 @@ class SentenceModel:
         rows, out = self.token_ids(texts), []
         with torch.inference_mode():
             for start in range(0, len(rows), batch_size):
-                ids, mask = pad_right(rows[start: start + batch_size], self.tok.pad_id)  # (B, T)
-                out.append(self.head(self.top_layer(ids, mask), mask).numpy())  # (B, D)
+                ids, mask = (move(t, self.device) for t in pad_right(rows[start: start + batch_size], self.tok.pad_id))
+                out.append(self.head(self.top_layer(ids, mask), mask).cpu().numpy())  # (B, D)
         return np.concatenate(out) if out else np.zeros((0, self.head.dim()), np.float32)
 
     def top_layer(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

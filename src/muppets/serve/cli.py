@@ -43,6 +43,8 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
                    help="BERT encoders: bf16 keeps the linear layers' weights in bf16 and runs them in autocast "
                         "(faster on CPUs with AVX512-BF16 / AMX; the vectors differ slightly from float32, "
                         "BENCHMARKS.md has the measured gap); implies the torch backend")
+    s.add_argument("--device", default=d.device,
+                   help="cpu (default), cuda or cuda:N: where the model runs (implies the torch backend on a GPU)")
     s.add_argument("--api-key", default="", help="require 'Authorization: Bearer KEY' (or set MUPPETS_API_KEY)")
     s.add_argument("--max-inputs", type=int, default=d.max_inputs, help="inputs per request at most (413 beyond)")
     s.add_argument("--max-chars", type=int, default=d.max_chars, help="characters per input at most (413 beyond)")
@@ -65,7 +67,7 @@ def config_from_args(args: argparse.Namespace) -> ServeConfig:
     return ServeConfig(model_dir=settle_model(args), host=args.host, port=args.port, model_name=args.model_name,
                        max_batch_tokens=args.max_batch_tokens, max_batch_size=args.max_batch_size,
                        max_wait_ms=args.max_wait_ms, queue_size=args.queue_size, threads=args.threads,
-                       backend=args.backend, precision=args.precision,
+                       backend=args.backend, precision=args.precision, device=args.device,
                        api_key=args.api_key, max_inputs=args.max_inputs, max_chars=args.max_chars,
                        max_body_bytes=args.max_body_bytes, max_new_tokens=args.max_new_tokens,
                        pooling=args.pooling or "", normalize=args.normalize,

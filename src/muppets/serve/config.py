@@ -24,6 +24,7 @@ class ServeConfig:
     queue_size: int = 1024  # inputs waiting at most; beyond, requests get 503 + Retry-After (must be >= max_inputs)
     threads: int = 0  # torch (and onnxruntime) intra-op threads (0 = the default: one per core)
     backend: str = "auto"  # torch | onnx (an export: muppets export onnx) | auto (the faster of both, measured at startup)
+    device: str = "cpu"  # cpu | cuda | cuda:N: where torch engines run (onnx runs on the CPU)
     precision: str = "float32"  # BERT encoders: float32 | bf16 (linear weights in bf16 under autocast; torch backend only)
     api_key: str = ""  # if set, every route but /health needs "Authorization: Bearer <key>" (env MUPPETS_API_KEY)
     max_inputs: int = 256  # inputs one request may carry, completions: prompts x n (413 beyond)

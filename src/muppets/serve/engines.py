@@ -37,6 +37,7 @@ from muppets.serve.batcher import Work
 from muppets.serve.config import ServeConfig
 from muppets.serve.errors import ApiError
 from muppets.sentence import SentenceHead, read_head
+from muppets.train.device import move, pick_device
 
 log = logging.getLogger(__name__)
 
@@ -121,10 +122,18 @@ class SentenceEncoder(Engine):
 
     def embed_rows(self, rows: Sequence[Sequence[int]]) -> list[np.ndarray]:
         """Sentence vectors ``(H,)`` float32 of id rows (one padded forward pass)."""
-        ids, mask = pad_right(rows, self.pad_id)
+        ids, mask = self.padded(rows)
         with torch.inference_mode():
             vectors = self.head(self.forward(ids, mask).float(), mask)  # (B, D)
-        return list(vectors.numpy())
+        return list(vectors.cpu().numpy())
+
+    def padded(self, rows: Sequence[Sequence[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+        """:func:`pad_right` ids and mask ``(B, T)``, on the model's device (an ONNX engine has
+        no torch backbone: the CPU)."""
+        torch_model = isinstance(self.backbone, torch.nn.Module)
+        device = next(self.backbone.parameters()).device if torch_model else torch.device("cpu")
+        ids, mask = pad_right(rows, self.pad_id)
+        return move(ids, device), move(mask, device)
 
     def run(self, key: Hashable, items: list[Work]) -> list[Any]:
         return self.embed_rows([w.payload for w in items])
@@ -141,7 +150,7 @@ class Encoder(SentenceEncoder):
 
         family = families.of_directory(source)
         self.kind = family.name
-        self.model = family.load(source).eval()
+        self.model = family.load(source).to(pick_device(cfg.device)).eval()
         self.bf16 = cfg.precision == "bf16"
         if self.bf16:
             to_bf16_linears(self.model.backbone)
@@ -163,7 +172,7 @@ class Encoder(SentenceEncoder):
                 for i, ids in enumerate(self.tok.encode_batch(texts))]
 
     def forward(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.bf16):
+        with torch.autocast(ids.device.type, dtype=torch.bfloat16, enabled=self.bf16):
             top = self.backbone(ids, torch.zeros_like(ids), mask, unpad=True).layers[-1]  # (B, T, H)
         return top.float()  # heads and pooling stay float32
 
@@ -229,7 +238,7 @@ class LMEngine(SentenceEncoder):
         from muppets.interop.hf_gpt import load_hf_gpt
         from muppets.tokenizers import ByteLevelBPETokenizer
 
-        self.model = load_hf_gpt(source).eval()
+        self.model = load_hf_gpt(source).to(pick_device(cfg.device)).eval()
         self.tok = ByteLevelBPETokenizer.load(source)
         self.positions = self.model.cfg.max_position_embeddings
         super().__init__(source, self.model.backbone, read_head(source, cfg.pooling, cfg.normalize),
@@ -301,7 +310,7 @@ class WordEngine(Engine):
 def load_engine(cfg: ServeConfig) -> Engine:
     """The engine for ``cfg.model_dir`` (see the module docstring's table) on ``cfg.backend``
     (``onnx`` / ``auto``: :func:`muppets.serve.onnx_backend.load_with_backend`; bf16 runs in torch)."""
-    if cfg.backend == "torch" or cfg.precision != "float32":
+    if cfg.backend == "torch" or cfg.precision != "float32" or cfg.device != "cpu":
         return load_torch_engine(cfg)
     from muppets.serve.onnx_backend import load_with_backend
 

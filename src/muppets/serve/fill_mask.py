@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from muppets.serve.batcher import Work
-from muppets.serve.engines import FILL, Encoder, pad_right
+from muppets.serve.engines import FILL, Encoder
 from muppets.serve.errors import ApiError
 
 
@@ -40,13 +40,13 @@ def fill_items(engine: Encoder, texts: Sequence[str], top_k: int, truncate: bool
 def fill_masks(engine: Encoder, items: list[Work]) -> list[Any]:
     """Worker thread: per input, per mask, the top-k candidates."""
     rows = [w.payload.ids for w in items]
-    ids, mask = pad_right(rows, engine.pad_id)
+    ids, mask = engine.padded(rows)
     k = min(max(w.payload.top_k for w in items), engine.model.cfg.vocab_size)
     with torch.inference_mode():
         hidden = engine.forward(ids, mask)  # (B, T, H)
         where = ids == engine.tok.mask_id  # (B, T)
         probs = engine.model.mlm(hidden[where]).float().softmax(-1)  # (M, V): masks in row-major order
-        scores, tokens = probs.topk(k, dim=-1)  # (M, k)
+        scores, tokens = (t.cpu() for t in probs.topk(k, dim=-1))  # (M, k), read on the host
     out, m = [], 0
     for w in items:
         positions = [t for t, i in enumerate(w.payload.ids) if i == engine.tok.mask_id]

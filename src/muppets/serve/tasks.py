@@ -38,6 +38,7 @@ from muppets.serve.batcher import Work
 from muppets.serve.config import ServeConfig
 from muppets.serve.engines import PREDICT, Engine
 from muppets.serve.errors import ApiError
+from muppets.train.device import pick_device
 from muppets.transfer.entities import WordProbs
 from muppets.transfer.predict import Predictor
 
@@ -61,7 +62,7 @@ class TaskEngine(Engine):
             raise ConfigError(f"--pooling / --normalize shape embeddings; {source} is a fine-tuned task model, served "
                               "at /predict with its own head")
         super().__init__(source)
-        self.predictor = Predictor(source, batch_size=cfg.max_batch_size)
+        self.predictor = Predictor(source, batch_size=cfg.max_batch_size, device=str(pick_device(cfg.device)))
         self.kind = self.predictor.kind
         self.max_len = self.predictor.features.max_seq_len
 

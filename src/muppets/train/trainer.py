@@ -55,6 +55,7 @@ from muppets.train.checkpoint import (
     restore_rng,
     save_checkpoint,
 )
+from muppets.train.device import to_device
 from muppets.train.distributed import all_gather, all_reduce_sum, any_rank, barrier, init_distributed
 from muppets.train.logger import RunLogger, read_log
 from muppets.train.optim import build_optimizer, is_clipped
@@ -551,14 +552,14 @@ class Trainer:
     def _forward_backward(self, batches: list[dict[str, torch.Tensor]], counts: dict[str, float]) -> dict[str, float]:
         """Backpropagate ``world * sum_k loss_sums[k] / N_k`` per micro-batch; return global sums."""
         keys = sorted(counts)
-        local = torch.zeros(len(keys), dtype=torch.float64)
-        for index, batch in enumerate(batches):
+        local = torch.zeros(len(keys), dtype=torch.float64, device=self._device)  # summed on the device:
+        for index, batch in enumerate(batches):  # one copy to the host per update, not per micro-batch
             with self._sync(last=index == len(batches) - 1):
                 with autocast(self._device, self._amp):
-                    sums = self._loss_sums(self._net(**self._to_device(batch)), keys)
+                    sums = self._loss_sums(self._net(**to_device(batch, self._device)), keys)
                 loss = sum(sums[k] / max(counts[k], 1.0) for k in keys) * float(self.dist.world)
                 loss.backward()
-            local += torch.stack([sums[k].detach().double().cpu() for k in keys])
+            local += torch.stack([sums[k].detach().double() for k in keys])
         return dict(zip(keys, all_reduce_sum(local).tolist()))
 
     def _sync(self, last: bool) -> AbstractContextManager:
@@ -566,9 +567,6 @@ class Trainer:
         if last or self._net is self.model:
             return nullcontext()
         return self._net.no_sync()
-
-    def _to_device(self, batch: dict[str, Any]) -> dict[str, Any]:
-        return {k: v.to(self._device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
 
     @staticmethod
     def _loss_sums(out: Any, keys: list[str]) -> dict[str, torch.Tensor]:

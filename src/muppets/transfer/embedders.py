@@ -51,6 +51,7 @@ import torch
 
 from muppets.errors import ConfigError, DataError
 from muppets.paths import resolve_model_path
+from muppets.train.device import move, pick_device, to_device
 from muppets.vectors import WordVectors
 
 log = logging.getLogger(__name__)
@@ -183,7 +184,7 @@ class ContextualEmbedder(Embedder):
         if pooling not in POOLINGS:
             raise ConfigError(f"pooling {pooling!r} is not one of {', '.join(POOLINGS)}")
         super().__init__(source, num_layers, dim, max_positions)
-        self.device = torch.device(device)
+        self.device = pick_device(device)
         self.model = model.to(self.device).eval()
         self.pooling = pooling
 
@@ -197,8 +198,8 @@ class ContextualEmbedder(Embedder):
         lengths = [len(s) for s in sentences]
         W = max(lengths)
         with torch.inference_mode():
-            encoded = self.model(**{k: v.to(self.device) if torch.is_tensor(v) else v for k, v in inputs.items()})
-            wop = word_of_piece.to(self.device)
+            encoded = self.model(**to_device(inputs, self.device))
+            wop = move(word_of_piece, self.device)
             pooled = torch.stack([pool_pieces(encoded.layers[k].float(), wop, W, self.pooling)
                                   for k in layers], 1)  # (B, K, W, H)
         self.stats["words"] += sum(lengths)

@@ -45,6 +45,7 @@ from muppets.errors import ConfigError, DataError, TrainingInterrupted
 from muppets.tasks.spec import TaskData, TaskSpec
 from muppets.train import TrainConfig, Trainer, seed_everything
 from muppets.train.checkpoint import KeepCheckpoints, checkpoints_kept
+from muppets.train.device import to_device
 from muppets.train.trackers import check_reporting
 from muppets.transfer.batching import IGNORE, EpochData, eval_batches
 from muppets.transfer.embedders import POOLING_CHOICES
@@ -228,7 +229,7 @@ def predict_split(model: FeatureTaskModel, split: SplitFeatures, spec: TaskSpec,
     model.eval()
     try:
         for index in eval_batches(split.lengths, batch_size):
-            batch = {k: v.to(device) for k, v in split.batch(index, with_labels=False).items()}
+            batch = to_device(split.batch(index, with_labels=False), device)
             for i, ids in zip(index, model.predict(**batch)):
                 out[i] = [spec.labels[t] for t in ids] if spec.kind == "tag" else spec.labels[ids]
     finally:

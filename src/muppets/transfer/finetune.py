@@ -59,6 +59,7 @@ from muppets.tasks.spec import TaskData, TaskSpec
 from muppets.tokenizers.wordpiece import WordPieceTokenizer
 from muppets.train import TrainConfig, Trainer, seed_everything
 from muppets.train.checkpoint import KeepCheckpoints, checkpoints_kept
+from muppets.train.device import pick_device
 from muppets.train.distributed import barrier, init_distributed
 from muppets.train.rundir import run_lock
 from muppets.train.trackers import check_reporting
@@ -202,13 +203,6 @@ def _read_files(sec: TaskSection, files: dict[str, Path]) -> TaskData:
 
 def _limit(examples: list, n: int) -> list:
     return examples[:n] if n > 0 else examples
-
-
-def task_device(name: str, local_rank: int) -> torch.device:
-    """The device of a task run: ``auto`` is this rank's GPU when there is one, else the CPU."""
-    if name == "auto":
-        return torch.device(f"cuda:{local_rank}" if torch.cuda.is_available() else "cpu")
-    return torch.device(name)
 
 
 # ----------------------------------------------------------------------------- model + scoring
@@ -410,7 +404,7 @@ def _setup(cfg: FinetuneConfig, data: TaskData, local_rank: int) -> _Setup:
         log.info("init=random: %s's weights replaced by a fresh initialisation", model_dir)
     check_length(cfg, model)
     warn_untrained_positions(cfg, model_dir)
-    model.to(task_device(cfg.device, local_rank))
+    model.to(pick_device(cfg.device, local_rank))
     train, mode, chosen, dev = selection_split(cfg, data)
     train = confident(train, cfg.min_confidence)
     features = weak_targets(make_features(spec.kind, train, tok, cfg.feature_options, spec.labels), train,
@@ -715,7 +709,7 @@ def evaluate_summary(task: TaskSection, model: str, split: str = "dev", cfg: Fin
     if cfg.threads > 0:  # as a fine-tuning run reads its settings
         torch.set_num_threads(cfg.threads)
     net = load_task_model(model_dir, kind=data.spec.kind, num_labels=data.spec.num_labels or None)
-    net.to(task_device(cfg.device, 0))
+    net.to(pick_device(cfg.device, 0))
     check_length(cfg, net)
     examples = _limit(data[split], cfg.max_eval_examples)
     preds, metrics = predict_and_score(net, load_tokenizer(model_dir), data.spec, examples, cfg)

@@ -63,6 +63,7 @@ from muppets.heads import TaskModel
 from muppets.interop.hf_tasks import saved_label_names
 from muppets.interop.safetensors_io import read_json_object
 from muppets.tasks.spec import ChoiceExample, SpanExample, TagExample, TextExample
+from muppets.train.device import to_device
 from muppets.transfer.models import load_task_model, load_tokenizer
 from muppets.transfer.batching import collate, eval_batches
 from muppets.transfer.entities import WordProbs, entities_of, text_tag_features, word_probs
@@ -103,7 +104,7 @@ def feature_logits(model: TaskModel, features: Sequence[Feature], batch_size: in
             for index in eval_batches([f.length for f in features], batch_size):
                 batch = collate([features[i] for i in index], pad_id)
                 batch.pop("labels", None)
-                logits = model(**{k: v.to(device) for k, v in batch.items()}).logits.float().cpu().numpy()
+                logits = model(**to_device(batch, device)).logits.float().cpu().numpy()
                 for k, i in enumerate(index):
                     out[i] = logits[k, : features[i].length] if model.kind in _TOKEN_LEVEL else logits[k]
     finally:
