@@ -60,7 +60,7 @@ from muppets.train.distributed import all_gather, all_reduce_sum, any_rank, barr
 from muppets.train.logger import RunLogger, read_log
 from muppets.train.optim import build_optimizer, is_clipped
 from muppets.train.plots import plan_panels, write_run_plot
-from muppets.train.precision import PRECISIONS, autocast, resolve_precision
+from muppets.train.precision import PRECISIONS, AutoPrecision, auto_probes, autocast, resolve_precision
 from muppets.train.progress import run_eta, training_bar
 from muppets.train.rundir import (
     CONFIG_FILE,
@@ -108,7 +108,7 @@ class TrainConfig:
     plot: bool = True  # redraw run_dir/training_curves.png at every evaluation and at the end
     threads: int = 0  # torch.set_num_threads; 0 = leave as is
     max_minutes: float = 0.0  # wall-clock budget of one train() call: evaluate, checkpoint, stop; 0 = none
-    precision: str = "fp32"  # fp32 | bf16 (autocast forward, fp32 weights) | auto (bf16 where native)
+    precision: str = "fp32"  # fp32 | bf16 (autocast forward, fp32 weights) | auto (bf16 where native and measured faster; muppets.train.precision)
     trim_heap_seconds: float = 30.0  # return freed heap pages to the system (malloc_trim, or tcmalloc's release) at most this often, between steps; 0 = never (muppets.heap)
 
     def __post_init__(self) -> None:
@@ -177,6 +177,7 @@ class _StepStats:
     grad_norm: float  # before clipping
     tokens: int  # real (non-padding) tokens of the update, over all ranks
     seconds: float
+    pass_seconds: float  # of which the forward/backward passes (what precision changes)
 
 
 def seed_everything(seed: int) -> None:
@@ -273,8 +274,15 @@ class Trainer:
         )
         self._device = next(model.parameters()).device
         self._amp = resolve_precision(config.precision, self._device)
-        if config.precision == "auto":
-            logger.info("precision auto: %s", "bf16 autocast" if self._amp is not None else "fp32")
+        self._auto: AutoPrecision | None = None  # precision=auto measured (native-bf16 CPU): chosen in _loop
+        if config.precision == "auto" and auto_probes(self._device):
+            self._amp = None
+            world = self.dist.world  # every rank decides on the mean of the ranks' timings
+            self._auto = AutoPrecision(
+                agree=lambda v: (all_reduce_sum(torch.tensor(v, dtype=torch.float64)) / world).tolist())
+        elif config.precision == "auto":
+            logger.info("precision auto: %s", "bf16 autocast" if self._amp is not None else
+                        "fp32 (no native bf16 on this CPU: emulated bf16 is slower)")
         self._net = self._wrap(model)
         self.step = 0
         self.tokens_seen = 0
@@ -463,9 +471,13 @@ class Trainer:
         stopping = False
         self._started, self._start_step = time.perf_counter(), self.step
         trimmer = HeapTrimmer(self.config.trim_heap_seconds)
+        if self._auto is not None and self.step < self.config.steps:
+            self._auto.rechecks = 0
+            self._probe_precision()
         while self.step < self.config.steps:
             stats = self._train_step()
             trimmer.maybe()
+            self._watch_precision(stats)
             losses.append(stats.loss)
             self._report(stats)
             out_of_time = any_rank(self._out_of_time())
@@ -515,7 +527,9 @@ class Trainer:
         start = time.perf_counter()
         batches = self._micro_batches()
         counts, tokens = self._global_counts(batches)
+        passes = time.perf_counter()
         sums = self._forward_backward(batches, counts)
+        passes = time.perf_counter() - passes
         if self.frozen is not None:
             for param in self.frozen(self.step):
                 param.grad = None
@@ -526,7 +540,53 @@ class Trainer:
         lr = self._apply_update()
         self.step += 1
         self.tokens_seen += tokens
-        return _StepStats(loss, terms, lr, grad_norm, tokens, time.perf_counter() - start)
+        return _StepStats(loss, terms, lr, grad_norm, tokens, time.perf_counter() - start, passes)
+
+    def _probe_precision(self, trigger: str = "") -> None:
+        """``precision=auto``: time forward/backward passes of the next update's micro-batches in
+        fp32 and bf16 (:class:`~muppets.train.precision.AutoPrecision`) and train on in the
+        faster. Nothing of the run changes: no update is applied, and the gradients, buffers and
+        random generators are put back as they were."""
+        assert self._auto is not None
+        batches = self._micro_batches()
+        counts, tokens = self._global_counts(batches)
+        params = list(self.model.parameters())
+        grads = [p.grad for p in params]
+        buffers = [b.detach().clone() for b in self.model.buffers()]
+
+        def run(dtype: torch.dtype | None) -> None:
+            self._amp = dtype
+            self._forward_backward(batches, counts)
+            for p in params:
+                p.grad = None
+
+        try:
+            with preserved_rng():
+                for p in params:
+                    p.grad = None
+                self._auto.probe(run, tokens)
+        finally:
+            for p, g in zip(params, grads):
+                p.grad = g
+            with torch.no_grad():
+                for b, saved in zip(self.model.buffers(), buffers):
+                    b.copy_(saved)
+        self._amp = self._auto.dtype
+        chosen = "bf16" if self._amp is not None else "fp32"
+        if self.dist.is_main:
+            when = f"at step {self.step}, {trigger}; measured again: " if trigger else ""
+            logger.info("precision auto: %s%s (%s)", when, chosen, self._auto.reason)
+        self._log.log({"step": self.step, "precision": chosen, "precision_reason": self._auto.reason,
+                       "bf16_speedup": self._auto.speedup, **({"precision_trigger": trigger} if trigger else {})},
+                      report=False)
+
+    def _watch_precision(self, stats: _StepStats) -> None:
+        """``precision=auto`` in bf16: measure again when its passes have slowed (every rank together)."""
+        if self._auto is None or self._amp is None or self.step >= self.config.steps:
+            return
+        due = self._auto.observe(stats.pass_seconds, stats.tokens)
+        if any_rank(due) if self.dist.world > 1 else due:
+            self._probe_precision(self._auto.trigger or "another rank's bf16 passes slowed")
 
     def _micro_batches(self) -> list[dict[str, torch.Tensor]]:
         batches = self.data.micro_batches(self.step, self.dist.rank, self.dist.world)
