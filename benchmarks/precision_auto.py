@@ -130,13 +130,13 @@ def summary(path: Path) -> None:
           "| bf16 step s:", spread([r["bf16"]["step_s"] for r in by_rep.values()]))
 
 
-def bert_base(work: Path, rounds: int) -> None:
+def bert_base(work: Path, rounds: int, batch: int) -> None:
     """bf16 autocast vs fp32 on a bert-base-size training step (one model, the same batches)."""
     from muppets.models.bert import BertConfig, BertForPreTraining
     from muppets.train.optim import build_optimizer
     from muppets.train.precision import autocast
 
-    data = _data(work, 8)
+    data = _data(work, batch)
     batches = [data.micro_batches(s, 0, 1)[0] for s in range(rounds + 2)]
     torch.manual_seed(0)
     model = BertForPreTraining(BertConfig.preset("bert-base", vocab_size=30522)).train()
@@ -161,7 +161,7 @@ def bert_base(work: Path, rounds: int) -> None:
         for name, dtype in (order if r % 2 == 0 else order[::-1]):
             times[name].append(step(batches[r], dtype))
     fp32, bf16 = statistics.median(times["fp32"]), statistics.median(times["bf16"])
-    print(json.dumps({"model": "bert-base L12/H768/A12, vocab 30522, seq 128, batch 8, MLM+NSP, AdamW",
+    print(json.dumps({"model": f"bert-base L12/H768/A12, vocab 30522, seq 128, batch {batch}, MLM+NSP, AdamW",
                       "threads": torch.get_num_threads(), "fp32_step_s": times["fp32"], "bf16_step_s": times["bf16"],
                       "bf16_speed_vs_fp32": fp32 / bf16}))
 
@@ -176,7 +176,8 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=32, help="sequences of 128 tokens per step (BERT-mini runs)")
     ap.add_argument("--summary", type=Path, help="print the distribution over the JSON lines of a file")
     ap.add_argument("--bert-base", action="store_true")
-    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=1, help="timed steps per precision (--bert-base)")
+    ap.add_argument("--base-batch", type=int, default=8, help="sequences per step (--bert-base)")
     args = ap.parse_args()
     if args.summary:
         summary(args.summary)
@@ -185,7 +186,7 @@ def main() -> None:
     elif args.one:
         print(json.dumps(one_run(args.work, args.one, args.steps, args.batch)))
     elif args.bert_base:
-        bert_base(args.work, args.rounds)
+        bert_base(args.work, args.rounds, args.base_batch)
     elif args.rep is not None:
         repetition(args.work, args.rep, args.steps, args.batch)
     else:
