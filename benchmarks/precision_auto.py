@@ -160,6 +160,7 @@ def bert_base(work: Path, rounds: int, batch: int) -> None:
         order = (("fp32", None), ("bf16", torch.bfloat16))
         for name, dtype in (order if r % 2 == 0 else order[::-1]):
             times[name].append(step(batches[r], dtype))
+            print(f"{name} step {times[name][-1]:.2f} s", file=sys.stderr, flush=True)
     fp32, bf16 = statistics.median(times["fp32"]), statistics.median(times["bf16"])
     print(json.dumps({"model": f"bert-base L12/H768/A12, vocab 30522, seq 128, batch {batch}, MLM+NSP, AdamW",
                       "threads": torch.get_num_threads(), "fp32_step_s": times["fp32"], "bf16_step_s": times["bf16"],
