@@ -18,7 +18,10 @@ Usage::
 (:class:`muppets.models.gpt.GPTLanguageModel`); greedy decoding without a repetition penalty
 uses ``next_token_argmax(ids, mask, cache) -> (B,)`` instead when the model has it (GPT's
 :class:`~muppets.nn.decode.GreedyScreen`: the float32 argmax, except that among logits equal
-within float32 rounding the screen may pick a different one of them).
+within float32 rounding the screen may pick a different one of them), and sampling with top-k
+``next_token_top_k(ids, mask, cache, k) -> (logits (B, N), ids (B, N) or None)``, the logits of
+the tokens that may be among the k largest (the same screen; the filtered distribution is the
+full logits').
 """
 
 from __future__ import annotations
@@ -165,12 +168,20 @@ def _sample(model, prompts, cfg: GenerationConfig, on_token: OnToken | None, sho
     out: list[list[int]] = [[] for _ in range(B)]
     done = [False] * B
     # plain greedy asks the model for the argmax alone (GPTLanguageModel finds it without the
-    # float32 output layer: muppets.nn.decode.GreedyScreen); anything else needs all logits
+    # float32 output layer: muppets.nn.decode.GreedyScreen)
     argmax_only = not cfg.do_sample and cfg.repetition_penalty == 1.0 and hasattr(model, "next_token_argmax")
+    # top-k sampling needs only the logits of the tokens that can be among the k largest (the
+    # same screen finds them): the filtered distribution is that of the full logits
+    top_k_only = (cfg.do_sample and cfg.top_k > 0 and cfg.repetition_penalty == 1.0
+                  and hasattr(model, "next_token_top_k"))
 
     def next_tokens(new_ids: torch.Tensor, new_mask: torch.Tensor | None) -> torch.Tensor:  # (B,)
         if argmax_only:
             return model.next_token_argmax(new_ids, new_mask, cache)
+        if top_k_only:
+            logits, token_ids = model.next_token_top_k(new_ids, new_mask, cache, cfg.top_k)  # (B, N), (B, N)
+            picked = choose(logits, cfg, generator)  # (B,) columns of logits
+            return picked if token_ids is None else token_ids.gather(1, picked[:, None]).squeeze(1)
         logits = model.next_token_logits(new_ids, new_mask, cache)  # (B, V)
         logits = penalise_repetition(logits, seen, seen_mask, cfg.repetition_penalty)
         return choose(logits, cfg, generator)

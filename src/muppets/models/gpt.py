@@ -225,6 +225,16 @@ class GPTLanguageModel(nn.Module):
         plan, hidden = self._next_hidden(input_ids, attention_mask, cache)
         return F.linear(hidden, self.lm_weight).argmax(-1) if plan is None else plan.greedy(hidden)  # (B,)
 
+    @torch.no_grad()
+    def next_token_top_k(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None,
+                         cache: KVCache, k: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """What top-k sampling needs of ``next_token_logits(...)``: the logits of every token that
+        may be among a row's ``k`` largest ``(B, N)`` and their ids ``(B, N)``, found without the
+        float32 output layer where :meth:`~muppets.nn.decode.DecodeWeights.top_k` can; else all
+        logits ``(B, V)`` and None."""
+        plan, hidden = self._next_hidden(input_ids, attention_mask, cache)
+        return (F.linear(hidden, self.lm_weight), None) if plan is None else plan.top_k(hidden, k)
+
     def _next_hidden(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None,
                      cache: KVCache) -> tuple[DecodeWeights | None, torch.Tensor]:
         """Feed ``(B, T)`` new tokens through the cache: the decoding copies (None in training
