@@ -170,13 +170,15 @@ def _as_float(t: torch.Tensor) -> torch.Tensor:
 def without_screen():
     """Greedy decoding and top-k sampling from the full float32 logits (``DecodeWeights.logits``),
     as before :class:`muppets.nn.decode.GreedyScreen` and as sampling without top-k decodes."""
-    built = decode.DecodeWeights.greedy, decode.DecodeWeights.top_k
+    built = decode.DecodeWeights.greedy, getattr(decode.DecodeWeights, "top_k", None)  # None: older code
     decode.DecodeWeights.greedy = lambda self, hidden, *_: decode.greedy_argmax(self.logits(hidden, *_))
     decode.DecodeWeights.top_k = lambda self, hidden, k: (self.logits(hidden), None)
     try:
         yield
     finally:
         decode.DecodeWeights.greedy, decode.DecodeWeights.top_k = built
+        if built[1] is None:
+            del decode.DecodeWeights.top_k
 
 
 def generation_speed(cfg: GPTConfig, workdir: Path, args) -> dict:
