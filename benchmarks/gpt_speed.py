@@ -212,7 +212,7 @@ def generation_speed(cfg: GPTConfig, workdir: Path, args) -> dict:
         result[f"batch_{B}"] = generation_report(B, times, outs, sampled=bool(top_k))
     # the bound: NEW_TOKENS steps that each read every weight (float32), or, with the screen, the
     # body's weights in float32 and the output layer's int8 copy (the embedding reads one row)
-    screen = ours._decode_weights().screen
+    screen = ours._decode_weights().screen or decode.GreedyScreen.build(ours.lm_weight)  # not built by sampling
     body = [p.detach() for n, p in ours.named_parameters() if n != "backbone.embeddings.tokens.weight"]
     floors = {"float32": weight_read_seconds([p.detach() for p in ours.parameters()]),
               "screened": weight_read_seconds(body + [screen.q, screen.scale])}

@@ -75,3 +75,21 @@ def test_top_k_sampling_draws_only_allowed_tokens():
             logits = model(torch.tensor([ids])).logits[0, -1]
             assert token in logits.topk(3).indices.tolist()
             ids.append(token)
+
+
+def test_choose_with_top_k_draws_from_the_filtered_distribution():
+    """choose() draws among the k kept tokens only (not over the whole vocabulary): the draws
+    follow filter_logits' distribution, and a tie at the k-th value keeps every tied token."""
+    from muppets.generate import choose
+
+    logits = torch.tensor([[2.0, 0.5, 1.5, -1.0, 1.0, 3.0, 0.0]] * 2)
+    cfg = GenerationConfig(do_sample=True, top_k=3, top_p=0.95, temperature=0.8)
+    expected = filter_logits(logits, cfg).softmax(-1)  # (2, 7)
+    g = torch.Generator().manual_seed(0)
+    draws = torch.stack([choose(logits, cfg, g) for _ in range(3000)])  # (3000, 2)
+    freq = torch.zeros(2, 7).scatter_add_(1, draws.t(), torch.ones(2, 3000)) / 3000
+    assert torch.equal(freq > 0, expected > 0)  # never a filtered token
+    assert float((freq - expected).abs().max()) < 0.03
+    tied = torch.tensor([[3.0, 2.0, 2.0, 1.0]])
+    picks = {int(choose(tied, GenerationConfig(do_sample=True, top_k=2), g)) for _ in range(200)}
+    assert picks == {0, 1, 2}  # both tokens tied at the 2nd value stay, as filter_logits keeps them

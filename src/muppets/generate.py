@@ -102,7 +102,15 @@ def choose(logits: torch.Tensor, cfg: GenerationConfig, generator: torch.Generat
     """The next token of each row: argmax, or a draw from the filtered distribution. ``(B,)``."""
     if not cfg.do_sample:
         return greedy_argmax(logits)
-    probs = filter_logits(logits.float(), cfg).softmax(-1)
+    logits = logits.float()
+    if 0 < cfg.top_k < logits.shape[-1]:  # draw among the k kept tokens only (a (B, V) draw costs ~1 ms a row)
+        logits = logits / cfg.temperature if cfg.temperature != 1.0 else logits  # as filter_logits scales
+        top, index = logits.topk(cfg.top_k, dim=-1)  # (B, k), (B, k)
+        if bool((logits >= top[:, -1:]).sum(-1).eq(cfg.top_k).all()):  # no tie at the k-th: what top-k keeps
+            probs = filter_logits(top, dataclasses.replace(cfg, temperature=1.0, top_k=0)).softmax(-1)  # (B, k)
+            return index.gather(1, torch.multinomial(probs, 1, generator=generator)).squeeze(1)
+        cfg = dataclasses.replace(cfg, temperature=1.0)  # already scaled
+    probs = filter_logits(logits, cfg).softmax(-1)
     return torch.multinomial(probs, 1, generator=generator).squeeze(1)
 
 
