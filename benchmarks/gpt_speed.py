@@ -15,8 +15,11 @@ Generation: 16-token random prompts, 64 new tokens, greedy, no end-of-text stopp
 at batch 1 and batch 32 (32 different prompts): ``muppets.generate.generate`` vs
 ``GPT2LMHeadModel.generate``, both under ``torch.inference_mode()``. muppets runs twice: as built
 (greedy through ``muppets.nn.decode.GreedyScreen``) and with greedy from the full float32 logits
-(``muppets_logits``: the way sampling decodes). The new token ids must be identical; the order of
-the three rotates between repetitions; new tokens/s from the median call.
+(``muppets_logits``: the way sampling without top-k decodes). The new token ids must be identical;
+the order of the three rotates between repetitions; new tokens/s from the median call.
+``--sample-top-k K`` times top-k sampling instead (temperature 1, top-p 1, on both sides;
+``muppets`` through the screen's top-k candidates, ``muppets_logits`` from the full logits); the
+sampled tokens are not compared, since the two libraries draw differently.
 
     python benchmarks/gpt_speed.py --out benchmarks/results/gpt_speed.json
     # smoke run (seconds):
@@ -134,11 +137,13 @@ def training_report(cfg: GPTConfig, args, ours: Runner, hf: Runner, gap: float) 
     return result
 
 
-def hf_generate(hf, prompts: list[list[int]], pad_id: int) -> list[list[int]]:
-    """transformers' greedy KV-cached generate of exactly NEW_TOKENS per prompt (equal lengths)."""
+def hf_generate(hf, prompts: list[list[int]], pad_id: int, top_k: int = 0) -> list[list[int]]:
+    """transformers' KV-cached generate of exactly NEW_TOKENS per prompt (equal lengths): greedy,
+    or with ``top_k`` sampling from the top ``top_k`` tokens (temperature 1, top-p 1)."""
     ids = torch.tensor(prompts)
+    sample = dict(do_sample=True, top_k=top_k, top_p=1.0, temperature=1.0) if top_k else dict(do_sample=False)
     out = hf.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=NEW_TOKENS,
-                      do_sample=False, pad_token_id=pad_id, eos_token_id=None)
+                      pad_token_id=pad_id, eos_token_id=None, **sample)
     return out[:, ids.shape[1]:].tolist()
 
 
@@ -163,14 +168,17 @@ def _as_float(t: torch.Tensor) -> torch.Tensor:
 
 @contextlib.contextmanager
 def without_screen():
-    """Greedy decoding from the full float32 logits (``argmax`` of ``DecodeWeights.logits``), as
-    before :class:`muppets.nn.decode.GreedyScreen` and as sampling still decodes."""
-    built = decode.DecodeWeights.greedy
+    """Greedy decoding and top-k sampling from the full float32 logits (``DecodeWeights.logits``),
+    as before :class:`muppets.nn.decode.GreedyScreen` and as sampling without top-k decodes."""
+    built = decode.DecodeWeights.greedy, getattr(decode.DecodeWeights, "top_k", None)  # None: older code
     decode.DecodeWeights.greedy = lambda self, hidden, *_: decode.greedy_argmax(self.logits(hidden, *_))
+    decode.DecodeWeights.top_k = lambda self, hidden, k: (self.logits(hidden), None)
     try:
         yield
     finally:
-        decode.DecodeWeights.greedy = built
+        decode.DecodeWeights.greedy, decode.DecodeWeights.top_k = built
+        if built[1] is None:
+            del decode.DecodeWeights.top_k
 
 
 def generation_speed(cfg: GPTConfig, workdir: Path, args) -> dict:
@@ -180,7 +188,9 @@ def generation_speed(cfg: GPTConfig, workdir: Path, args) -> dict:
     ours.eval(), hf.eval()
     hf.generation_config.eos_token_id = None  # never stop early: exactly NEW_TOKENS per row
     g = torch.Generator().manual_seed(3)
-    gen_cfg = GenerationConfig(max_new_tokens=NEW_TOKENS, stop_at_eos=False)
+    top_k = args.sample_top_k
+    gen_cfg = GenerationConfig(max_new_tokens=NEW_TOKENS, stop_at_eos=False,
+                               **(dict(do_sample=True, top_k=top_k, seed=0) if top_k else {}))
 
     def ours_logits(prompts):
         with without_screen():
@@ -191,7 +201,7 @@ def generation_speed(cfg: GPTConfig, workdir: Path, args) -> dict:
         prompts = torch.randint(0, cfg.vocab_size - 1, (B, PROMPT_LEN), generator=g).tolist()
         run = {"muppets": lambda: generate(ours, prompts, gen_cfg),
                "muppets_logits": lambda: ours_logits(prompts),
-               "transformers": lambda: hf_generate(hf, prompts, cfg.eos_token_id)}
+               "transformers": lambda: hf_generate(hf, prompts, cfg.eos_token_id, top_k)}
         times: dict[str, list[float]] = {k: [] for k in run}
         with torch.inference_mode():
             outs = {k: fn() for k, fn in run.items()}  # warm-up, and the ids to compare
@@ -199,10 +209,10 @@ def generation_speed(cfg: GPTConfig, workdir: Path, args) -> dict:
                 order = list(run)[rep % 3:] + list(run)[:rep % 3]  # each first, second, last in turn
                 for name in order:
                     times[name].append(timed(run[name]))
-        result[f"batch_{B}"] = generation_report(B, times, outs)
+        result[f"batch_{B}"] = generation_report(B, times, outs, sampled=bool(top_k))
     # the bound: NEW_TOKENS steps that each read every weight (float32), or, with the screen, the
     # body's weights in float32 and the output layer's int8 copy (the embedding reads one row)
-    screen = ours._decode_weights().screen
+    screen = ours._decode_weights().screen or decode.GreedyScreen.build(ours.lm_weight)  # not built by sampling
     body = [p.detach() for n, p in ours.named_parameters() if n != "backbone.embeddings.tokens.weight"]
     floors = {"float32": weight_read_seconds([p.detach() for p in ours.parameters()]),
               "screened": weight_read_seconds(body + [screen.q, screen.scale])}
@@ -217,14 +227,19 @@ def generation_speed(cfg: GPTConfig, workdir: Path, args) -> dict:
     return result
 
 
-def generation_report(B: int, times: dict[str, list[float]], outs: dict[str, list[list[int]]]) -> dict:
+def generation_report(B: int, times: dict[str, list[float]], outs: dict[str, list[list[int]]],
+                      sampled: bool = False) -> dict:
+    """Sampled tokens are not compared (the two libraries draw differently): only their count."""
     t_ours, t_hf = statistics.median(times["muppets"]), statistics.median(times["transformers"])
     t_logits = statistics.median(times["muppets_logits"])
     same_rows = sum(a == b for a, b in zip(outs["muppets"], outs["transformers"]))
+    full = all(len(r) == NEW_TOKENS for name in outs for r in outs[name])
     return {
         "prompts": B, "prompt_tokens": PROMPT_LEN, "new_tokens": NEW_TOKENS, "reps": len(times["muppets"]),
-        "identical": same_rows == B and all(len(r) == NEW_TOKENS for r in outs["muppets"]),
-        "rows_identical": same_rows, "logits_path_identical": outs["muppets_logits"] == outs["muppets"],
+        "decoding": "top-k sampling" if sampled else "greedy",
+        "identical": full if sampled else same_rows == B and full,
+        "rows_identical": None if sampled else same_rows,
+        "logits_path_identical": None if sampled else outs["muppets_logits"] == outs["muppets"],
         "call_s_muppets": t_ours, "call_s_muppets_logits": t_logits, "call_s_transformers": t_hf,
         "new_tokens_per_s_muppets": B * NEW_TOKENS / t_ours,
         "new_tokens_per_s_transformers": B * NEW_TOKENS / t_hf,
@@ -255,6 +270,8 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--seq-len", type=int, default=128)
     ap.add_argument("--same-optimizer", action="store_true", help="give transformers muppets' fused AdamW")
     ap.add_argument("--no-peak", action="store_true", help="skip the matmul peak / MFU measurement")
+    ap.add_argument("--sample-top-k", type=int, default=0,
+                    help="time top-k sampling (this k, temperature 1) instead of greedy; tokens are not compared")
     ap.add_argument("--skip-train", action="store_true")
     ap.add_argument("--skip-generate", action="store_true")
     ap.add_argument("--out", type=Path)

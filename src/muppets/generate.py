@@ -18,7 +18,10 @@ Usage::
 (:class:`muppets.models.gpt.GPTLanguageModel`); greedy decoding without a repetition penalty
 uses ``next_token_argmax(ids, mask, cache) -> (B,)`` instead when the model has it (GPT's
 :class:`~muppets.nn.decode.GreedyScreen`: the float32 argmax, except that among logits equal
-within float32 rounding the screen may pick a different one of them).
+within float32 rounding the screen may pick a different one of them), and sampling with top-k
+``next_token_top_k(ids, mask, cache, k) -> (logits (B, N), ids (B, N) or None)``, the logits of
+the tokens that may be among the k largest (the same screen; the filtered distribution is the
+full logits').
 """
 
 from __future__ import annotations
@@ -99,7 +102,15 @@ def choose(logits: torch.Tensor, cfg: GenerationConfig, generator: torch.Generat
     """The next token of each row: argmax, or a draw from the filtered distribution. ``(B,)``."""
     if not cfg.do_sample:
         return greedy_argmax(logits)
-    probs = filter_logits(logits.float(), cfg).softmax(-1)
+    logits = logits.float()
+    if 0 < cfg.top_k < logits.shape[-1]:  # draw among the k kept tokens only (a (B, V) draw costs ~1 ms a row)
+        logits = logits / cfg.temperature if cfg.temperature != 1.0 else logits  # as filter_logits scales
+        top, index = logits.topk(cfg.top_k, dim=-1)  # (B, k), (B, k)
+        if bool((logits >= top[:, -1:]).sum(-1).eq(cfg.top_k).all()):  # no tie at the k-th: what top-k keeps
+            probs = filter_logits(top, dataclasses.replace(cfg, temperature=1.0, top_k=0)).softmax(-1)  # (B, k)
+            return index.gather(1, torch.multinomial(probs, 1, generator=generator)).squeeze(1)
+        cfg = dataclasses.replace(cfg, temperature=1.0)  # already scaled
+    probs = filter_logits(logits, cfg).softmax(-1)
     return torch.multinomial(probs, 1, generator=generator).squeeze(1)
 
 
@@ -165,12 +176,20 @@ def _sample(model, prompts, cfg: GenerationConfig, on_token: OnToken | None, sho
     out: list[list[int]] = [[] for _ in range(B)]
     done = [False] * B
     # plain greedy asks the model for the argmax alone (GPTLanguageModel finds it without the
-    # float32 output layer: muppets.nn.decode.GreedyScreen); anything else needs all logits
+    # float32 output layer: muppets.nn.decode.GreedyScreen)
     argmax_only = not cfg.do_sample and cfg.repetition_penalty == 1.0 and hasattr(model, "next_token_argmax")
+    # top-k sampling needs only the logits of the tokens that can be among the k largest (the
+    # same screen finds them): the filtered distribution is that of the full logits
+    top_k_only = (cfg.do_sample and cfg.top_k > 0 and cfg.repetition_penalty == 1.0
+                  and hasattr(model, "next_token_top_k"))
 
     def next_tokens(new_ids: torch.Tensor, new_mask: torch.Tensor | None) -> torch.Tensor:  # (B,)
         if argmax_only:
             return model.next_token_argmax(new_ids, new_mask, cache)
+        if top_k_only:
+            logits, token_ids = model.next_token_top_k(new_ids, new_mask, cache, cfg.top_k)  # (B, N), (B, N)
+            picked = choose(logits, cfg, generator)  # (B,) columns of logits
+            return picked if token_ids is None else token_ids.gather(1, picked[:, None]).squeeze(1)
         logits = model.next_token_logits(new_ids, new_mask, cache)  # (B, V)
         logits = penalise_repetition(logits, seen, seen_mask, cfg.repetition_penalty)
         return choose(logits, cfg, generator)

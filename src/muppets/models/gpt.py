@@ -28,6 +28,7 @@ from torch import nn
 from muppets.config import from_dict
 from muppets.errors import ConfigError
 from muppets.nn import decode
+from muppets.nn.attention import SelfAttention
 from muppets.nn.block import BlockConfig, TransformerBlock, init_weights
 from muppets.nn.decode import DecodeWeights
 from muppets.nn.embeddings import InputEmbeddings
@@ -147,6 +148,50 @@ class GPTBackbone(nn.Module):
             layers[-1] = self.final_norm(x)
         return Encoded(layers=layers, mask=mask)
 
+    def decode_step(self, input_ids: torch.Tensor, cache: KVCache,
+                    weights: dict[int, tuple[torch.Tensor, torch.Tensor | None]]) -> torch.Tensor | None:
+        """One decoding step of ``input_ids (B, 1)`` rows without padding, from the decoding
+        copies ``weights`` (:attr:`~muppets.nn.decode.DecodeWeights.weights`): the top hidden
+        state ``(B, H)``, the same values as :meth:`forward`'s (the same kernels on the same
+        inputs), in about half the ops (no module calls, 2-D rows throughout). None, leaving the
+        cache untouched, where it does not apply (padding, hooks, attention capture): then call
+        :meth:`forward`. No dropout: the copies exist only in eval mode."""
+        if cache.padded or SelfAttention.record is not None or input_ids.shape[1] != 1 or any(
+                m._forward_hooks or m._forward_pre_hooks or getattr(m, "record", None) is not None
+                for m in self.modules()) or nn.modules.module._global_forward_hooks \
+                or nn.modules.module._global_forward_pre_hooks:
+            return None
+        self._check_length(cache.length + 1)
+        positions, _ = cache.advance(None, 1)  # (B, 1)
+        emb = self.embeddings
+        B, H = input_ids.shape[0], self.cfg.hidden_size
+        heads, hd, eps = self.cfg.num_heads, self.cfg.head_dim, self.cfg.layer_norm_eps
+        x = (emb.tokens(input_ids) + emb.positions(positions)).view(B, H)  # (B, H)
+        end = cache.length
+        for block, lc in zip(self.layers, cache.layers):
+            attn, pre = block.attn, block.cfg.norm_first
+            h = F.layer_norm(x, (H,), block.attn_norm.weight, block.attn_norm.bias, eps) if pre else x
+            wt, b = weights[id(attn.qkv)]
+            q, k, v = torch.addmm(b, h, wt).view(B, 3, heads, hd).unbind(1)  # each (B, heads, hd)
+            lc.k.select(2, end - 1).copy_(k)  # the cache's buffers, as LayerCache.append writes them
+            lc.v.select(2, end - 1).copy_(v)
+            lc.length = end
+            y = F.scaled_dot_product_attention(q[:, :, None], lc.k.narrow(2, 0, end), lc.v.narrow(2, 0, end))
+            wt, b = weights[id(attn.out)]
+            x = x + torch.addmm(b, y.view(B, H), wt)
+            if not pre:
+                x = F.layer_norm(x, (H,), block.attn_norm.weight, block.attn_norm.bias, eps)
+            h = F.layer_norm(x, (H,), block.ffn_norm.weight, block.ffn_norm.bias, eps) if pre else x
+            wt, b = weights[id(block.ffn.up)]
+            u = block.ffn.act(torch.addmm(b, h, wt))
+            wt, b = weights[id(block.ffn.down)]
+            x = x + torch.addmm(b, u, wt)
+            if not pre:
+                x = F.layer_norm(x, (H,), block.ffn_norm.weight, block.ffn_norm.bias, eps)
+        if self.final_norm is not None:
+            x = self.final_norm(x)
+        return x  # (B, H)
+
     def _check_length(self, T: int) -> None:
         if T > self.cfg.max_position_embeddings:
             raise ValueError(f"sequence length {T} exceeds max_position_embeddings {self.cfg.max_position_embeddings}")
@@ -225,6 +270,16 @@ class GPTLanguageModel(nn.Module):
         plan, hidden = self._next_hidden(input_ids, attention_mask, cache)
         return F.linear(hidden, self.lm_weight).argmax(-1) if plan is None else plan.greedy(hidden)  # (B,)
 
+    @torch.no_grad()
+    def next_token_top_k(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None,
+                         cache: KVCache, k: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """What top-k sampling needs of ``next_token_logits(...)``: the logits of every token that
+        may be among a row's ``k`` largest ``(B, N)`` and their ids ``(B, N)``, found without the
+        float32 output layer where :meth:`~muppets.nn.decode.DecodeWeights.top_k` can; else all
+        logits ``(B, V)`` and None."""
+        plan, hidden = self._next_hidden(input_ids, attention_mask, cache)
+        return (F.linear(hidden, self.lm_weight), None) if plan is None else plan.top_k(hidden, k)
+
     def _next_hidden(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None,
                      cache: KVCache) -> tuple[DecodeWeights | None, torch.Tensor]:
         """Feed ``(B, T)`` new tokens through the cache: the decoding copies (None in training
@@ -233,6 +288,10 @@ class GPTLanguageModel(nn.Module):
         plan = None if self.training else self._decode_weights()
         B, T = input_ids.shape
         if plan is not None and B * T < BLOCKED_ROWS:  # matrix-vector products: see muppets.nn.decode
+            if T == 1 and attention_mask is None:
+                hidden = self.backbone.decode_step(input_ids, cache, plan.weights)
+                if hidden is not None:
+                    return plan, hidden
             with decode.use(plan):
                 return plan, self.backbone(input_ids, attention_mask, cache).last[:, -1]  # (B, H)
         return plan, self.backbone(input_ids, attention_mask, cache).last[:, -1]  # a prompt or many rows

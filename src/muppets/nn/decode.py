@@ -118,14 +118,30 @@ class DecodeWeights:
         """``argmax(self.logits(hidden))``: the greedy token of each row ``(B,)``, from the
         :class:`GreedyScreen` (made on first use) when it can decide, else the full logits. The
         screen may pick another of several logits equal within float32 rounding."""
+        screen = self._screen(hidden)
+        picked = screen.argmax(hidden) if screen else None
+        return picked if picked is not None else greedy_argmax(self.logits(hidden))
+
+    def top_k(self, hidden: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """What sampling with top-k needs of ``self.logits(hidden)``: ``(logits (B, N), ids (B, N))``,
+        the float32 logits of every token that may be among a row's ``k`` largest (a superset of
+        them, ``-inf`` where a row has fewer than ``N``) and their token ids, found by the
+        :class:`GreedyScreen` (:meth:`GreedyScreen.top_k`); or, where it cannot decide,
+        ``(all logits (B, V), None)``. Top-k keeps the same tokens from either (except among
+        logits equal within float32 rounding), so the filtered distribution is the same."""
+        screen = self._screen(hidden)
+        found = screen.top_k(hidden, k) if screen else None
+        return found if found is not None else (self.logits(hidden), None)
+
+    def _screen(self, hidden: torch.Tensor) -> "GreedyScreen | None":
+        """The screen (made on first use), or None where it cannot be used or has too many rows."""
         if hidden.shape[0] > SCREEN_ROWS_PER_THREAD * torch.get_num_threads():
-            return greedy_argmax(self.logits(hidden))
+            return None
         if self.screen is None:
             with BUILD_LOCK:  # many threads decoding one model build it once
                 if self.screen is None:
                     self.screen = GreedyScreen.build(self.output) or False
-        picked = self.screen.argmax(hidden) if self.screen else None
-        return picked if picked is not None else greedy_argmax(self.logits(hidden))
+        return self.screen or None
 
     def current(self, output: torch.Tensor) -> bool:
         """Do storage and version counters still match? ``output`` is the model's output weight
@@ -342,12 +358,12 @@ class GreedyScreen:
         h = hidden.float().contiguous()  # (B, H)
         hb = h.to(torch.bfloat16)  # (B, H): the kernel's input
         y = _int8_matmul(hb, self.q, self.scale).float()  # (B, V)
-        low, high = torch.aminmax(y, dim=1)  # (B,), (B,)
+        peak = torch.maximum(y.amax(1), y.amin(1).neg())  # (B,) max |y|: aminmax and an inf-norm run ~8x slower
         h_norm = h.norm(dim=1)  # (B,)
         round_norm = (h - hb.float()).norm(dim=1)  # (B,): |h - bf16(h)|
         bound = (h_norm * self.error_norm
                  + (round_norm + self.gamma * (2 * h_norm + round_norm)) * self.weight_norm
-                 + 2.0 ** -8 * torch.maximum(low.abs(), high.abs()))  # (B,): e, plus float32's error
+                 + 2.0 ** -8 * peak)  # (B,): e, plus float32's error
         return y, bound * (1 + 2.0 ** -10) + 1e-30  # margin: the bound's own rounding; subnormals
 
     def argmax(self, hidden: torch.Tensor) -> torch.Tensor | None:
@@ -367,7 +383,39 @@ class GreedyScreen:
             return None  # recomputing that many rows would cost about as much as the full logits
         exact = (self.weight.index_select(0, cols) * h.index_select(0, rows)).sum(1)  # (N,) float32
         if B == 1:
-            return cols[exact.argmax()].view(1)  # the first of equal maxima: cols ascend
+            return cols.index_select(0, exact.argmax().view(1))  # the first of equal maxima: cols ascend
         best = torch.full((B,), float("-inf")).scatter_reduce_(0, rows, exact, "amax")  # (B,)
         first = torch.where(exact == best[rows], cols, torch.full_like(cols, self.weight.shape[0]))
         return torch.full((B,), self.weight.shape[0], dtype=torch.long).scatter_reduce_(0, rows, first, "amin")
+
+    def top_k(self, hidden: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """The tokens that may be among the ``k`` largest logits of each row of ``hidden (B, H) @ W^T``
+        and their float32 logits: ``(logits (B, N), ids (B, N))``, a row's unused slots ``-inf``
+        (id 0); or None (take the full logits) when the screen cannot decide.
+
+        Why no other token can be among the ``k`` largest float32 logits: with ``y`` the kernel's
+        logits, ``t`` the ``k``-th largest of them and ``E`` the bound of :meth:`scores`, the ``k``
+        tokens with ``y >= t`` have float32 logits ``>= t - E``, so the ``k``-th largest float32
+        logit is ``>= t - E`` and a token above it has ``y >= t - 2E``. Those candidates are
+        recomputed in float32; top-k over them keeps the tokens top-k over all logits keeps, except
+        among logits equal within float32 rounding (the sums run in another order)."""
+        B, V = hidden.shape[0], self.weight.shape[0]
+        if not 0 < k < V:
+            return None
+        h = hidden.float()
+        y, bound = self.scores(h)  # (B, V), (B,)
+        kth = y.topk(k, dim=1, sorted=False).values.amin(1)  # (B,)
+        if not bool(torch.isfinite(bound).all() & torch.isfinite(kth).all()):
+            return None  # bound is not finite where any y is not (it holds max |y|)
+        rows, cols = (y >= (kth - 2 * bound)[:, None]).nonzero(as_tuple=True)  # (N,), (N,): row-major
+        counts = torch.bincount(rows, minlength=B)  # (B,)
+        widest = int(counts.max())
+        if widest > SCREEN_MAX_CANDIDATES:
+            return None
+        exact = (self.weight.index_select(0, cols) * h.index_select(0, rows)).sum(1)  # (N,) float32
+        if B == 1:
+            return exact[None], cols[None]
+        slot = torch.arange(rows.numel()) - (counts.cumsum(0) - counts).index_select(0, rows)  # (N,)
+        logits = torch.full((B, widest), float("-inf")).index_put_((rows, slot), exact)
+        ids = torch.zeros((B, widest), dtype=torch.long).index_put_((rows, slot), cols)
+        return logits, ids
