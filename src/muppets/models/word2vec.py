@@ -24,7 +24,9 @@ away from gensim, word2vec.c and one-pair updates at every batch size from 16 to
 1024 cost 2 analogy points (BENCHMARKS.md, issue 5). ``updates_per_call`` consecutive batches run in
 one call of a function that ``torch.compile`` turns into a single C++ loop nest per update
 (``backend="auto"`` uses it when a compiler works, else the eager ops, about 2.5x slower); the
-fusion amortises the ~30-60 µs Python/dispatch cost of a call. Examples are built a chunk at a
+fusion amortises the ~30-60 µs Python/dispatch cost of a call. For skip-gram, ``auto`` prefers
+a small C loop (:mod:`muppets.models.word2vec_native`, ``backend="native"``) that applies the same
+batched update to a whole chunk in one call, reading each row once per batch. Examples are built a chunk at a
 time with vectorised numpy (:mod:`muppets.objectives.word2vec`). With ``workers > 1``, that many
 spawned processes train different chunks at once on matrices in shared memory
 (:mod:`muppets.train.hogwild`; processes, because a compiled CPU kernel holds the GIL).
