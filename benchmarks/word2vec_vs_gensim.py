@@ -82,7 +82,7 @@ def parse_args() -> argparse.Namespace:
                    help="muppets: updates fused into one compiled call (raise it for tiny batches)")
     p.add_argument("--muppets-only", action="store_true",
                    help="train and score muppets only (no gensim, no speed ratio): for sweeps of its settings")
-    p.add_argument("--backend", default="auto", choices=["auto", "compiled", "eager"], help="muppets update kernel")
+    p.add_argument("--backend", default="auto", choices=["auto", "native", "compiled", "eager"], help="muppets update kernel")
     p.add_argument("--rounds", type=int, default=1, help="alternate gensim / muppets this many times")
     p.add_argument("--gensim-eval", action="store_true", help="also score gensim's model with gensim's evaluation")
     p.add_argument("--save-vectors", default="", help="also write muppets' vectors here (word2vec binary; last round)")

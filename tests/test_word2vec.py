@@ -21,6 +21,7 @@ from muppets.errors import CheckpointError, ConfigError, DataError, RunDirError
 from muppets.evaluation.word_vectors import (GOOGLE_ANALOGIES, SIMLEX999, WORDSIM353, evaluate_analogies,
                                              evaluate_word_pairs, gensim_test_file)
 from muppets.interop.word2vec_format import read_vectors, sniff_format, write_word2vec_format
+from muppets.models import word2vec_native
 from muppets.models.word2vec import (Word2VecConfig, Word2VecModel, _ChunkTrainer, _Kernel, build_examples,
                                      cbow_step, sgns_step, sgns_steps, train_word2vec)
 from muppets.objectives.word2vec import (NoiseSampler, TrainingVocab, Word2VecExamples, context_positions,
@@ -217,6 +218,35 @@ def test_compiled_kernel_matches_eager():
     loss_e = sgns_steps(b_in, b_out, inputs, targets, weights, alphas)
     assert torch.allclose(loss_c, loss_e, rtol=1e-5)
     assert torch.allclose(a_in, b_in, atol=1e-6) and torch.allclose(a_out, b_out, atol=1e-6)
+
+
+def test_native_kernel_matches_eager():
+    """A chunk of batches through the C loop == the same batches through sgns_step, one by one:
+    duplicates within a batch add up, every update reads the values before its batch, padding
+    (weight 0) changes nothing, and the loss is the same sum."""
+    lib = word2vec_native.load()
+    if lib is None:
+        pytest.skip("no C compiler here")
+    torch.manual_seed(4)
+    V, d, N, B, K = 40, 13, 5, 24, 3  # d not a multiple of the vector width; V small: duplicates
+    w_in, w_out = torch.randn(V, d) * 0.3, torch.randn(V, d) * 0.3
+    inputs, targets = torch.randint(0, V, (N, B)), torch.randint(0, V, (N, B, 1 + K))
+    weights = (targets != targets[..., :1]).float()
+    weights[..., 0] = 1.0
+    weights[-1, -5:] = 0.0  # padding
+    alphas = torch.linspace(0.5, 0.2, N)
+    a_in, a_out, b_in, b_out = w_in.clone(), w_out.clone(), w_in.clone(), w_out.clone()
+    loss_n = word2vec_native.sgns_chunk(lib, a_in, a_out, inputs, targets, weights, alphas,
+                                        word2vec_native.scratch_for(B, d, 1 + K))
+    loss_e = sum(float(sgns_step(b_in, b_out, inputs[j], targets[j], weights[j], alphas[j])) for j in range(N))
+    assert loss_n == pytest.approx(loss_e, rel=1e-5)
+    assert torch.allclose(a_in, b_in, atol=1e-5) and torch.allclose(a_out, b_out, atol=1e-5)
+    assert not torch.equal(a_in, w_in)
+    with pytest.raises(IndexError):
+        word2vec_native.sgns_chunk(lib, a_in, a_out, inputs + V, targets, weights, alphas,
+                                   word2vec_native.scratch_for(B, d, 1 + K))
+    with pytest.raises(ConfigError, match="backend"):
+        Word2VecConfig(sg=False, backend="native")
 
 
 def test_keep_probability_formula():

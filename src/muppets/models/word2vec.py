@@ -24,7 +24,9 @@ away from gensim, word2vec.c and one-pair updates at every batch size from 16 to
 1024 cost 2 analogy points (BENCHMARKS.md, issue 5). ``updates_per_call`` consecutive batches run in
 one call of a function that ``torch.compile`` turns into a single C++ loop nest per update
 (``backend="auto"`` uses it when a compiler works, else the eager ops, about 2.5x slower); the
-fusion amortises the ~30-60 µs Python/dispatch cost of a call. Examples are built a chunk at a
+fusion amortises the ~30-60 µs Python/dispatch cost of a call. For skip-gram, ``auto`` prefers
+a small C loop (:mod:`muppets.models.word2vec_native`, ``backend="native"``) that applies the same
+batched update to a whole chunk in one call, reading each row once per batch. Examples are built a chunk at a
 time with vectorised numpy (:mod:`muppets.objectives.word2vec`). With ``workers > 1``, that many
 spawned processes train different chunks at once on matrices in shared memory
 (:mod:`muppets.train.hogwild`; processes, because a compiled CPU kernel holds the GIL).
@@ -62,6 +64,7 @@ from muppets.data.shards import TokenCorpus
 from muppets.errors import CheckpointError, ConfigError
 from muppets.interop.safetensors_io import read_json_object
 from muppets.tokenizers.words import read_word_counts
+from muppets.models import word2vec_native
 from muppets.nn.encoded import Encoded
 from muppets.objectives.word2vec import LAYOUTS, TrainingVocab, Word2VecExamples
 from muppets.train.checkpoint import remove_killed_saves, write_latest
@@ -102,7 +105,7 @@ class Word2VecConfig:
     batch_layout: str = "lanes"  # lanes: a batch takes one example per stretch of the chunk | consecutive
     updates_per_call: int = 8  # consecutive updates fused into one compiled call (amortises its overhead)
     chunk_tokens: int = 100_000  # corpus tokens per chunk (unit of work, resume and logging)
-    backend: str = "auto"  # auto | compiled | eager: torch.compile the update (auto: if it works)
+    backend: str = "auto"  # auto | native | compiled | eager (auto: native for skip-gram, else compiled, if they build)
     max_minutes: float = 0.0  # wall-clock budget: stop at a chunk boundary, checkpoint, export (0 = none)
     checkpoint_every: int = 0  # chunks between checkpoints (0 = at the end of every epoch only)
     log_every_s: float = 30.0  # seconds between progress log lines
@@ -117,7 +120,8 @@ class Word2VecConfig:
                   ("batch_size", self.batch_size >= 1), ("updates_per_call", self.updates_per_call >= 1),
                   ("batch_layout", self.batch_layout in LAYOUTS),
                   ("chunk_tokens", self.chunk_tokens >= 1),
-                  ("backend", self.backend in ("auto", "compiled", "eager")),
+                  ("backend", self.backend in ("auto", "native", "compiled", "eager")
+                   and not (self.backend == "native" and not self.sg)),  # native: skip-gram only
                   ("max_minutes", self.max_minutes >= 0), ("checkpoint_every", self.checkpoint_every >= 0)]
         for name, ok in checks:
             if not ok:
@@ -359,6 +363,8 @@ class _ChunkTrainer:
                  w_out: torch.Tensor) -> None:
         self.cfg, self.examples, self.w_in, self.w_out = cfg, examples, w_in, w_out
         self.kernel: _Kernel | None = None
+        self.native = None  # the loaded native skip-gram loop (word2vec_native), when used
+        self._scratch = None
         self._shared_vocab: list[torch.Tensor] | None = None
 
     def __getstate__(self) -> dict:
@@ -380,8 +386,20 @@ class _ChunkTrainer:
                       state["w_in"], state["w_out"])
 
     def setup(self) -> str:
-        """Compile the update kernel for this process (on zero-weight inputs: no update)."""
-        self.kernel = _Kernel(sgns_steps if self.cfg.sg else cbow_steps, self.cfg.backend)
+        """Load the native skip-gram loop, or compile the update kernel for this process (on
+        zero-weight inputs: no update)."""
+        if self.cfg.sg and self.cfg.backend in ("auto", "native"):
+            self.native = word2vec_native.load()
+            if self.native is not None:
+                self._scratch = word2vec_native.scratch_for(self.cfg.batch_size, self.cfg.vector_size,
+                                                            1 + self.cfg.negative)
+                self.kernel = _Kernel(sgns_steps, "eager")  # not called; marks setup() as done
+                return "native"
+            if self.cfg.backend == "native":
+                raise ConfigError("word2vec.backend=native: no C compiler could build the kernel "
+                                  "(set CC, or use backend=auto)")
+        self.kernel = _Kernel(sgns_steps if self.cfg.sg else cbow_steps,
+                              "auto" if self.cfg.backend == "native" else self.cfg.backend)
         return self.kernel.warm_up(*self._dummy_call())
 
     def run(self, epoch: int, chunk: int) -> dict[str, float]:
@@ -393,11 +411,15 @@ class _ChunkTrainer:
         alphas = learning_rates(self.cfg, self.examples, epoch, chunk, batches.num_batches)  # (U,)
         N = self.cfg.updates_per_call
         loss = torch.zeros((), dtype=torch.float64)
-        for start in range(0, batches.num_batches, N):
-            calls = slice(start, start + N)  # N consecutive updates
-            inputs = (batches.inputs[calls],) if self.cfg.sg else (batches.inputs[calls], batches.input_mask[calls])
-            loss += self.kernel.call(self.w_in, self.w_out, *inputs, batches.targets[calls],
-                                     batches.weights[calls], alphas[calls])
+        if self.native is not None:  # the whole chunk in one call
+            loss += word2vec_native.sgns_chunk(self.native, self.w_in, self.w_out, batches.inputs, batches.targets,
+                                               batches.weights, alphas, self._scratch)
+        else:
+            for start in range(0, batches.num_batches, N):
+                calls = slice(start, start + N)  # N consecutive updates
+                inputs = (batches.inputs[calls],) if self.cfg.sg else (batches.inputs[calls], batches.input_mask[calls])
+                loss += self.kernel.call(self.w_in, self.w_out, *inputs, batches.targets[calls],
+                                         batches.weights[calls], alphas[calls])
         return {"raw_words": batches.raw_words, "effective_words": batches.effective_words,
                 "examples": batches.examples, "loss": float(loss), "build_s": build_s,
                 "update_s": time.perf_counter() - wall - build_s, "cpu_s": time.process_time() - cpu}
@@ -479,8 +501,8 @@ class Word2VecTrainer:
         self.model.input_vectors.share_memory_()
         self.model.output_vectors.share_memory_()
         with HogwildPool(worker, self.cfg.workers) as pool:
-            backend = "compiled" if all(n == "compiled" for n in pool.notes) else "eager"
-            if backend == "eager" and self.cfg.backend == "auto":
+            backend = pool.notes[0] if len(set(pool.notes)) == 1 else "eager"
+            if backend == "eager" and self.cfg.backend in ("auto", "native"):
                 logger.warning("the worker processes could not compile the update kernel; using eager ops")
             return backend, self._loop(pool.run_span)
 
