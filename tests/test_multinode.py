@@ -31,7 +31,7 @@ import pytest
 import torch
 import yaml
 from safetensors.torch import load_file
-from test_pretrain_e2e import NO_DROPOUT, Pipeline, pipeline  # noqa: F401  (the session fixture)
+from test_pretrain_e2e import _SLOW_CLI, NO_DROPOUT, Pipeline, pipeline  # noqa: F401  (the session fixture)
 
 from muppets.cli import main as cli_main
 from muppets.config import writer_tag
@@ -47,20 +47,6 @@ _spec.loader.exec_module(netns)  # type: ignore[union-attr]
 TOL = 1e-6
 TINY_GPT = {"hidden_size": 32, "num_heads": 2, "intermediate_size": 64, "num_layers": 2,
             "hidden_dropout": 0.0, "attention_dropout": 0.0, "embedding_dropout": 0.0}
-
-# A worker whose steps after the 4th take 0.5 s, so that a test can kill it between checkpoints.
-_SLOW_WORKER = """
-import sys, time
-from muppets.train.trainer import Trainer
-report = Trainer._report
-def slow_report(self, stats):
-    report(self, stats)
-    if self.step >= 4:
-        time.sleep(0.5)
-Trainer._report = slow_report
-from muppets.cli import main
-sys.exit(main(sys.argv[1:]))
-"""
 
 
 @pytest.fixture(scope="module")
@@ -206,7 +192,7 @@ def test_a_killed_node_worker_restarts_and_ends_equal_to_an_uninterrupted_run(
     resume from step 4 (not from the half-written step 6 planted beside it) and end equal to
     the uninterrupted one-process run."""
     script = tmp_path / "slow_worker.py"
-    script.write_text(_SLOW_WORKER)
+    script.write_text(_SLOW_CLI)  # steps after the 4th take 0.5 s: room to kill a worker
     run, one = tmp_path / "elastic", tmp_path / "one"
     common = ["train.steps=8", "train.checkpoint_every=4", NO_DROPOUT]
     procs = cluster.launch([str(script), "pretrain", str(pipeline.config), f"run_dir={run}", *common],
