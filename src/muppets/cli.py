@@ -1147,6 +1147,9 @@ def _add_tool_parsers(sub: argparse._SubParsersAction) -> None:
     from muppets.interop import export_cli  # muppets export onnx (issue 21)
 
     export_cli.add_parser(sub)
+    from muppets.distill import cli as distill_cli  # muppets distill (issue 55)
+
+    distill_cli.add_parser(sub)
 
 
 INTERRUPTED = 130  # the shell's exit status after Ctrl-C (128 + SIGINT): a run stopped by a signal

@@ -7,6 +7,9 @@ never sits in memory. Formats (``fmt``):
 ``text``
     Each block of non-blank lines is one document; its lines are joined with a space into one
     paragraph (a blank line = a document break).
+``lines``
+    Each non-blank line is one document of one paragraph (one review snippet, tweet or sentence
+    a line; never chosen by ``auto``).
 ``gutenberg``
     One book = one document: only the text strictly between the ``*** START OF THE PROJECT
     GUTENBERG EBOOK`` and ``*** END OF …`` lines (case-insensitive) is kept, so the licence
@@ -514,6 +517,14 @@ def _parse_text(ctx: _Context, lines: Iterator[tuple[int, str]]) -> Iterator[Doc
         yield Document(f"{ctx.path}:{start}", [paragraph])
 
 
+def _parse_lines(ctx: _Context, lines: Iterator[tuple[int, str]]) -> Iterator[Document]:
+    """One document of one paragraph per non-blank line (review snippets, tweets, one sentence
+    a line): never joined with the next line, as ``text`` joins a block."""
+    for number, line in lines:
+        if line.strip():
+            yield Document(f"{ctx.path}:{number}", [line.strip()])
+
+
 def _parse_gutenberg(ctx: _Context, lines: Iterator[tuple[int, str]]) -> Iterator[Document]:
     start = next((n for n, line in lines if _GUTENBERG_START.match(line)), None)
     if start is None:
@@ -684,6 +695,7 @@ class CorpusFormat:
 
 CORPUS_FORMATS: dict[str, CorpusFormat] = {
     "text": CorpusFormat(_parse_text),
+    "lines": CorpusFormat(_parse_lines),
     "gutenberg": CorpusFormat(_parse_gutenberg),
     "wikiextractor": CorpusFormat(_parse_wikiextractor),
     "jsonl": CorpusFormat(_parse_jsonl),

@@ -30,6 +30,7 @@ class SelfAttention(nn.Module):
     """
 
     record: Callable[[torch.Tensor], None] | None = None
+    record_grad = False  # True: :attr:`record` gets the probabilities with their graph (distillation's attention loss)
 
     def __init__(self, hidden_size: int, num_heads: int, dropout: float = 0.0, causal: bool = False) -> None:
         super().__init__()
@@ -89,7 +90,7 @@ class SelfAttention(nn.Module):
             if mask is None and self.causal:
                 mask = torch.ones(T, T, dtype=torch.bool, device=q.device).tril()
         probs = attention_probs(q, k, mask)  # (B, heads, T, S)
-        self.record(probs.detach())
+        self.record(probs if self.record_grad else probs.detach())
         return fast_dropout(probs, self.dropout, self.training) @ v  # (B, heads, T, hd)
 
 

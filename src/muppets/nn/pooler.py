@@ -18,6 +18,7 @@ class Pooler(nn.Module):
     def __init__(self, hidden_size: int, act: str = "tanh") -> None:
         super().__init__()
         self.dense = nn.Linear(hidden_size, hidden_size)
+        self.act_name = act  # what a model of another width built like this one uses (distillation students)
         self.act = torch.tanh if act == "tanh" else activation(act)
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
