@@ -222,3 +222,16 @@ def test_serve_predict_answers_as_predictor(tok, tmp_path, kind):
     assert status == 200, body
     assert health["routes"] == ["/predict"] and health["task"] == kind
     assert body["predictions"] == expected
+
+
+def test_muppets_finetune_trains_a_saved_student(tok, tmp_path):
+    """A saved fresh student is a ``--model`` like any other: finetune writes a BiLSTM best/."""
+    save_task_model(student(tok, "classify", mlp_size=8), tmp_path / "student", tok, ["neg", "pos"])
+    for split, rows in (("train", sentiment(16, seed=0)), ("dev", sentiment(8, seed=1))):
+        (tmp_path / f"{split}.csv").write_text("text,label\n" + "".join(f"{t},{y}\n" for t, y in rows))
+    assert cli_main(["finetune", str(tmp_path / "train.csv"), "--dev", str(tmp_path / "dev.csv"),
+                     "--model", str(tmp_path / "student"), f"run_dir={tmp_path / 'run'}", "epochs=1",
+                     "batch_size=8", "max_seq_len=32", "progress=false", "device=cpu"]) == 0
+    best = tmp_path / "run" / "best"
+    assert families.of_directory(best).name == "bilstm" and load_task_model(best).head.mlp is not None
+    assert len(Predictor(best).predict(["a good film"])) == 1
