@@ -179,7 +179,7 @@ def test_unknown_model_type_names_the_file_and_key(tmp_path):
 
 def test_every_family_registered_once_with_its_model_types():
     names = [f.name for f in families.families()]
-    assert sorted(names) == ["bert", "distilbert", "electra", "gpt", "roberta"]
+    assert sorted(names) == ["bert", "bilstm", "distilbert", "electra", "gpt", "roberta"]
     for t, name in {"xlm-roberta": "roberta", "camembert": "roberta", "gpt2": "gpt", "bert": "bert",
                     "distilbert": "distilbert", "electra": "electra"}.items():
         assert families.for_model_type(t).name == name

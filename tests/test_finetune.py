@@ -545,7 +545,7 @@ def test_mean_pooling_trains_saves_and_predicts(model_dir, tmp_path):
              if json.loads(x)["split"] == "dev"]
     assert pred.predict([ex.text for ex in data["dev"]]) == saved
     with pytest.raises(Exception, match="pool"):
-        cfg_for(model_dir, tmp_path, pool="max")
+        cfg_for(model_dir, tmp_path, pool="median")
 
 
 def test_positions_beyond_the_pretraining_length_are_warned_about(tmp_path, caplog):

@@ -26,9 +26,10 @@ from muppets.nn.block import init_weights
 from muppets.nn.dropout import dropout
 from muppets.nn.encoded import Encoded
 from muppets.nn.pooler import Pooler
+from muppets.sentence.pooling import pool_one
 
 KINDS = ("classify", "pair", "regress", "tag", "span", "choice")
-POOLS = ("first", "last", "mean")  # sentence vector: BERT [CLS] pooler | GPT last token | token mean
+POOLS = ("first", "last", "mean", "max")  # sentence vector: BERT [CLS] pooler | GPT last token | token mean | token max
 
 
 def last_token(encoded: Encoded) -> torch.Tensor:
@@ -52,7 +53,8 @@ class SentenceVector(nn.Module):
 
     ``first``: BERT's pooler, ``tanh(W h_[CLS] + b)``. ``last``: GPT's final-token state, as is.
     ``mean``: the mean of the top layer over the real tokens (how sentence-transformers models
-    such as all-MiniLM-L6-v2 were trained to be read).
+    such as all-MiniLM-L6-v2 were trained to be read). ``max``: the elementwise maximum of the
+    top layer over the real tokens (the BiLSTM of Tang et al. 2019, §3).
     ``orderings > 1``: the input rows come in groups (GPT similarity: both orders of a text
     pair, §3.3) whose vectors are added: ``(B * orderings, H) -> (B, H)``.
     """
@@ -69,6 +71,8 @@ class SentenceVector(nn.Module):
             v = self.pooler(encoded.last)  # (B*R, H)
         elif self.pool == "mean":
             v = mean_tokens(encoded)
+        elif self.pool == "max":
+            v = pool_one(encoded.last, encoded.mask, "max")
         else:
             v = last_token(encoded)
         if self.orderings > 1:
@@ -77,13 +81,18 @@ class SentenceVector(nn.Module):
 
 
 class ClassificationHead(nn.Module):
-    """Sentence vector -> dropout -> ``(B, num_labels)`` logits (``num_labels=1``: a regression)."""
+    """Sentence vector -> dropout -> ``(B, num_labels)`` logits (``num_labels=1``: a regression).
+
+    ``mlp_size > 0``: a ReLU layer of that width between the sentence vector and the output,
+    ``relu(W v + b)`` (the MLP of Tang et al. 2019's BiLSTM); 0 (BERT's heads): none.
+    """
 
     def __init__(self, hidden_size: int, num_labels: int, dropout_p: float = 0.1,
-                 pool: str = "first", orderings: int = 1, pooler_act: str = "tanh") -> None:
+                 pool: str = "first", orderings: int = 1, pooler_act: str = "tanh", mlp_size: int = 0) -> None:
         super().__init__()
         self.vector = SentenceVector(hidden_size, pool, orderings, pooler_act)
-        self.classifier = nn.Linear(hidden_size, num_labels)
+        self.mlp = nn.Sequential(nn.Linear(hidden_size, mlp_size), nn.ReLU()) if mlp_size > 0 else None
+        self.classifier = nn.Linear(mlp_size or hidden_size, num_labels)
         self.dropout_p = dropout_p
 
     @property
@@ -92,6 +101,8 @@ class ClassificationHead(nn.Module):
 
     def forward(self, encoded: Encoded) -> torch.Tensor:
         pooled = dropout(self.vector(encoded), self.dropout_p, self.training)  # (B, H)
+        if self.mlp is not None:
+            pooled = dropout(self.mlp(pooled), self.dropout_p, self.training)  # (B, M)
         return self.classifier(pooled)  # (B, C)
 
 
@@ -139,16 +150,17 @@ class ChoiceHead(nn.Module):
 
 def build_head(kind: str, hidden_size: int, num_labels: int = 0, dropout_p: float = 0.1,
                init_std: float = 0.02, pool: str = "first", orderings: int = 1,
-               pooler_act: str = "tanh") -> nn.Module:
+               pooler_act: str = "tanh", mlp_size: int = 0) -> nn.Module:
     """The head for a task ``kind`` (see :data:`KINDS`), freshly initialised.
 
     ``pool`` / ``orderings``: how sentence-level heads read the backbone (see :class:`SentenceVector`);
-    ``pooler_act``: the activation of the ``first`` pooler (the model family's, :class:`Pooler`).
+    ``pooler_act``: the activation of the ``first`` pooler (the model family's, :class:`Pooler`);
+    ``mlp_size``: a ReLU layer of classify / pair / regress heads (:class:`ClassificationHead`).
     """
     if kind in ("classify", "pair"):
-        head: nn.Module = ClassificationHead(hidden_size, num_labels, dropout_p, pool, orderings, pooler_act)
+        head: nn.Module = ClassificationHead(hidden_size, num_labels, dropout_p, pool, orderings, pooler_act, mlp_size)
     elif kind == "regress":
-        head = ClassificationHead(hidden_size, 1, dropout_p, pool, orderings, pooler_act)
+        head = ClassificationHead(hidden_size, 1, dropout_p, pool, orderings, pooler_act, mlp_size)
     elif kind == "tag":
         head = TaggingHead(hidden_size, num_labels, dropout_p)
     elif kind == "span":

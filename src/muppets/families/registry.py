@@ -44,6 +44,7 @@ class Family:
     build: Callable[[Any], nn.Module]  # config -> a freshly initialised model of the kind ``load`` returns
     read_config: Callable[[Path], Any]  # directory -> its config.json as our config (what ``build`` takes)
     pair_orderings: int = 1  # GPT: similarity pairs are read in both orders (Radford et al. 2018, §3.3)
+    onnx: bool = True  # its models trace to ONNX (muppets export onnx); a packed BiLSTM's lengths do not
     description: str = ""  # one line for tables and errors
 
     @property

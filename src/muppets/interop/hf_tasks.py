@@ -25,7 +25,7 @@ from muppets.models.bert import BertBackbone, BertConfig
 log = logging.getLogger(__name__)
 
 __all__ = ["TASK_HEADS", "is_task_architecture", "is_task_config", "save_hf_task_model", "load_hf_task_model",
-           "task_labels", "names_entry", "saved_label_names"]
+           "task_labels", "names_entry", "saved_label_names", "task_entries", "task_kind", "architecture_of"]
 _KIND_OF_ARCH = {"ForTokenClassification": "tag", "ForQuestionAnswering": "span",
                  "ForMultipleChoice": "choice", "ForSequenceClassification": "classify"}  # architecture suffix -> kind
 
@@ -58,21 +58,29 @@ def save_hf_task_model(model: TaskModel, directory: str | Path, tokenizer=None,
     own = model.state_dict()
     heads = {ours: hf for ours, hf in heads.items() if f"{ours}.weight" in own}  # pool=mean: no pooler
     write_weights(to_hf_state(model, cfg, heads, {}, fmt), directory / "model.safetensors", {"format": "pt"})
-    pool = getattr(getattr(model.head, "vector", None), "pool", "first")
-    hf = {**fmt.to_config(cfg), "architectures": [arch],
-          "muppets_task": {"kind": model.kind, "labels": labels or [], **names_entry(labels or [], label_names or []),
-                           "pool": pool}}
-    if model.kind in ("classify", "pair", "tag"):
-        names = label_names or labels or [f"LABEL_{i}" for i in range(model.head.classifier.out_features)]
-        hf["id2label"] = {str(i): n for i, n in enumerate(names)}
-        hf["label2id"] = {n: i for i, n in enumerate(names)}
-    if model.kind == "regress":
-        hf.update(problem_type="regression", id2label={"0": "LABEL_0"}, label2id={"LABEL_0": 0})
+    hf = {**fmt.to_config(cfg), "architectures": [arch], **task_entries(model, labels or [], label_names or [])}
     write_config(directory, hf)
     if tokenizer is not None:
         tokenizer.save(directory)
     write_model_card(directory, provenance)
     return directory
+
+
+def task_entries(model: TaskModel, labels: Sequence[str], label_names: Sequence[str]) -> dict:
+    """The task keys of a saved task model's ``config.json``, as every family writes them:
+    ``muppets_task`` (kind, labels, their names, the sentence heads' pool) and transformers'
+    ``id2label`` / ``label2id`` (the names; regression: ``problem_type`` and one ``LABEL_0``)."""
+    labels, label_names = list(labels), list(label_names)
+    pool = getattr(getattr(model.head, "vector", None), "pool", "first")
+    out: dict = {"muppets_task": {"kind": model.kind, "labels": labels, **names_entry(labels, label_names),
+                                  "pool": pool}}
+    if model.kind in ("classify", "pair", "tag"):
+        names = label_names or labels or [f"LABEL_{i}" for i in range(model.head.classifier.out_features)]
+        out["id2label"] = {str(i): n for i, n in enumerate(names)}
+        out["label2id"] = {n: i for i, n in enumerate(names)}
+    if model.kind == "regress":
+        out.update(problem_type="regression", id2label={"0": "LABEL_0"}, label2id={"LABEL_0": 0})
+    return out
 
 
 def load_hf_task_model(directory: str | Path, kind: str | None = None, num_labels: int | None = None,
@@ -94,7 +102,7 @@ def load_hf_task_model(directory: str | Path, kind: str | None = None, num_label
     """
     directory = Path(directory)
     data = _read_config(directory)
-    kind = kind or _kind_from_config(data, directory)
+    kind = kind or task_kind(data, directory)
     cfg = fmt.from_config(data, str(directory / "config.json"))
     if dropout is not None:
         cfg = dataclasses.replace(cfg, hidden_dropout=dropout, attention_dropout=dropout)
@@ -152,7 +160,16 @@ def _read_config(directory: Path) -> dict:
     return read_json_object(path)
 
 
-def _kind_from_config(data: dict, directory: Path) -> str:
+def architecture_of(prefix: str, kind: str) -> str:
+    """The HF-style ``architectures`` entry of a ``kind`` task model: ``prefix`` + its suffix
+    (``MuppetsBiLSTM`` + ``ForSequenceClassification``)."""
+    suffixes = {found: suffix for suffix, found in _KIND_OF_ARCH.items()}
+    return prefix + suffixes.get(kind, "ForSequenceClassification")  # pair, regress: a sequence classifier
+
+
+def task_kind(data: dict, directory: Path) -> str:
+    """The task kind a ``config.json`` (as a dict) was saved for (:class:`CheckpointError` when
+    it is no task model's)."""
     kind = data.get("muppets_task", {}).get("kind")
     if kind in KINDS:
         return kind

@@ -132,5 +132,7 @@ def _body(directory: Path, config: dict, prov: Provenance, task: str, index: lis
         lines += ["| metric | value |", "|---|---|"]
         lines += [f"| {m['name']} | {m['value']:.4f} |" for m in index[0]["results"][0]["metrics"]] + [""]
     if (directory / "model.safetensors").is_file():
-        lines += ["Load it with muppets (`--model DIR`) or with transformers' Auto classes.", ""]
+        own = str(family).startswith("muppets-")  # muppets' own architectures (pre-LN BERT, BiLSTM)
+        lines += ["Load it with muppets (`--model DIR`)" + ("; transformers has no class for this architecture."
+                                                             if own else " or with transformers' Auto classes."), ""]
     return "\n".join(lines)

@@ -160,6 +160,9 @@ def load_source(model: str | Path, layers: str = "last") -> _Source:
                           "safetensors weights (ONNX export takes BERT encoders and fine-tuned task models)")
     meta = read_json_object(config)
     fam = families.of_directory(path)
+    if not fam.onnx:
+        raise ConfigError(f"{path}: a {fam.name} model is not exported to ONNX ({fam.description}); "
+                          "serve this directory with --backend torch")
     if _is_task_dir(meta):
         return _task_source(path, fam.name, layers)
     if fam.causal:

@@ -29,7 +29,6 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from muppets.config import from_dict, write_json_atomic
 from muppets.errors import ConfigError
@@ -37,7 +36,9 @@ from muppets.heads import mean_tokens
 from muppets.interop.safetensors_io import read_model_dir, write_weights
 from muppets.nn.crf import CRF
 from muppets.nn.encoded import Encoded
+from muppets.nn.lstm import packed_lstm
 from muppets.nn.scalar_mix import ScalarMix
+from muppets.sentence.pooling import pool_one
 from muppets.transfer.features import IGNORE
 COMBINES = ("mix", "sum", "cat", "single")
 FORMAT = "muppets.feature-model/1"
@@ -130,10 +131,7 @@ class FeatureTaskModel(nn.Module):
         x = self.combiner(features, mask)  # (B, T, D')
         if extra is not None:
             x = torch.cat([x, extra.to(x.dtype)], dim=-1)  # (B, T, D' + E)
-        lengths = mask.sum(1).clamp_min(1).cpu()
-        packed = pack_padded_sequence(self.dropout(x), lengths, batch_first=True, enforce_sorted=False)
-        states, _ = pad_packed_sequence(self.lstm(packed)[0], batch_first=True, total_length=x.shape[1])
-        return states  # (B, T, 2h)
+        return packed_lstm(self.lstm, self.dropout(x), mask)  # (B, T, 2h)
 
     def logits(self, states: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """``(B, C)`` sentence scores or ``(B, T, C)`` per-word emissions."""
@@ -142,7 +140,7 @@ class FeatureTaskModel(nn.Module):
         if self.cfg.pool == "mean":
             pooled = mean_tokens(Encoded([states], mask))  # (B, 2h)
         else:
-            pooled = states.masked_fill(~mask[..., None], float("-inf")).max(1).values  # (B, 2h)
+            pooled = pool_one(states, mask, "max")  # (B, 2h)
         return self.output(self.dropout(pooled))
 
     def forward(self, features: torch.Tensor, attention_mask: torch.Tensor, labels: torch.Tensor | None = None,

@@ -97,7 +97,7 @@ class FinetuneConfig:
     init: str = "pretrained"  # pretrained | random: the model's architecture and tokenizer, weights drawn afresh (the no-pretraining baseline)
     run_dir: str = ""  # checkpoints, log, best/, predictions.jsonl, metrics.json ("" = runs/finetune/<task>)
     max_seq_len: int = 128  # tokens per input, [CLS]/[SEP] included (longer inputs are cut; tag/span: windows)
-    pool: str = ""  # sentence vector of classify/pair/regress/choice heads: first ([CLS] pooler) | mean | last; "" = BERT first, GPT last
+    pool: str = ""  # sentence vector of classify/pair/regress/choice heads: first ([CLS] pooler) | mean | last | max; "" = BERT first, GPT last, BiLSTM max
     lm_coef: float = 0.5  # GPT models: weight of the auxiliary LM loss on the task inputs (GPT §3.3; 0 = off)
     orderings: int = 0  # GPT pair/regress: 2 = both orders, final states added; 1 = one; 0 = 2 for mrpc/stsb/qqp
     doc_stride: int = 128  # span: step between context windows, in tokens (capped at the window length)
