@@ -39,6 +39,7 @@ RUN_CONFIGS = [
     ("word2vec", "muppets.recipes.word2vec_train:Word2VecRunConfig", "muppets word2vec train"),
     ("Fine-tuning", "muppets.transfer.finetune:FinetuneConfig", "muppets finetune / evaluate"),
     ("Multi-task learning", "muppets.multitask.config:MultitaskConfig", "muppets multitask"),
+    ("Distillation", "muppets.distill.config:DistillConfig", "muppets distill"),
 ]
 
 

@@ -285,3 +285,13 @@ def test_bad_input_gives_one_clear_error(model_dir, tok, root, tmp_path):
         distill_run(distill_cfg(teacher, tmp_path / "r2", student=str(foreign)), data=text_task("classify"))
     with pytest.raises(ConfigError, match="alpha=0"):
         DistillConfig(teacher=str(teacher), alpha=0.0, augment=2)
+
+
+def test_a_bilstm_student_distils_and_predicts(model_dir, root):
+    teacher = teacher_of("classify", model_dir, root)
+    summary = distill_run(distill_cfg(teacher, root / "d-bilstm", student="bilstm",
+                                      student_config={"embedding_size": 16, "lstm_size": 8},
+                                      train={"epochs": 2, "lr": 1e-2}), data=text_task("classify"))
+    assert summary["student"]["family"] == "bilstm"
+    best = Predictor(summary["best"])
+    assert best.model.family == "bilstm" and best.predict(["a lovely film"])[0] in ("0", "1")
