@@ -82,6 +82,11 @@ def test_int8_quantizes_every_linear_and_the_forward_uses_them(task_dir):
     for h in hooks:
         h.remove()
     assert len(calls) == len(hooks)  # qkv, out, the feed-forward pair of each layer, pooler, classifier
+    for m in model.modules():  # 7-bit weights, one scale per output row (muppets.runtime's docstring)
+        if isinstance(m, QLinear):
+            w = m.weight()
+            assert w.q_per_channel_scales().numel() == w.shape[0] and not w.q_per_channel_zero_points().any()
+            assert int(w.int_repr().abs().max()) <= 64
     assert not torch.equal(got, want)  # it really ran in int8 …
     assert torch.allclose(got, want, atol=0.05 * float(want.abs().max()))  # … and stays close
     assert PRECISIONS == SERVE_PRECISIONS  # the server's list (no torch import there) is the runtime's

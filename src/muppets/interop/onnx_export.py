@@ -297,7 +297,8 @@ def quantize_graph(source: Path, target: Path) -> None:
     int8 weights with one scale per output column (``per_channel``), activations quantized per
     call. ``reduce_range`` keeps the weights to 7 bits: onnxruntime's u8s8 kernels on AVX2 CPUs
     without VNNI add pairs of 8-bit products in 16 bits, which can saturate at full range
-    (onnxruntime's quantization guide).
+    (onnxruntime's quantization guide); :mod:`muppets.runtime` makes the same choices, and says
+    what they were measured against.
     """
     from muppets.interop.onnx_runtime import require_onnxruntime
 
