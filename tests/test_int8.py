@@ -127,6 +127,12 @@ def test_served_int8_predict_equals_offline_int8_and_embeddings_run_int8(task_di
         [[2, 10, 11, 12, 3], [2, 13, 3]]))
     cos = (vectors * float32).sum(1) / np.linalg.norm(vectors, axis=1) / np.linalg.norm(float32, axis=1)
     assert not np.array_equal(vectors, float32) and cos.min() > 0.99
+    from muppets.sentence.encode import SentenceModel  # encode() runs the same switch
+
+    int8_model = SentenceModel(bert_dir, precision="int8")
+    assert model_precision(int8_model.model.backbone) == "int8"
+    a, b = int8_model.encode(TEXTS), SentenceModel(bert_dir).encode(TEXTS)
+    assert not np.array_equal(a, b) and ((a * b).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)).min() > 0.99
 
 
 def _export_main(argv: list[str]) -> int:
@@ -202,3 +208,18 @@ def test_int8_speed_benchmark_smoke_measures_and_scores_every_runtime(tmp_path):
         assert sizes["4"]["vs_torch-float32"] == pytest.approx(sizes["4"]["per_s_median"]
                                                                / result["speed"]["torch-float32"]["4"]["per_s_median"])
     assert result["scored_examples"] == result["split_size"] > 0
+
+
+def test_auto_backend_compares_int8_with_int8_and_keeps_float32_off_an_int8_export(task_dir, tmp_path):
+    pytest.importorskip("onnxruntime", reason="ONNX tests need the 'onnx' extra (pip install -e \".[onnx]\")")
+    import shutil
+
+    from muppets.interop.onnx_export import export_onnx
+
+    model = tmp_path / "model"
+    shutil.copytree(task_dir, model)
+    export_onnx(model, model / "onnx", quantize="int8")  # no scoring: export_onnx alone never scores
+    both = load_engine(ServeConfig(model_dir=str(model), precision="int8", threads=1))  # auto: measured
+    assert both.precision == "int8" and set(both.backend_ms) == {"torch", "onnx"}
+    plain = load_engine(ServeConfig(model_dir=str(model), threads=1))  # float32 is not measured against int8
+    assert (plain.backend, plain.precision, plain.backend_ms) == ("torch", "float32", None)
