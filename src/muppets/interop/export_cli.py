@@ -105,7 +105,8 @@ def run(args: argparse.Namespace) -> int:
         print(INT8_NOTE.replace("precision int8", "int8 graph (onnxruntime)"))
         if report.int8_max_abs_diff is not None:
             print(f"int8 graph vs torch float32: max |diff| = {report.int8_max_abs_diff:.3g}")
-        print("\n".join(scores) if scores else "not scored (--no-score, or not a task model)")
+        print("\n".join(scores) if scores else "not scored (--no-score, an encoder, or a task model whose "
+              "muppets_finetune.json names no task)")
     return 0
 
 

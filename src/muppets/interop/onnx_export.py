@@ -305,8 +305,9 @@ def quantize_graph(source: Path, target: Path) -> None:
     require_onnxruntime()
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
-    root = logging.getLogger()
-    quiet = _DropPreprocessHint()
+    root = logging.getLogger()  # the quantizer logs a line per tensor at INFO on the root logger
+    level, quiet = root.level, _DropPreprocessHint()
+    root.setLevel(max(level, logging.WARNING))
     root.addFilter(quiet)  # its advice to run shape inference first applies to static quantization
     try:
         quantize_dynamic(str(source), str(target), weight_type=QuantType.QInt8, per_channel=True, reduce_range=True,
@@ -315,6 +316,7 @@ def quantize_graph(source: Path, target: Path) -> None:
         raise ExportError(f"{source}: onnxruntime's quantize_dynamic failed: {type(err).__name__}: {err}") from err
     finally:
         root.removeFilter(quiet)
+        root.setLevel(level)
 
 
 class _DropPreprocessHint(logging.Filter):
