@@ -102,6 +102,8 @@ TINY: dict[tuple[str, str], list[str]] = {
     ("features", ""): ["max_train_examples=24", "max_eval_examples=16", "epochs=1", "batch_size=8",
                        "embed_batch_size=8", "progress=false", "threads=1"],
     ("embed", ""): ["--threads", "1"],
+    # docs/tutorials/serve-export.md: an int8 export scores the first 8 dev examples (float32 and int8)
+    ("export onnx", ""): ["--max-eval-examples", "8"],
 }
 # Option values lowered in place (the README's --limit 1000 would score 1,000 items).
 SMALLER = {"--limit": "4", "--pretrain-steps": "2"}

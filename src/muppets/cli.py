@@ -432,8 +432,18 @@ def _evaluate(args: argparse.Namespace) -> int:
     from muppets.transfer.report import figure_lines
 
     cfg = _finetune_config(args)
-    summary = finetune.evaluate_summary(cfg.task, cfg.model, args.split, cfg, args.predictions)
-    print("\n".join(figure_lines(summary, (args.split,))))
+    summary = finetune.evaluate_summary(cfg.task, cfg.model, args.split, cfg, args.predictions, args.precision)
+    if args.precision == "float32":
+        print("\n".join(figure_lines(summary, (args.split,))))
+        return 0
+    from muppets.transfer.runtime_scores import compare, compare_lines
+
+    reference = finetune.evaluate_summary(cfg.task, cfg.model, args.split, cfg, None, "float32")
+    for name, result in (("float32", reference), (args.precision, summary)):
+        print(f"{name}:")
+        print("\n".join(figure_lines(result, (args.split,))))
+    change = compare({"float32": reference[args.split], args.precision: summary[args.split]})
+    print("\n".join(compare_lines(change, args.split)[-1:]))
     return 0
 
 
@@ -1029,6 +1039,10 @@ def _add_transfer_parsers(sub: argparse._SubParsersAction) -> None:
                          "a pretrained model without the task's trained head is refused")
     e.add_argument("--split", default="dev", help="split to score (default: dev)")
     e.add_argument("--predictions", help="also write the predictions to this jsonl file")
+    e.add_argument("--precision", choices=("float32", "bf16", "int8"), default="float32",
+                   help="the linear layers' runtime, as Predictor(precision=) and 'muppets serve --precision' run "
+                        "them (int8: dynamic quantization); other than float32, the float32 scores and the "
+                        "change are printed too")
     e.add_argument("--overwrite", action="store_true", help="replace the file at --predictions")
     e.set_defaults(func=_evaluate)
 

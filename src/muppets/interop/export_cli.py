@@ -30,6 +30,16 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     o.add_argument("--check", action=argparse.BooleanOptionalAction, default=True,
                    help="run onnxruntime on padded inputs of new shapes and compare with torch (default: on)")
     o.add_argument("--tolerance", type=float, default=1e-4, help="largest |onnx - torch| the check accepts")
+    o.add_argument("--quantize", choices=["int8"], default=None,
+                   help="int8: onnxruntime's dynamic quantization of the graph's linear layers (int8 weights per "
+                        "output column, inputs quantized per call); a task model is then scored in float32 (torch) "
+                        "and int8 (the graph) on its task's --score-split, and both and the change are printed and "
+                        "written to muppets_onnx.json")
+    o.add_argument("--score", action=argparse.BooleanOptionalAction, default=True,
+                   help="with --quantize: score a task model whose muppets_finetune.json names its task (default: on)")
+    o.add_argument("--score-split", default="dev", help="with --quantize: the split scored (default: dev)")
+    o.add_argument("--max-eval-examples", type=int, default=0,
+                   help="with --quantize: score the first N examples of the split only (0 = all)")
     o.add_argument("--ids-only", action="store_true",
                    help="export a model without tokenizer files: the graph alone, for callers that tokenize "
                         "themselves (muppets serve refuses such an export)")
@@ -75,7 +85,8 @@ def run(args: argparse.Namespace) -> int:
         settle_model(args)
         opset = {} if args.opset is None else {"opset": args.opset}
         report = export_onnx(args.model, args.out, layers=args.layers, check=args.check, tolerance=args.tolerance,
-                             ids_only=args.ids_only, **opset)
+                             ids_only=args.ids_only, quantize=args.quantize or "", **opset)
+        scores = score_quantized(report, args.score_split, args.max_eval_examples) if args.quantize and args.score else []
     except MuppetsError as err:
         print(f"muppets export onnx: error: {err}", file=sys.stderr)
         return 2
@@ -88,4 +99,44 @@ def run(args: argparse.Namespace) -> int:
         print("not checked against onnxruntime (--no-check)")
     else:
         print(f"onnxruntime vs torch: max |diff| = {report.max_abs_diff:.3g} (tolerance {report.tolerance:g})")
+    if report.precision == "int8":
+        from muppets.runtime import INT8_NOTE
+
+        print(INT8_NOTE.replace("precision int8", "int8 graph (onnxruntime)"))
+        if report.int8_max_abs_diff is not None:
+            print(f"int8 graph vs torch float32: max |diff| = {report.int8_max_abs_diff:.3g}")
+        print("\n".join(scores) if scores else "not scored (--no-score, an encoder, or a task model whose "
+              "muppets_finetune.json names no task)")
     return 0
+
+
+def score_quantized(report, split: str, max_examples: int) -> list[str]:  # noqa: ANN001 - an ExportReport
+    """A quantized task export's score beside its source's float32 one on the task's ``split``
+    (:mod:`muppets.transfer.runtime_scores`), written into the export's manifest as ``accuracy``;
+    printable lines ([] when the source names no task: nothing to score)."""
+    import logging
+    from pathlib import Path
+
+    from muppets.config import write_json_atomic
+    from muppets.interop.onnx_export import MANIFEST, read_manifest
+    from muppets.interop.onnx_runtime import OnnxPredictor
+    from muppets.transfer import Predictor
+    from muppets.transfer.runtime_scores import compare, compare_lines, model_task, score_predictor, task_examples
+
+    task = model_task(report.source) if report.what == "task" else None
+    if task is None:
+        return []
+    try:
+        spec, examples, total = task_examples(task, split, max_examples)
+    except MuppetsError as err:  # the export is written; say why it is not scored
+        logging.getLogger(__name__).warning("int8 export not scored: %s", err)
+        return [f"not scored: the task's data did not load ({err})"]
+    scores = {"float32": score_predictor(Predictor(report.source), spec, examples),
+              "int8": score_predictor(OnnxPredictor(report.directory), spec, examples)}
+    result = compare(scores) | {"split": split, "examples": len(examples), "of": total, "task": spec.name,
+                                "float32_runtime": "torch", "int8_runtime": "onnxruntime"}
+    manifest = read_manifest(report.directory)
+    write_json_atomic(Path(report.directory) / MANIFEST, manifest | {"accuracy": result})
+    report.accuracy = result
+    return compare_lines(result, f"{spec.name} {split} ({len(examples)} of {total} examples; float32 = torch, "
+                                 "int8 = this graph)")

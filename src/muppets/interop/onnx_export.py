@@ -5,7 +5,9 @@
     model.onnx            the graph: inputs input_ids, attention_mask, token_type_ids (int64),
                           dynamic batch and sequence axes (and choices, for multiple choice)
     muppets_onnx.json     what the graph is: encoder or task kind, input and output axes, the
-                          opset, the check's max |onnx - torch|, a fingerprint of the source weights
+                          opset, the check's max |onnx - torch|, a fingerprint of the source weights,
+                          ``precision`` (float32, or int8 with ``quantize="int8"``: :func:`quantize_graph`)
+                          and for an int8 task model its ``accuracy`` in float32 and int8
     config.json …         the source's settings: HF config (labels, ``muppets_task``), tokenizer
                           files, ``muppets_finetune.json`` (features, span decoding), the
                           sentence-transformers modules (``modules.json``, ``1_Pooling/``, ``2_Dense/`` …)
@@ -93,6 +95,9 @@ class ExportReport:
     tolerance: float  # the largest difference accepted
     seconds: float  # time to export and check
     tokenizer: bool = True  # False: exported with ids_only, the source had no tokenizer files
+    precision: str = "float32"  # "int8": the graph's matmuls quantized (quantize="int8"); the check ran on the float32 graph
+    int8_max_abs_diff: float | None = None  # int8: max |int8 graph - torch float32| over the check's inputs (no tolerance)
+    accuracy: dict[str, Any] | None = None  # a task model's dev score in float32 and int8 (muppets export onnx --quantize int8)
 
 
 # ----------------------------------------------------------------------------- graphs
@@ -235,7 +240,7 @@ def _samples_for(src: _Source) -> tuple[dict, list[dict]]:
 
 def export_onnx(model: str | Path, out: str | Path, opset: int = DEFAULT_OPSET, layers: str = "last",
                 check: bool = True, tolerance: float = 1e-4, threads: int = 1,
-                ids_only: bool = False) -> ExportReport:
+                ids_only: bool = False, quantize: str = "") -> ExportReport:
     """Export ``model`` to ``out/model.onnx`` with its settings beside it (see the module docstring).
 
     ``out`` must not exist or be empty (nothing is overwritten). With ``check`` the graph runs in
@@ -244,7 +249,15 @@ def export_onnx(model: str | Path, out: str | Path, opset: int = DEFAULT_OPSET, 
     torch's by more than ``tolerance``. The files are written into a temporary beside ``out``
     that becomes ``out`` when all are there (:func:`~muppets.config.atomic_dir`). A model without tokenizer files is a :class:`ConfigError`
     unless ``ids_only`` (a graph for callers that tokenize themselves).
+
+    ``quantize="int8"`` writes the float32 graph, checks it as above, then replaces it with
+    onnxruntime's dynamic quantization of it (:func:`quantize_graph`); the report's
+    ``int8_max_abs_diff`` is the int8 graph's largest difference from torch float32 on the same
+    inputs (informative: int8 is not meant to match within ``tolerance``).
     """
+    if quantize not in ("", "float32", "int8"):
+        raise ConfigError(f"--quantize {quantize!r}: the exporter quantizes to int8 only")
+    int8 = quantize == "int8"
     if not (math.isfinite(tolerance) and tolerance >= 0):
         raise ConfigError(f"--tolerance {tolerance}: must be a finite number >= 0")
     start = time.perf_counter()
@@ -262,14 +275,56 @@ def export_onnx(model: str | Path, out: str | Path, opset: int = DEFAULT_OPSET, 
         trace, checks = _samples_for(src)
         _write_graph(src, trace, tmp / "model.onnx", opset)
         diff = check_onnx(tmp / "model.onnx", src.graph, checks, tolerance, threads) if check else None
+        int8_diff = None
+        if int8:
+            (tmp / "model.onnx").rename(tmp / "model-float32.onnx")
+            quantize_graph(tmp / "model-float32.onnx", tmp / "model.onnx")
+            (tmp / "model-float32.onnx").unlink()
+            int8_diff = check_onnx(tmp / "model.onnx", src.graph, checks, math.inf, threads) if check else None
         _copy_settings(src.path, tmp)
         write_model_card(tmp, Provenance(base_model=str(model), task="encoder" if src.what == "encoder" else "",
                                          tags=("onnx",)))  # the graph's outputs say what it is, not config.json
         report = ExportReport(str(out), str(src.path), src.what, src.family, src.kind, list(src.outputs), opset,
-                              diff, tolerance, round(time.perf_counter() - start, 3), tokenizer=not tokenizer)
+                              diff, tolerance, round(time.perf_counter() - start, 3), tokenizer=not tokenizer,
+                              precision="int8" if int8 else "float32", int8_max_abs_diff=int8_diff)
         write_json_atomic(tmp / MANIFEST, _manifest(src, report))
     log.info("exported %s to %s (max |onnx - torch| %s)", src.path, out / "model.onnx", diff)
     return report
+
+
+def quantize_graph(source: Path, target: Path) -> None:
+    """onnxruntime's dynamic int8 quantization of the graph at ``source``, written to ``target``.
+
+    As torch's int8 (:mod:`muppets.runtime`): only matmuls with a constant weight (the linear
+    layers: ``MatMulConstBOnly``; attention's two matmuls and the embeddings stay float32),
+    int8 weights with one scale per output column (``per_channel``), activations quantized per
+    call. ``reduce_range`` keeps the weights to 7 bits: onnxruntime's u8s8 kernels on AVX2 CPUs
+    without VNNI add pairs of 8-bit products in 16 bits, which can saturate at full range
+    (onnxruntime's quantization guide); :mod:`muppets.runtime` makes the same choices, and says
+    what they were measured against.
+    """
+    from muppets.interop.onnx_runtime import require_onnxruntime
+
+    require_onnxruntime()
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    root = logging.getLogger()  # the quantizer logs a line per tensor at INFO on the root logger
+    level, quiet = root.level, _DropPreprocessHint()
+    root.setLevel(max(level, logging.WARNING))
+    root.addFilter(quiet)  # its advice to run shape inference first applies to static quantization
+    try:
+        quantize_dynamic(str(source), str(target), weight_type=QuantType.QInt8, per_channel=True, reduce_range=True,
+                         op_types_to_quantize=["MatMul", "Gemm"], extra_options={"MatMulConstBOnly": True})
+    except Exception as err:  # noqa: BLE001 - name the model in the message
+        raise ExportError(f"{source}: onnxruntime's quantize_dynamic failed: {type(err).__name__}: {err}") from err
+    finally:
+        root.removeFilter(quiet)
+        root.setLevel(level)
+
+
+class _DropPreprocessHint(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "pre-processing before quantization" not in record.getMessage()
 
 
 def tokenizer_problem(path: Path) -> str:

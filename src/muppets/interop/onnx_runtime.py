@@ -133,6 +133,7 @@ class OnnxPredictor(Predictor):
         limit = int(self.model.onnx.manifest["max_positions"])
         self.features = saved_features or FeatureOptions(max_seq_len=min(128, limit))
         self.batch_size = batch_size
+        self.precision = str(self.model.onnx.manifest.get("precision", "float32"))  # int8: --quantize int8
 
 
 class OnnxSentenceModel(SentenceModel):
@@ -153,6 +154,7 @@ class OnnxSentenceModel(SentenceModel):
         self.model, self.tok, self.eos_id = None, self.family.tokenizer(self.source), None
         self.head = read_head(self.source, pooling, normalize).eval()
         self.head.check(int(self.onnx.manifest["output_axes"]["last_hidden_state"][-1]), self.source)
+        self.precision = str(self.onnx.manifest.get("precision", "float32"))  # int8: --quantize int8
         positions = int(self.onnx.manifest["max_positions"])
         self.max_tokens = min(positions, self.head.max_seq_length or positions)
 

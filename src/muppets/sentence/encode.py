@@ -52,14 +52,17 @@ class SentenceModel:
     device = torch.device("cpu")  # where the inputs go (an ONNX subclass runs on the CPU)
 
     def __init__(self, model: str | Path, pooling: str = "", normalize: bool | None = None,
-                 device: str = "cpu") -> None:
+                 device: str = "cpu", precision: str = "float32") -> None:
         from muppets import families
         from muppets.paths import resolve_model_path
+        from muppets.runtime import set_precision
 
         self.source = resolve_model_path(model)
         self.family = families.of_directory(self.source)
         self.device = pick_device(device)  # cpu | cuda | cuda:N
         self.model = self.family.load(self.source).to(self.device).eval()
+        self.precision = precision  # the backbone's linear layers: float32 | bf16 | int8 (muppets.runtime)
+        set_precision(self.model.backbone, precision)
         self.tok = self.family.tokenizer(self.source)
         self.head = read_head(self.source, pooling, normalize).to(self.device).eval()
         self.head.check(int(self.model.cfg.hidden_size), self.source)
@@ -89,9 +92,9 @@ class SentenceModel:
 
 
 def encode(model: str | Path, texts: Sequence[str], pooling: str = "", normalize: bool | None = None,
-           batch_size: int = 32) -> np.ndarray:
+           batch_size: int = 32, precision: str = "float32") -> np.ndarray:
     """:meth:`SentenceModel.encode` in one call."""
-    return SentenceModel(model, pooling, normalize).encode(texts, batch_size)
+    return SentenceModel(model, pooling, normalize, precision=precision).encode(texts, batch_size)
 
 
 # ----------------------------------------------------------------------------- export

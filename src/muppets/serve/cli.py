@@ -40,9 +40,11 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
                    help="forward passes in torch, in onnxruntime (an export from 'muppets export onnx', in "
                         "MODEL_DIR or MODEL_DIR/onnx), or auto: the faster of the two, measured at startup")
     s.add_argument("--precision", choices=PRECISIONS, default=d.precision,
-                   help="BERT encoders: bf16 keeps the linear layers' weights in bf16 and runs them in autocast "
-                        "(faster on CPUs with AVX512-BF16 / AMX; the vectors differ slightly from float32, "
-                        "BENCHMARKS.md has the measured gap); implies the torch backend")
+                   help="encoders and fine-tuned task models: bf16 keeps the linear layers' weights in bf16 (faster "
+                        "on CPUs with AVX512-BF16 / AMX; implies the torch backend); int8 quantizes them dynamically "
+                        "(int8 weights, inputs quantized per call; torch, or an export written with 'muppets export "
+                        "onnx --quantize int8'). Outputs differ slightly from float32: 'muppets evaluate --precision' "
+                        "scores the change, BENCHMARKS.md has measured speeds")
     s.add_argument("--device", default=d.device,
                    help="cpu (default), cuda or cuda:N: where the model runs (implies the torch backend on a GPU)")
     s.add_argument("--api-key", default="", help="require 'Authorization: Bearer KEY' (or set MUPPETS_API_KEY)")

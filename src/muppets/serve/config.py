@@ -9,7 +9,7 @@ from muppets.errors import ConfigError
 from muppets.sentence.names import MODES as POOLINGS  # sentence vectors: cls | mean | max | mean_sqrt_len | weighted_mean | last
 
 BACKENDS = ("auto", "torch", "onnx")  # what runs the forward pass (muppets.serve.onnx_backend)
-PRECISIONS = ("float32", "bf16")  # BERT encoders' linear layers (muppets.serve.engines.Encoder)
+PRECISIONS = ("float32", "bf16", "int8")  # the linear layers: muppets.runtime.PRECISIONS (no torch import here: --help)
 
 
 @dataclass
@@ -25,7 +25,7 @@ class ServeConfig:
     threads: int = 0  # torch (and onnxruntime) intra-op threads (0 = the default: one per core)
     backend: str = "auto"  # torch | onnx (an export: muppets export onnx) | auto (the faster of both, measured at startup)
     device: str = "cpu"  # cpu | cuda | cuda:N: where torch engines run (onnx runs on the CPU)
-    precision: str = "float32"  # BERT encoders: float32 | bf16 (linear weights in bf16 under autocast; torch backend only)
+    precision: str = "float32"  # encoders and task models: float32 | bf16 (torch only) | int8 (dynamic quantization; torch, or an int8 ONNX export)
     api_key: str = ""  # if set, every route but /health needs "Authorization: Bearer <key>" (env MUPPETS_API_KEY)
     max_inputs: int = 256  # inputs one request may carry, completions: prompts x n (413 beyond)
     max_chars: int = 20000  # characters one input may have (413 beyond)
@@ -57,6 +57,6 @@ class ServeConfig:
         if self.precision not in PRECISIONS:
             raise ConfigError(f"precision {self.precision!r} is not one of {', '.join(PRECISIONS)}")
         if self.precision == "bf16" and self.backend == "onnx":
-            raise ConfigError("precision bf16 runs in torch: the ONNX backend is float32 (use --backend torch or auto)")
+            raise ConfigError("precision bf16 runs in torch: the ONNX backend is float32 or int8 (use --backend torch or auto)")
         if self.pooling and self.pooling not in POOLINGS:
             raise ConfigError(f"pooling {self.pooling!r} is not one of {', '.join(POOLINGS)}")

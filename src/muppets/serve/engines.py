@@ -33,6 +33,7 @@ import torch
 
 from muppets.api import config_dict
 from muppets.errors import ConfigError
+from muppets.runtime import Bf16Linear, bucket_rows, set_precision, to_bf16_linears  # noqa: F401 - their old home
 from muppets.serve.batcher import Work
 from muppets.serve.config import ServeConfig
 from muppets.serve.errors import ApiError
@@ -51,7 +52,7 @@ class Engine:
     kind = ""
     routes: tuple[str, ...] = ()
     backend = "torch"  # what runs the forward pass: torch | onnx (:mod:`~muppets.serve.onnx_backend`)
-    bf16 = False  # linear layers in bf16 (``--precision bf16``, BERT encoders: :func:`to_bf16_linears`)
+    precision = "float32"  # the linear layers' runtime (``--precision``: :func:`muppets.runtime.set_precision`)
     backend_ms: dict[str, float] | None = None  # --backend auto: each backend's measured forward passes
 
     def __init__(self, source: Path) -> None:
@@ -59,7 +60,7 @@ class Engine:
 
     def describe(self) -> dict[str, Any]:
         out = {"kind": self.kind, "source": str(self.source), "routes": list(self.routes), "backend": self.backend,
-               "precision": "bf16" if self.bf16 else "float32"}
+               "precision": self.precision}
         return out | ({"backend_ms": self.backend_ms} if self.backend_ms else {})
 
     def run(self, key: Hashable, items: list[Work]) -> list[Any]:
@@ -151,9 +152,8 @@ class Encoder(SentenceEncoder):
         family = families.of_directory(source)
         self.kind = family.name
         self.model = family.load(source).to(pick_device(cfg.device)).eval()
-        self.bf16 = cfg.precision == "bf16"
-        if self.bf16:
-            to_bf16_linears(self.model.backbone)
+        self.precision = cfg.precision
+        set_precision(self.model.backbone, cfg.precision)
         self.tok = family.tokenizer(source)
         self.has_mlm = family.has_mlm(source)
         self.routes = (EMBED, FILL) if self.has_mlm else (EMBED,)
@@ -172,7 +172,7 @@ class Encoder(SentenceEncoder):
                 for i, ids in enumerate(self.tok.encode_batch(texts))]
 
     def forward(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        with torch.autocast(ids.device.type, dtype=torch.bfloat16, enabled=self.bf16):
+        with torch.autocast(ids.device.type, dtype=torch.bfloat16, enabled=self.precision == "bf16"):
             top = self.backbone(ids, torch.zeros_like(ids), mask, unpad=True).layers[-1]  # (B, T, H)
         return top.float()  # heads and pooling stay float32
 
@@ -182,50 +182,6 @@ class Encoder(SentenceEncoder):
 
             return fill_masks(self, items)
         return super().run(key, items)
-
-
-def bucket_rows(n: int) -> int:
-    """``n`` rounded up to a multiple of 16 up to 128, then to the next of a geometric series of
-    step 1/8 (in multiples of 32): 39 sizes up to 8,192 rows; beyond 128 rows, at most a quarter
-    of the rows are padding."""
-    if n <= 128:
-        return -(-n // 16) * 16
-    size = 128
-    while size < n:
-        size = max(size + 32, -(-int(size * 1.125) // 32) * 32)
-    return size
-
-
-class Bf16Linear(torch.nn.Linear):
-    """A linear layer with bf16 weights whose inputs are padded to :func:`bucket_rows` rows.
-
-    bf16 matmuls run in oneDNN, which builds (and caches, 1,024 by default) a primitive per input
-    shape; the unpadded encoder feeds every token count there is, so without buckets the cache
-    fills with thousands of shapes and resident memory grows by hundreds of MB, while a smaller
-    cache rebuilds primitives on nearly every batch. Padding rows to a few sizes bounds both."""
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:  # (..., in) -> (..., out)
-        rows = x.reshape(-1, x.shape[-1])  # (N, in)
-        n = rows.shape[0]
-        padded = torch.nn.functional.pad(rows.to(self.weight.dtype), (0, 0, 0, bucket_rows(n) - n))  # (bucket, in)
-        out = torch.nn.functional.linear(padded, self.weight, self.bias)[:n]  # (N, out)
-        return out.reshape(*x.shape[:-1], out.shape[-1])
-
-
-def to_bf16_linears(module: torch.nn.Module) -> None:
-    """Turn every linear layer into a :class:`Bf16Linear` (weights cast to bf16 once: under
-    autocast they are then used as they are, where autocast would cast them on every forward
-    pass, which costs more than bf16 gains on small batches); embeddings, layer norms and the
-    residual stream stay float32."""
-    from muppets.train.precision import cpu_has_native_bf16
-
-    if not cpu_has_native_bf16():
-        log.warning("precision bf16: this CPU has no bf16 instructions (avx512_bf16 / amx_bf16 in "
-                    "/proc/cpuinfo), so forward passes will be slower than in float32, not faster")
-    for layer in module.modules():
-        if type(layer) is torch.nn.Linear:
-            layer.to(torch.bfloat16)
-            layer.__class__ = Bf16Linear
 
 
 class LMEngine(SentenceEncoder):
@@ -309,8 +265,9 @@ class WordEngine(Engine):
 
 def load_engine(cfg: ServeConfig) -> Engine:
     """The engine for ``cfg.model_dir`` (see the module docstring's table) on ``cfg.backend``
-    (``onnx`` / ``auto``: :func:`muppets.serve.onnx_backend.load_with_backend`; bf16 runs in torch)."""
-    if cfg.backend == "torch" or cfg.precision != "float32" or cfg.device != "cpu":
+    (``onnx`` / ``auto``: :func:`muppets.serve.onnx_backend.load_with_backend`; bf16 runs in
+    torch; int8 in torch, or in onnxruntime from an export written with ``--quantize int8``)."""
+    if cfg.backend == "torch" or cfg.precision == "bf16" or cfg.device != "cpu":
         return load_torch_engine(cfg)
     from muppets.serve.onnx_backend import load_with_backend
 
@@ -318,7 +275,9 @@ def load_engine(cfg: ServeConfig) -> Engine:
 
 
 def load_torch_engine(cfg: ServeConfig) -> Engine:
-    """The torch engine for ``cfg.model_dir`` (see the module docstring's table)."""
+    """The torch engine for ``cfg.model_dir`` (see the module docstring's table), its linear
+    layers in ``cfg.precision`` (:func:`muppets.runtime.set_precision`: encoders and task models;
+    language and word models are served in float32 only)."""
     from muppets.transfer.embedders import locate_model
 
     try:
@@ -326,10 +285,10 @@ def load_torch_engine(cfg: ServeConfig) -> Engine:
     except ConfigError:
         from muppets.serve.onnx_backend import find_export
 
-        if cfg.precision != "float32" and find_export(cfg.model_dir) is not None:
-            raise ConfigError(f"--precision {cfg.precision} runs the torch model, but {cfg.model_dir!r} holds only an "
-                              "ONNX export (float32): serve it without --precision, or serve the model directory "
-                              "it was exported from with --precision") from None
+        if cfg.precision == "bf16" and find_export(cfg.model_dir) is not None:
+            raise ConfigError(f"--precision bf16 runs the torch model, but {cfg.model_dir!r} holds only an "
+                              "ONNX export: serve it without --precision, or serve the model directory "
+                              "it was exported from with --precision bf16") from None
         raise
     from muppets import families
     from muppets.interop.hf_tasks import is_task_config
@@ -337,10 +296,13 @@ def load_torch_engine(cfg: ServeConfig) -> Engine:
     meta = config_dict(path) if path.is_dir() else {}
     task = is_task_config(meta)
     encoder = families.is_family(kind) and not families.get(kind).causal
-    if cfg.precision != "float32" and (task or not encoder):
-        what = "a fine-tuned task model" if task else f"a {kind} model"
-        raise ConfigError(f"--precision {cfg.precision}: only encoders run in it; {cfg.model_dir!r} "
-                          f"is {what} (serve it in float32)")
+    if cfg.precision != "float32" and not (task or encoder):
+        raise ConfigError(f"--precision {cfg.precision}: encoders and fine-tuned task models run in it; "
+                          f"{cfg.model_dir!r} is a {kind} model (serve it in float32)")
+    if cfg.precision == "int8":
+        from muppets.runtime import INT8_NOTE
+
+        log.info(INT8_NOTE)
     if task:
         from muppets.serve.tasks import TaskEngine
 

@@ -18,14 +18,21 @@ the export in its ``onnx/`` folder (``--out X/onnx``).
 - ``torch``: the torch engine, whatever exports exist;
 - ``onnx``: the export (an error when there is none or onnxruntime is missing);
 - ``auto``: onnx when only the export can be loaded; torch when there is no export, no
-  onnxruntime, the export is stale (its fingerprint of the source weights differs), or it would
-  drop a route the torch engine answers (``/fill-mask``); otherwise **both are measured at
+  onnxruntime, the export's precision is not ``--precision`` (an int8 export beside a model
+  served in float32, or the reverse), the export is stale (its fingerprint of the source
+  weights differs), or it would drop a route the torch engine answers (``/fill-mask``); otherwise **both are measured at
   startup** on the same random padded batches (batch 1 and a full batch, as the server will run
   them, with the configured threads), and the faster is kept. Measured, not assumed: which
   runtime wins depends on the model size, the batch shapes and the CPU; the timings are logged
   and shown on ``/health`` (``backend_ms``).
 
 onnxruntime runs ``--threads`` intra-op threads (0 = one per core), as torch does.
+
+**Precision**: an export is float32, or int8 when written with ``muppets export onnx --quantize
+int8`` (its manifest says which). An export directory served alone runs at its own precision
+(``/health`` shows it); ``--precision int8`` with a float32 export, or with ``--backend onnx``
+and a float32 export, is refused by name; ``--precision int8 --backend auto`` measures torch
+int8 against an int8 export.
 """
 
 from __future__ import annotations
@@ -70,6 +77,7 @@ class OnnxEncoder(Encoder):
         self.max_tokens = min(positions, self.head.max_seq_length or positions)
         self.head.check(int(manifest["output_axes"]["last_hidden_state"][-1]), export)
         self.dim = self.head.dim()
+        self.precision = export_precision(manifest)
 
     def why_not(self, route: str) -> str:
         if route == FILL:
@@ -89,6 +97,7 @@ class OnnxTaskEngine(TaskEngine):
     def __init__(self, export: Path, cfg: ServeConfig) -> None:
         Engine.__init__(self, export)  # not TaskEngine's: it loads torch weights
         self.predictor = OnnxPredictor(export, batch_size=cfg.max_batch_size, threads=cfg.threads)
+        self.precision = self.predictor.precision
         self.kind = self.predictor.kind
         self.max_len = self.predictor.features.max_seq_len
 
@@ -101,9 +110,20 @@ def load_onnx_engine(export: Path, cfg: ServeConfig) -> Engine:
         raise ConfigError(f"{export}: exported with --ids-only from {manifest.get('source')}, which had no tokenizer "
                           f"({problem}); the server turns text into ids: copy the model's tokenizer files into "
                           "the export")
+    precision = export_precision(manifest)
+    if cfg.precision != "float32" and cfg.precision != precision:
+        raise ConfigError(f"--precision {cfg.precision}: the ONNX export at {export} is {precision}; export it with "
+                          f"--quantize {cfg.precision}, or serve the torch model with --backend torch")
+    if precision == "int8":
+        log.info("ONNX export at %s: int8 (onnxruntime's dynamic quantization of its matmuls)", export)
     if manifest.get("what") == "task":
         return OnnxTaskEngine(export, cfg)
     return OnnxEncoder(export, cfg)
+
+
+def export_precision(manifest: dict) -> str:
+    """``float32`` or ``int8`` (an export written with ``--quantize int8``)."""
+    return str(manifest.get("precision", "float32"))
 
 
 def find_export(model_dir: str) -> Path | None:
@@ -153,6 +173,9 @@ def _keep_torch_because(export: Path, torch_engine: Engine) -> str:
         return f"it holds a {manifest.get('what')}, the directory a {torch_engine.kind} model"
     if manifest.get("tokenizer") is False and tokenizer_problem(export):
         return "it was exported with --ids-only and has no tokenizer"
+    if export_precision(manifest) != torch_engine.precision:
+        return (f"it is {export_precision(manifest)}, the torch model runs in {torch_engine.precision} "
+                f"(--precision {export_precision(manifest)} compares the two)")
     if manifest.get("source_fingerprint") != weights_fingerprint(torch_engine.source):
         return f"it is stale (exported from other weights than those in {torch_engine.source})"
     if isinstance(torch_engine, Encoder) and torch_engine.has_mlm:

@@ -62,7 +62,9 @@ class TaskEngine(Engine):
             raise ConfigError(f"--pooling / --normalize shape embeddings; {source} is a fine-tuned task model, served "
                               "at /predict with its own head")
         super().__init__(source)
-        self.predictor = Predictor(source, batch_size=cfg.max_batch_size, device=str(pick_device(cfg.device)))
+        self.predictor = Predictor(source, batch_size=cfg.max_batch_size, device=str(pick_device(cfg.device)),
+                                   precision=cfg.precision)
+        self.precision = cfg.precision
         self.kind = self.predictor.kind
         self.max_len = self.predictor.features.max_seq_len
 

@@ -686,10 +686,15 @@ def evaluate_model(task: TaskSection, model: str, split: str = "dev", cfg: Finet
 
 
 def evaluate_summary(task: TaskSection, model: str, split: str = "dev", cfg: FinetuneConfig | None = None,
-                     predictions: str | Path | None = None) -> dict[str, Any]:
+                     predictions: str | Path | None = None, precision: str = "float32") -> dict[str, Any]:
     """:func:`evaluate_model`'s metrics as ``{split: metrics}``, with what they scored
-    (``scored_on``) and ``notes``, as a run's summary gives them (``muppets evaluate`` prints it)."""
+    (``scored_on``) and ``notes``, as a run's summary gives them (``muppets evaluate`` prints it).
+    ``precision``: the linear layers' runtime (:func:`muppets.runtime.set_precision`), as
+    ``Predictor(precision=)`` and ``muppets serve --precision`` run them."""
+    from muppets.runtime import check_precision, set_precision
     from muppets.transfer.predict import load_settings
+
+    check_precision(precision)
 
     model_dir = resolve_model(model)
     data = load_task_data(task)
@@ -711,10 +716,11 @@ def evaluate_summary(task: TaskSection, model: str, split: str = "dev", cfg: Fin
     net = load_task_model(model_dir, kind=data.spec.kind, num_labels=data.spec.num_labels or None)
     net.to(pick_device(cfg.device, 0))
     check_length(cfg, net)
+    set_precision(net.eval(), precision)
     examples = _limit(data[split], cfg.max_eval_examples)
     preds, metrics = predict_and_score(net, load_tokenizer(model_dir), data.spec, examples, cfg)
     if predictions is not None:
         write_jsonl(Path(predictions), [prediction_record(data.spec.kind, split, ex, p)
                                         for ex, p in zip(examples, preds)])
     scored, note = scored_split(data.spec, split, examples, preds, len(data[split]), None)
-    return {split: metrics, "scored_on": {split: scored}, "notes": [note] if note else []}
+    return {split: metrics, "scored_on": {split: scored}, "notes": [note] if note else [], "precision": precision}

@@ -238,15 +238,24 @@ class Predictor:
         device: torch device name.
         features, span: override the settings saved with the model (default: the saved ones;
             without them, the defaults with ``max_seq_len`` capped by the model).
+        precision: ``float32``, ``bf16`` or ``int8``: the linear layers' runtime
+            (:func:`muppets.runtime.set_precision`; int8 on the CPU only), as ``muppets serve
+            --precision`` runs them.
     """
 
     def __init__(self, model_dir: str | Path, batch_size: int = 64, device: str = "cpu",
-                 features: FeatureOptions | None = None, span: SpanOptions | None = None) -> None:
+                 features: FeatureOptions | None = None, span: SpanOptions | None = None,
+                 precision: str = "float32") -> None:
+        from muppets.runtime import check_precision, set_precision
+
+        check_precision(precision)
         self.model_dir = Path(model_dir)
         self.tokenizer = load_tokenizer(self.model_dir)
         self.model = load_task_model(self.model_dir).to(device).eval()
         self.kind = self.model.kind
         self.labels, self.names = model_labels(self.model_dir, self.model)  # the task's labels; what answers show
+        self.precision = precision
+        set_precision(self.model, precision)
         saved_features, saved_span = load_settings(self.model_dir)
         limit = self.model.backbone.cfg.max_positions
         self.features = features or saved_features or FeatureOptions(max_seq_len=min(128, limit))
