@@ -207,12 +207,15 @@ def test_transfer_set_reads_unlabeled_text_drops_leaks_and_augments(tmp_path):
     corpus = tmp_path / "corpus.txt"
     corpus.write_text(f"the plot was fine and the story was good.\n\n{dev_text}\n\nA lovely film. A dull one.\n",
                       encoding="utf-8")
-    tset = build_transfer_set("classify", list(data["train"]), data, [str(corpus)], 0, 2, 0.5, 0.0, 3, "[MASK]")
+    held = TextExample("s", "the plot was fine and the story was good.", None, "1", "x")  # selects the model
+    corpus.write_text(corpus.read_text() + "\nthe plot was fine and the story was good.\n", encoding="utf-8")
+    tset = build_transfer_set("classify", list(data["train"]), data, [str(corpus)], 0, 2, 0.5, 0.0, 3, "[MASK]",
+                              selecting=[held])
     texts = [ex.text for ex in tset.examples]
-    assert tset.counts == {"train": 6, "unlabeled": 3, "augmented": 12, "unlabeled_dropped_as_leaks": 1}
-    assert dev_text not in texts[6:9] and "A lovely film." in texts
+    assert tset.counts == {"train": 6, "unlabeled": 2, "augmented": 12, "unlabeled_dropped_as_leaks": 3}
+    assert texts[6:8] == ["A lovely film.", "A dull one."]  # the dev text and the selecting one dropped
     assert all(ex.label is None for ex in tset.examples[6:])
-    assert any("[MASK]" in t for t in texts[9:])
+    assert any("[MASK]" in t for t in texts[8:])
     pairs = build_transfer_set("pair", [], text_task("pair", n=2), [str(corpus)], 0, 0, 0.1, 0.0, 1, "[MASK]")
     assert [(e.text, e.text_b) for e in pairs.examples] == [("A lovely film.", "A dull one.")]
     tags = build_transfer_set("tag", [], TASKS["tag"](), [str(corpus)], 1, 0, 0.1, 0.0, 1, "[MASK]")

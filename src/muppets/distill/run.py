@@ -140,7 +140,8 @@ def _run(cfg: DistillConfig, train_cfg: FinetuneConfig, run_dir: Path, resume: b
     train, mode, chosen, dev = selection_split(train_cfg, data)
     tset = build_transfer_set(spec.kind, train, data, cfg.unlabeled, cfg.max_unlabeled, cfg.augment,
                               cfg.augment_mask, cfg.augment_ngram, cfg.augment_seed, tok.settings.special_tokens()["mask"]
-                              if hasattr(tok, "settings") else "[MASK]", cfg.unlabeled_format, cfg.unlabeled_unit)
+                              if hasattr(tok, "settings") else "[MASK]", cfg.unlabeled_format, cfg.unlabeled_unit,
+                              selecting=chosen)
     features = make_features(spec.kind, tset.examples, tok, train_cfg.feature_options, spec.labels)
     device = pick_device(train_cfg.device, dist.local_rank)
     teacher.to(device)

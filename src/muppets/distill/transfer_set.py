@@ -16,11 +16,12 @@ Three sources, in this order:
    (n = 1..5 words). Tang et al. also swap words for others of the same part of speech; muppets
    has no tagger for that and leaves it out. Copies carry no gold label: the teacher labels them.
 
-**No leak from the reported splits**: unlabeled texts that share an 8-word shingle with a dev or
-test example (the whole text, when it has fewer words) are dropped — a corpus drawn from the
-task's own source (e.g. movie-review snippets for SST-2) holds the very sentences the student
-is scored on, and a teacher's labels on them would be a second look at the answers. The splits
-the run reports are never read as ``task:<split>``.
+**No leak from held-out examples**: unlabeled texts that share an 8-word shingle with a dev or
+test example, or with an example that selects the model (the train slice held out, by default;
+the whole text, when it has fewer words) are dropped — a corpus drawn from the task's own
+source (e.g. movie-review snippets for SST-2) holds the very sentences the student is scored
+and chosen on, and a teacher's labels on them would be a second look at the answers. The
+splits the run reports are never read as ``task:<split>``.
 """
 
 from __future__ import annotations
@@ -77,13 +78,12 @@ def example_texts(example: Any) -> list[str]:
     return [t for t in (getattr(example, "question", None), getattr(example, "context", None)) if t]
 
 
-def reported_shingles(data: TaskData) -> set[tuple[str, ...]]:
-    """Every shingle of the dev and test examples."""
+def held_out_shingles(data: TaskData, selecting: Sequence[Any] = ()) -> set[tuple[str, ...]]:
+    """Every shingle of the dev and test examples and of the examples that select the model."""
     out: set[tuple[str, ...]] = set()
-    for split in _REPORTED:
-        for ex in data.splits.get(split, []):
-            for text in example_texts(ex):
-                out |= shingles(text)
+    for ex in [*(ex for split in _REPORTED for ex in data.splits.get(split, [])), *selecting]:
+        for text in example_texts(ex):
+            out |= shingles(text)
     return out
 
 
@@ -160,7 +160,7 @@ def augmented(example: Any, rng: random.Random, p_mask: float, p_ngram: float, m
 
 def build_transfer_set(kind: str, train: list, data: TaskData, unlabeled: Sequence[str], max_unlabeled: int,
                        augment: int, p_mask: float, p_ngram: float, seed: int, mask_token: str,
-                       fmt: str = "auto", unit: str = "sentence") -> TransferSet:
+                       fmt: str = "auto", unit: str = "sentence", selecting: Sequence[Any] = ()) -> TransferSet:
     """The examples of the module docstring, in order: train, unlabeled, augmented."""
     extra: list[Any] = []
     files = [p for p in unlabeled if not p.startswith("task:")]
@@ -171,16 +171,17 @@ def build_transfer_set(kind: str, train: list, data: TaskData, unlabeled: Sequen
         extra += list(corpus_examples(kind, files, fmt, unit))
     dropped = 0
     if extra:
-        seen = reported_shingles(data)
+        seen = held_out_shingles(data, selecting)
         kept = [ex for ex in extra if not any(shingles(t) & seen for t in example_texts(ex))]
         dropped = len(extra) - len(kept)
         if dropped:
-            log.info("unlabeled: %d of %d texts dropped: they share %d-word shingles with the dev / test examples",
+            log.info("unlabeled: %d of %d texts dropped: they share %d-word shingles with the dev / test examples "
+                     "or those that select the model",
                      dropped, len(extra), SHINGLE)
         extra = kept[:max_unlabeled] if max_unlabeled else kept
         if not extra:
             raise ConfigError(f"unlabeled: {list(unlabeled)} gave no text (after dropping {dropped} that overlap "
-                              "the reported splits)", key="unlabeled")
+                              "the held-out examples)", key="unlabeled")
     rng = random.Random(seed)
     copies = [augmented(ex, rng, p_mask, p_ngram, mask_token) for ex in train for _ in range(augment)]
     counts = {"train": len(train), "unlabeled": len(extra), "augmented": len(copies),
