@@ -104,6 +104,9 @@ TINY: dict[tuple[str, str], list[str]] = {
     ("embed", ""): ["--threads", "1"],
     # docs/tutorials/serve-export.md: an int8 export scores the first 8 dev examples (float32 and int8)
     ("export onnx", ""): ["--max-eval-examples", "8"],
+    # docs/tutorials/distill-quantize.md: a student of 24 training sentences and 16 unlabeled ones, one epoch
+    ("distill", ""): ["max_unlabeled=16", "train.max_train_examples=24", "train.max_eval_examples=16", "train.epochs=1",
+                      "train.batch_size=8", "train.progress=false", "train.threads=1"],
 }
 # Option values lowered in place (the README's --limit 1000 would score 1,000 items).
 SMALLER = {"--limit": "4", "--pretrain-steps": "2"}
