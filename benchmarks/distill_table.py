@@ -51,7 +51,8 @@ def table(runs: dict[str, dict[int, dict]], task: str, teacher: dict | None) -> 
         row = {"score": mean_std(list(scores.values())), "seeds": sorted(scores),
                "student": next(iter(seeds.values()))["student"],
                "transfer_set": next(iter(seeds.values())).get("transfer_set"),
-               "losses": next(iter(seeds.values())).get("losses")}
+               "losses": next(iter(seeds.values())).get("losses"),
+               "best_seed1": seeds[min(seeds)]["best"]}
         paired = [scores[s] - score_of(base[s], task) for s in scores if s in base]
         if variant != "alone" and paired:
             row["minus_alone"] = mean_std(paired)
@@ -59,6 +60,91 @@ def table(runs: dict[str, dict[int, dict]], task: str, teacher: dict | None) -> 
             row["minus_teacher"] = row["score"]["mean"] - score_of(teacher, task)
         rows[variant] = row
     return rows
+
+
+def speed_of(speed: dict | None, model_dir: str) -> dict | None:
+    """The int8_speed.py result of ``model_dir`` (matched on the resolved path)."""
+    if not speed:
+        return None
+    want = str(Path(model_dir).resolve())
+    return next((r for r in speed["results"] if str(Path(r["model"]).resolve()) == want), None)
+
+
+def per_s(result: dict | None, runtime: str, batch: int) -> float | None:
+    cell = (result or {}).get("speed", {}).get(runtime, {}).get(str(batch))
+    return None if cell is None else float(cell["per_s_median"])
+
+
+def change(result: dict | None, runtime: str) -> float | None:
+    changes = (result or {}).get("accuracy", {}).get("change", {}).get(runtime)
+    return None if not changes else 100.0 * float(next(iter(changes.values())))
+
+
+def markdown(result: dict, teacher_dir: str | None) -> str:
+    """One row per model: score over seeds, paired gain, speed at batch 1 / 32 in float32, int8's
+    speed-up and score change (seed 1's student)."""
+    speed = result.get("speed")
+    t = speed_of(speed, teacher_dir) if teacher_dir else None
+    t32 = per_s(t, "torch-float32", 32)
+    head = ("| model | parameters | score (mean ± std, n) | − alone (paired) | sent/s b1 / b32 | b32 ÷ teacher | "
+            "int8: b32 ÷ float32; score change | bf16: b32 ÷ float32 |")
+    rows = [head, "|" + "---|" * 8]
+
+    def cells(res: dict | None) -> list[str]:
+        b1, b32 = per_s(res, "torch-float32", 1), per_s(res, "torch-float32", 32)
+        i32, bf = per_s(res, "torch-int8", 32), per_s(res, "torch-bf16", 32)
+        ch = change(res, "torch-int8")
+        return [f"{b1:.0f} / {b32:.0f}" if b1 and b32 else "—", f"{b32 / t32:.2f}×" if b32 and t32 else "—",
+                f"{i32 / b32:.2f}×; {ch:+.2f}" if i32 and b32 and ch is not None else "—",
+                f"{bf / b32:.3f}×" if bf and b32 else "—"]
+
+    if result.get("teacher") is not None:
+        rows.append("| teacher (MiniLM fine-tuned, 1 run) | 22.7 M | " + f"{result['teacher']:.2f} | — | "
+                    + " | ".join(cells(t)) + " |")
+    for name, row in result["variants"].items():
+        s = row["score"]
+        paired = row.get("minus_alone")
+        res = speed_of(speed, row.get("best_seed1", "")) if speed else None
+        rows.append(f"| {name} | {row['student']['parameters'] / 1e6:.1f} M | {s['mean']:.2f} ± {s['std']:.2f} ({s['n']}) | "
+                    + (f"{paired['mean']:+.2f} ± {paired['std']:.2f}" if paired else "—") + " | "
+                    + " | ".join(cells(res)) + " |")
+    return "\n".join(rows)
+
+
+def plot(result: dict, teacher_dir: str | None, path: str) -> None:
+    """Score vs sentences/s at batch 32 (log scale): every model in float32 and int8."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    speed = result.get("speed")
+    fig, ax = plt.subplots(figsize=(6.4, 4.2), dpi=100)
+    points = []
+    if result.get("teacher") is not None and teacher_dir:
+        points.append(("teacher", result["teacher"], speed_of(speed, teacher_dir)))
+    for name, row in result["variants"].items():
+        points.append((name, row["score"]["mean"], speed_of(speed, row.get("best_seed1", ""))))
+    for marker, runtime in (("o", "torch-float32"), ("s", "torch-int8"), ("^", "onnx-int8")):
+        xs, ys, names = [], [], []
+        for name, score, res in points:
+            x = per_s(res, runtime, 32)
+            if x:
+                xs.append(x)
+                ys.append(score + (change(res, runtime) or 0.0) if runtime != "torch-float32" else score)
+                names.append(name)
+        ax.scatter(xs, ys, marker=marker, label=runtime)
+        for x, y, n in zip(xs, ys, names):
+            if runtime == "torch-float32":
+                ax.annotate(n, (x, y), fontsize=7, xytext=(3, 3), textcoords="offset points")
+    ax.set_xscale("log")
+    ax.set_xlabel("sentences/s at batch 32 (2 threads)")
+    split, key = result["score"]
+    ax.set_ylabel(f"{result['task']} {split} {key} (%)")
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path)
 
 
 def main() -> None:
@@ -78,6 +164,10 @@ def main() -> None:
         result["speed"] = json.loads(Path(args.speed).read_text())
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=1))
+    teacher_best = str(Path(args.teacher) / "best") if args.teacher else None
+    print(markdown(result, teacher_best))
+    if args.plot:
+        plot(result, teacher_best, args.plot)
     for name, row in rows.items():
         s = row["score"]
         extra = f"  paired vs alone {row['minus_alone']['mean']:+.2f} ± {row['minus_alone']['std']:.2f}" if "minus_alone" in row else ""
