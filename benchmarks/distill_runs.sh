@@ -12,6 +12,7 @@
 #                UNLABELED_ARGS="unlabeled_format=lines unlabeled_unit=paragraph"; those that overlap dev are dropped)
 #   soft-mr-aug  + augment=2 copies of every training example (Tang et al.)
 #   soft-mr-int  + hidden_weight=1, attention_weight=1 (TinyBERT-style intermediate losses)
+#   l4-alone / l4-soft-mr   the teacher's layers 0, 2, 3 and 5 (student_num_layers=4): alone / as soft-mr
 #   rand-alone   a 2×384 BERT from random initialisation, gold labels alone
 #   rand-soft-mr the same, distilled as soft-mr
 #   w256-alone / w256-soft-mr   a 4×256 BERT (random initialisation), gold alone / distilled
@@ -40,6 +41,8 @@ for item in $1; do
     soft-mr) args=("${two[@]}" "${soft[@]}" "${mr[@]}") ;;
     soft-mr-aug) args=("${two[@]}" "${soft[@]}" "${mr[@]}" augment=2) ;;
     soft-mr-int) args=("${two[@]}" "${soft[@]}" "${mr[@]}" hidden_weight=1 attention_weight=1) ;;
+    l4-alone) args=(--student teacher student_num_layers=4 alpha=0) ;;
+    l4-soft-mr) args=(--student teacher student_num_layers=4 "${soft[@]}" "${mr[@]}") ;;
     rand-alone) args=("${r384[@]}" alpha=0) ;;
     rand-soft-mr) args=("${r384[@]}" "${soft[@]}" "${mr[@]}") ;;
     w256-alone) args=("${r256[@]}" alpha=0) ;;

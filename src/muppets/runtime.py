@@ -18,21 +18,20 @@ int8       dynamic quantization (``torch.ao.quantization.quantize_dynamic``) of 
            output comes back in float32
 =========  ================================================================================
 
-**Which int8** (measured on MiniLM's mean-pooled embeddings of 64 SST-2 dev sentences, cosine
-to float32, on this project's AVX2 EPYC; accuracy only, no timing):
+**Which int8** (chosen by the cosine of MiniLM's sentence vectors to float32's; the dev-score
+change each precision makes is measured by ``benchmarks/int8_speed.py``, results in the manual's
+distillation page):
 
 - weights: **one scale per output row** (per channel), not one per matrix. Rows of a trained
   layer have different ranges, and one scale for the whole matrix is set by its largest weight,
-  which leaves the other rows few levels: per tensor gave cosine min 0.841 / mean 0.933,
-  per channel 0.920 / 0.971 (both with torch's default 7-bit activations);
+  which leaves the other rows few levels;
 - activations: **all 8 bits**, where torch's dynamic ``Linear`` passes ``reduce_range=True``
-  (7 bits) on x86: 8-bit activations gave 0.978 / 0.990;
+  (7 bits) on x86;
 - weights **7 bits** (the weight observer's range -64 … 63; symmetric scales reach ±64). AVX2 CPUs
   without VNNI multiply u8 activations by s8 weights in pairs summed in 16 bits
   (``vpmaddubsw``), which saturates when both are near full range (2 x 255 x 127 > 32767); with
-  7-bit weights it cannot (2 x 255 x 64 < 32767). Accuracy was the same as with 8-bit weights
-  (0.976 / 0.990). onnxruntime's quantizer makes the same choice (its ``reduce_range``), and its
-  int8 graph of the same model gave 0.979 / 0.990.
+  7-bit weights it cannot (2 x 255 x 64 < 32767). onnxruntime's quantizer makes the same choice
+  (its ``reduce_range``).
 
 **Batches**: the input's scale is read from the whole input of a call, i.e. from every token of
 the batch, so a sentence's int8 outputs can change slightly with the other sentences it is
