@@ -7,7 +7,8 @@ one plot (score vs sentences/s at batch 32).
 
 Runs are ``<root>/<task>/<variant>/seed-N/metrics.json`` (benchmarks/distill_runs.sh). The score
 is dev accuracy (SST-2), dev F1 (MRPC) or test entity F1 (CoNLL-2003, whose dev chose the model).
-Paired differences: variant − ``alone`` for the seeds both have, mean ± sample std.
+Paired differences: variant − its student fine-tuned alone (``alone``; ``l4-alone`` for the
+``l4-…`` variants, ``rand-alone`` for ``rand-…``) for the seeds both have, mean ± sample std.
 ``--speed`` is benchmarks/int8_speed.py's JSON; a variant's throughput is that of its seed-1
 ``best/`` (the architecture decides the speed, not the seed).
 """
@@ -45,8 +46,9 @@ def score_of(metrics: dict, task: str) -> float:
 
 def table(runs: dict[str, dict[int, dict]], task: str, teacher: dict | None) -> dict:
     rows = {}
-    base = runs.get("alone", {})
     for variant, seeds in runs.items():
+        base_name = next(b for b in (variant.split("-")[0] + "-alone", "alone") if b in runs or b == "alone")
+        base = runs.get(base_name, {})
         scores = {s: score_of(m, task) for s, m in seeds.items()}
         row = {"score": mean_std(list(scores.values())), "seeds": sorted(scores),
                "student": next(iter(seeds.values()))["student"],
@@ -54,8 +56,9 @@ def table(runs: dict[str, dict[int, dict]], task: str, teacher: dict | None) -> 
                "losses": next(iter(seeds.values())).get("losses"),
                "best_seed1": seeds[min(seeds)]["best"]}
         paired = [scores[s] - score_of(base[s], task) for s in scores if s in base]
-        if variant != "alone" and paired:
+        if variant != base_name and paired:
             row["minus_alone"] = mean_std(paired)
+            row["baseline"] = base_name
         if teacher is not None:
             row["minus_teacher"] = row["score"]["mean"] - score_of(teacher, task)
         rows[variant] = row
@@ -106,7 +109,8 @@ def markdown(result: dict, teacher_dir: str | None) -> str:
         paired = row.get("minus_alone")
         res = speed_of(speed, row.get("best_seed1", "")) if speed else None
         rows.append(f"| {name} | {row['student']['parameters'] / 1e6:.1f} M | {s['mean']:.2f} ± {s['std']:.2f} ({s['n']}) | "
-                    + (f"{paired['mean']:+.2f} ± {paired['std']:.2f}" if paired else "—") + " | "
+                    + (f"{paired['mean']:+.2f} ± {paired['std']:.2f}" + (f" (vs {row['baseline']})" if row.get("baseline") != "alone" else "")
+                   if paired else "—") + " | "
                     + " | ".join(cells(res)) + " |")
     return "\n".join(rows)
 
