@@ -32,17 +32,7 @@ from muppets.transfer.features import FeatureOptions, make_features
 from muppets.transfer.finetune import run as finetune_run
 
 sys.path.insert(0, str(Path(__file__).parent))
-from test_finetune import CORPUS, TASKS, cfg_for, text_task  # noqa: E402
-
-
-@pytest.fixture(autouse=True)
-def _one_thread(one_thread):
-    yield
-
-
-@pytest.fixture(scope="module")
-def tok() -> WordPieceTokenizer:
-    return WordPieceTokenizer.train(CORPUS, vocab_size=400, min_frequency=1)
+from test_finetune import TASKS, _one_thread, cfg_for, text_task, tok  # noqa: E402,F401  (fixtures shared)
 
 
 @pytest.fixture(scope="module")

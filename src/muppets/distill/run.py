@@ -92,11 +92,11 @@ def run(cfg: DistillConfig, resume: bool = True, data: TaskData | None = None) -
     if not cfg.teacher:
         raise ConfigError("teacher: give the fine-tuned task directory to distil (muppets finetune's best/)",
                           key="teacher")
-    load_teacher(cfg.teacher)  # a clear error before anything is read or written
+    teacher = load_teacher(cfg.teacher)  # a clear error before anything is read or written
     train = teacher_settings(cfg)
     run_dir = run_dir_of(cfg, train)
     with run_lock(run_dir, enabled=init_distributed().is_main):
-        return _run(cfg, train, run_dir, resume, data)
+        return _run(cfg, train, run_dir, resume, data, teacher)
 
 
 def _check_task(teacher_dir: str, teacher_kind: str, data: TaskData) -> None:
@@ -124,11 +124,11 @@ def _layer_map(cfg: DistillConfig, default: list[int], student: Any, teacher: An
     return layer_map
 
 
-def _run(cfg: DistillConfig, train_cfg: FinetuneConfig, run_dir: Path, resume: bool, data: TaskData | None) -> dict:
+def _run(cfg: DistillConfig, train_cfg: FinetuneConfig, run_dir: Path, resume: bool, data: TaskData | None,
+         teacher: Any) -> dict:
     dist = init_distributed()
     if train_cfg.threads > 0:
         torch.set_num_threads(train_cfg.threads)
-    teacher = load_teacher(cfg.teacher)
     tok = load_tokenizer(cfg.teacher)
     data = data or load_task_data(train_cfg.task)
     spec = data.spec
@@ -235,17 +235,13 @@ def student_saver(student: Any, tok: Any, spec: Any, cfg: DistillConfig, train_c
 def run_seeds(cfg: DistillConfig, seeds: list[int], resume: bool = True, data: TaskData | None = None) -> dict:
     """One run per seed in ``<run_dir>/seed-N``; ``<run_dir>/summary.json`` holds each split's
     metrics over the seeds (mean, sample std, values), as ``finetune --seeds`` writes it."""
-    from muppets.transfer.finetune import mean_std, seed_provenance
+    from muppets.transfer.finetune import seed_summary
 
     root = run_dir_of(cfg, teacher_settings(cfg))
     runs = [run(dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, seed=s, run_dir=str(root / f"seed-{s}"))),
                 resume, data) for s in seeds]
     summary: dict[str, Any] = {"task": runs[0]["task"], "teacher": runs[0]["teacher"], "student": runs[0]["student"],
-                               "seeds": list(seeds), "runs": [r["run_dir"] for r in runs], **seed_provenance(seeds, runs)}
-    for split in ("dev", "test"):
-        names = sorted({k for r in runs for k in r.get(split, {})})
-        if names:
-            summary[split] = {k: mean_std([r[split][k] for r in runs if k in r.get(split, {})]) for k in names}
+                               **seed_summary(seeds, runs)}
     if init_distributed().is_main:
         write_json_atomic(root / "summary.json", summary)
     return summary

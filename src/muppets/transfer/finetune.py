@@ -651,15 +651,21 @@ def run_seeds(cfg: FinetuneConfig, seeds: Sequence[int], resume: bool = True,
     runs = [run(dataclasses.replace(cfg, seed=s, run_dir=str(root / f"seed-{s}")), resume, data)
             for s in seeds]
     summary: dict[str, Any] = {"task": runs[0]["task"], "model": runs[0]["model"], "init": cfg.init,
-                               "seeds": list(seeds), "runs": [r["run_dir"] for r in runs],
-                               **seed_provenance(seeds, runs)}
-    for split in ("dev", "test"):
-        names = sorted({k for r in runs for k in r.get(split, {})})
-        if names:
-            summary[split] = {k: mean_std([r[split][k] for r in runs if k in r.get(split, {})]) for k in names}
+                               **seed_summary(seeds, runs)}
     if init_distributed().is_main:
         write_json_atomic(root / "summary.json", summary)
     return summary
+
+
+def seed_summary(seeds: Sequence[int], runs: Sequence[dict]) -> dict[str, Any]:
+    """What ``summary.json`` says of runs over seeds: the seeds, the run directories,
+    :func:`seed_provenance`, and per split and metric :func:`mean_std` of the runs' values."""
+    out: dict[str, Any] = {"seeds": list(seeds), "runs": [r["run_dir"] for r in runs], **seed_provenance(seeds, runs)}
+    for split in ("dev", "test"):
+        names = sorted({k for r in runs for k in r.get(split, {})})
+        if names:
+            out[split] = {k: mean_std([r[split][k] for r in runs if k in r.get(split, {})]) for k in names}
+    return out
 
 
 def seed_provenance(seeds: Sequence[int], runs: Sequence[dict]) -> dict[str, Any]:
