@@ -13,6 +13,7 @@
 #   soft-mr-aug  + augment=2 copies of every training example (Tang et al.)
 #   soft-mr-int  + hidden_weight=1, attention_weight=1 (TinyBERT-style intermediate losses)
 #   l4-alone / l4-soft-mr   the teacher's layers 0, 2, 3 and 5 (student_num_layers=4): alone / as soft-mr
+#   l3-alone / l3-soft-mr / l3-soft   three of the teacher's layers (student_num_layers=3): alone / as soft-mr / as soft
 #   rand-alone   a 2×384 BERT from random initialisation, gold labels alone
 #   rand-soft-mr the same, distilled as soft-mr
 #   w256-alone / w256-soft-mr   a 4×256 BERT (random initialisation), gold alone / distilled
@@ -43,6 +44,9 @@ for item in $1; do
     soft-mr-int) args=("${two[@]}" "${soft[@]}" "${mr[@]}" hidden_weight=1 attention_weight=1) ;;
     l4-alone) args=(--student teacher student_num_layers=4 alpha=0) ;;
     l4-soft-mr) args=(--student teacher student_num_layers=4 "${soft[@]}" "${mr[@]}") ;;
+    l3-alone) args=(--student teacher student_num_layers=3 alpha=0) ;;
+    l3-soft) args=(--student teacher student_num_layers=3 "${soft[@]}") ;;
+    l3-soft-mr) args=(--student teacher student_num_layers=3 "${soft[@]}" "${mr[@]}") ;;
     rand-alone) args=("${r384[@]}" alpha=0) ;;
     rand-soft-mr) args=("${r384[@]}" "${soft[@]}" "${mr[@]}") ;;
     w256-alone) args=("${r256[@]}" alpha=0) ;;

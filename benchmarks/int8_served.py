@@ -4,8 +4,9 @@ Starts ``muppets serve MODEL --precision int8`` (benchmarks/serve_load.py's Serv
 the task's dev inputs one per request from ``--clients`` concurrent clients (the server batches
 them as they arrive, so batches differ from the offline ones), and compares each served label
 and score with :class:`~muppets.transfer.predict.Predictor` (``precision="int8"``) offline in
-batches of ``--batch-size``. int8 reads each batch's input scale from the whole batch, so scores
-may move slightly with a sentence's batch-mates; the claim is about labels.
+batches of ``--batch-size``. int8 quantizes each token's input with its own scale
+(:mod:`muppets.runtime`), so batch-mates cannot move a sentence's scores beyond float rounding of
+the padded attention; the claim is about labels.
 
     python benchmarks/int8_served.py runs/distill/sst2/best --out benchmarks/results/issue55/served.json
 """

@@ -92,6 +92,39 @@ def test_int8_quantizes_every_linear_and_the_forward_uses_them(task_dir):
     assert PRECISIONS == SERVE_PRECISIONS  # the server's list (no torch import there) is the runtime's
 
 
+def test_int8_rows_are_quantized_per_token_so_batching_cannot_change_them():
+    """A token's output is a function of its own input row: bit-identical alone, in any batch and
+    beside rows of any range; a hand-computed per-row int8 reference agrees; and it is closer to
+    float32 than one scale for the whole call when a row has a much larger range than the others."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 8)).eval()
+    ref = model[0]
+    w, b = ref.weight.detach().clone(), ref.bias.detach().clone()
+    set_precision(model, "int8")
+    layer = model[0]
+    x = torch.randn(5, 16)
+    x[1] *= 0.01  # a quiet row …
+    loud = torch.randn(3, 16) * 100.0  # … and loud neighbours
+    with torch.no_grad():
+        alone = torch.cat([layer(x[i: i + 1]) for i in range(5)])
+        batched = layer(x)
+        mixed = layer(torch.cat([loud[:2], x, loud[2:]]))[2:7]
+        padded = layer(torch.cat([x, torch.zeros(4, 16)]).view(3, 3, 16)).view(9, 8)[:5]
+    assert torch.equal(alone, batched) and torch.equal(alone, mixed) and torch.equal(alone, padded)
+    # hand reference: the layer's int8 weights, each input row on its own 8-bit grid over [-1, 1]
+    wq = layer.weight().dequantize()
+    assert (wq - w).abs().max() < w.abs().max() / 63
+    s = x.abs().amax(1, keepdim=True)
+    step = 2.0 / 255.0
+    xq = (torch.clamp(torch.round(x / s / step) + 128, 0, 255) - 128) * step * s
+    want = xq @ wq.T + b
+    assert torch.allclose(batched, want, atol=1e-4 * float(want.abs().max()) + 1e-5)
+    exact = ref(x)
+    per_call = torch.ops.quantized.linear_dynamic(torch.cat([loud[:2], x]), layer._packed_params._packed_params,
+                                                  reduce_range=False)[2:]
+    assert (batched[1] - exact[1]).abs().max() * 10 < (per_call[1] - exact[1]).abs().max()
+
+
 def test_predictor_int8_and_bf16_are_close_to_float32_and_evaluate_reports_the_change(task_dir, capsys):
     base = Predictor(task_dir).predict_proba(TEXTS)
     for precision in ("int8", "bf16"):

@@ -13,8 +13,8 @@ bf16       every ``nn.Linear`` becomes a :class:`Bf16Linear`: weights cast to bf
            native bf16 (AVX512-BF16, AMX); elsewhere emulated and slower (a warning says so)
 int8       dynamic quantization (``torch.ao.quantization.quantize_dynamic``) of every
            ``nn.Linear`` into an :class:`Int8Linear`: weights stored as int8 (7 bits) with one
-           scale per output row; at each call the input's range is read and the input
-           quantized to 8 bits, the matmul runs in integers (fbgemm / x86 kernels) and the
+           scale per output row; at each call every token's input row is quantized to 8 bits
+           with its own scale, the matmul runs in integers (fbgemm / x86 kernels) and the
            output comes back in float32
 =========  ================================================================================
 
@@ -25,6 +25,18 @@ distillation page):
 - weights: **one scale per output row** (per channel), not one per matrix. Rows of a trained
   layer have different ranges, and one scale for the whole matrix is set by its largest weight,
   which leaves the other rows few levels;
+- activations: **one scale per token** (per input row), not one per call. torch's dynamic
+  ``Linear`` reads one range from the whole input, i.e. from every token of the batch: a
+  sentence's outputs then change with the sentences it is batched with (and with their
+  padding), so a served request, batched with whatever arrived with it, could get another label
+  than the same sentence offline. The fbgemm kernel has no per-row input scales, so
+  :class:`Int8Linear` gives it rows that all share one range: each row is divided by its
+  largest absolute value, two constant rows ``(1, 0, …)`` and ``(-1, 0, …)`` are appended so the
+  kernel's range is always exactly [-1, 1], and the output rows are multiplied back (bias added
+  after). A token's output then depends on that token's
+  input row alone, whatever else is in the call: the integer matmul is exact and the rest is
+  row-wise. It also leaves fewer levels unused (a row with small values gets its own fine
+  scale), and costs four cheap row-wise passes per call;
 - activations: **all 8 bits**, where torch's dynamic ``Linear`` passes ``reduce_range=True``
   (7 bits) on x86;
 - weights **7 bits** (the weight observer's range -64 … 63; symmetric scales reach ±64). AVX2 CPUs
@@ -33,11 +45,12 @@ distillation page):
   7-bit weights it cannot (2 x 255 x 64 < 32767). onnxruntime's quantizer makes the same choice
   (its ``reduce_range``).
 
-**Batches**: the input's scale is read from the whole input of a call, i.e. from every token of
-the batch, so a sentence's int8 outputs can change slightly with the other sentences it is
-batched with. The same batch gives the same outputs: the server's ``/predict`` runs one
-:meth:`~muppets.transfer.predict.Predictor.run` per batch, so a request's answers equal
-``Predictor(precision="int8")``'s for the same inputs in one call.
+**Batches**: a token's int8 output does not depend on the other tokens of the call, so
+batching changes a sentence's int8 outputs only as much as it changes its float32 ones (the
+attention over a padded batch sums in another order, ~1e-6; once in a while that moves a
+value across a rounding edge of the 8-bit grid, and the logits move by ~1e-2): a served label
+can differ from the offline one only where it sits that close to a tie. ONNX int8 graphs (onnxruntime's ``DynamicQuantizeLinear``) still read one
+range per call.
 
 The quantized layers are :class:`Int8Linear` (``torch.ao.nn.quantized.dynamic.Linear``) modules in place of the
 ``nn.Linear`` ones, so every call of them (``layer(x)``, also through
@@ -69,7 +82,7 @@ log = logging.getLogger(__name__)
 
 PRECISIONS = ("float32", "bf16", "int8")
 INT8_NOTE = ("precision int8: dynamic quantization of the linear layers (int8 weights, one scale per output row; "
-             "inputs quantized per call); embeddings, layer norms and attention softmax stay float32")
+             "inputs quantized with one scale per token); embeddings, layer norms and attention softmax stay float32")
 
 
 def check_precision(precision: str, what: str = "") -> None:
@@ -137,13 +150,32 @@ def to_int8_linears(model: nn.Module) -> nn.Module:
 
 
 class Int8Linear(DynamicLinear):
-    """torch's dynamically quantized ``Linear`` with 8-bit activations (torch's own passes
-    ``reduce_range=True``: 7 bits); its weights are 7-bit, so AVX2's 16-bit pair sums cannot
-    saturate (see the module docstring)."""
+    """torch's dynamically quantized ``Linear`` with one input scale per token and 8-bit
+    activations (torch's own reads one range per call and passes ``reduce_range=True``: 7 bits);
+    its weights are 7-bit, so AVX2's 16-bit pair sums cannot saturate (see the module docstring)."""
+
+    _rows: tuple[torch.Tensor, torch.Tensor | None, torch.Tensor] | None = None  # built by _prepare
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # (..., in) float32 -> (..., out) float32
-        y = torch.ops.quantized.linear_dynamic(x, self._packed_params._packed_params, reduce_range=False)
-        return y.to(x.dtype)
+        packed, bias, pin = self._rows or self._prepare()
+        rows = x.reshape(-1, x.shape[-1]).float()  # (N, in)
+        n = rows.shape[0]
+        scale = torch.maximum(rows.amax(1, keepdim=True), rows.amin(1, keepdim=True).neg_()).clamp_min_(1e-30)  # (N, 1)
+        unit = rows.new_empty(n + 2, rows.shape[1])  # (N+2, in): every row in [-1, 1], the last two pin the range
+        torch.div(rows, scale, out=unit[:n])
+        unit[n:] = pin
+        y = torch.ops.quantized.linear_dynamic(unit, packed, reduce_range=False)[:n]  # (N, out)
+        y = y.mul_(scale) if bias is None else torch.addcmul(bias, y, scale, out=y)  # rows scaled back, in place
+        return y.reshape(*x.shape[:-1], y.shape[-1]).to(x.dtype)
+
+    def _prepare(self) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
+        """The weights packed without the bias (added after the rows are scaled back), the bias,
+        and the two pinning rows ``(1, 0, …)`` and ``(-1, 0, …)``; built at the first call."""
+        weight, bias = self._weight_bias()
+        pin = torch.zeros(2, weight.shape[1])
+        pin[0, 0], pin[1, 0] = 1.0, -1.0
+        self._rows = (torch.ops.quantized.linear_prepack(weight, None), None if bias is None else bias.detach(), pin)
+        return self._rows
 
     def _get_name(self) -> str:
         return "Int8Linear"
