@@ -153,6 +153,10 @@ def test_served_int8_predict_equals_offline_int8_and_embeddings_run_int8(task_di
     assert body["predictions"] == [o["label"] for o in offline]  # one request = the offline batch: equal
     assert body["scores"] == [o["score"] for o in offline]
     assert body["probabilities"] == [o["scores"] for o in offline]
+    with running_server(cfg) as url:  # one sentence a request: other batches than offline, the same answers
+        single = [post(url + "/predict", {"inputs": [t], "return_probabilities": True})[1] for t in TEXTS]
+    assert [b["predictions"][0] for b in single] == body["predictions"]
+    assert max(abs(b["scores"][0] - s) for b, s in zip(single, body["scores"])) < 1e-3
     encoder = load_engine(ServeConfig(model_dir=str(bert_dir), precision="int8", backend="torch"))
     assert encoder.describe()["precision"] == "int8" and model_precision(encoder.backbone) == "int8"
     vectors = np.stack(encoder.embed_rows([[2, 10, 11, 12, 3], [2, 13, 3]]))
