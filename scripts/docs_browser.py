@@ -49,6 +49,7 @@ class PageLoad:
     failed: list[str] = field(default_factory=list)  # "url: reason"
     errors: list[str] = field(default_factory=list)  # uncaught exceptions, console errors
     loaded: bool = False
+    _urls: dict[str, str] = field(default_factory=dict, repr=False)  # request id -> URL
 
     @property
     def external(self) -> list[str]:
@@ -142,22 +143,26 @@ class Browser:
 
     # -- pages ---------------------------------------------------------------------------------
 
-    def load(self, url: str, quiet: float = 0.3, timeout: float = 30.0) -> PageLoad:
-        """Navigate to ``url`` and record what the page requested and what failed."""
+    def load(self, url: str, quiet: float = 0.3, timeout: float = 30.0, after_load: float = 5.0) -> PageLoad:
+        """Navigate to ``url`` and record what the page requested and what failed: every event until
+        its load event, then until nothing arrives for ``quiet`` seconds (what its scripts fetch
+        after the load event, for up to ``after_load`` seconds). No load event within ``timeout``
+        seconds is a problem of its own."""
         self.events(0.0, 0.0)  # drop what the previous page left
         result = PageLoad(url)
         self.call("Page.navigate", session=True, url=url)
         deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline and not result.loaded:
-            self._collect(self.events(quiet, deadline - time.monotonic()), result)
-            if not result.loaded:
-                continue
-            self._collect(self.events(quiet, 5.0), result)  # what the scripts fetch after load
+        while not result.loaded:
+            event = self._events.pop(0) if self._events else self._read(max(0.0, deadline - time.monotonic()))
+            if event is None:
+                return result
+            self._collect([event], result)
+        self._collect(self.events(quiet, after_load), result)
         return result
 
     @staticmethod
     def _collect(events: list[dict], result: PageLoad) -> None:
-        urls: dict[str, str] = {}
+        urls = result._urls
         for event in events:
             method, params = event.get("method"), event.get("params", {})
             if method == "Network.requestWillBeSent":

@@ -81,11 +81,12 @@ TINY: dict[tuple[str, str], list[str]] = {
                                            "data.eval_blocks=8"],
     ("pretrain", "configs/elmo-small.yaml"): [*_PRETRAIN_TINY, "model.preset=elmo-tiny", "data.window=16",
                                              "data.eval_windows=8"],
-    ("finetune", ""): ["max_train_examples=24", "max_eval_examples=16", "epochs=1", "batch_size=8", "max_seq_len=48",
+    # fine-tuning: 16 training examples (two steps of 8), 8 to evaluate on each split
+    ("finetune", ""): ["max_train_examples=16", "max_eval_examples=8", "epochs=1", "batch_size=8", "max_seq_len=48",
                        "progress=false", "threads=1"],
-    ("evaluate", ""): ["max_eval_examples=16", "max_seq_len=48"],
+    ("evaluate", ""): ["max_eval_examples=8", "max_seq_len=48"],
     ("multitask", ""): ["steps=2", "finetune_epochs=1", "finetune.max_train_examples=16", "finetune.batch_size=8",
-                        "finetune.max_eval_examples=16", "finetune.max_seq_len=48", "finetune.progress=false"],
+                        "finetune.max_eval_examples=8", "finetune.max_seq_len=48", "finetune.progress=false"],
     ("probe", ""): ["--max-train-sentences", "16", "--max-eval-sentences", "8", "--epochs", "1", "--threads", "1"],
     ("word2vec train", ""): ["word2vec.epochs=1", "word2vec.workers=1", "word2vec.vector_size=16",
                             "word2vec.backend=eager"],  # torch.compile of the kernel: tests/test_word2vec.py
@@ -99,7 +100,7 @@ TINY: dict[tuple[str, str], list[str]] = {
                                                          "tokenizer.vocab_size=2000", "data.eval_examples=10",
                                                          "data.max_seq_len=64"],
     # docs/tutorials/feature-based.md (finetune.md and multitask.md use the entries above)
-    ("features", ""): ["max_train_examples=24", "max_eval_examples=16", "epochs=1", "batch_size=8",
+    ("features", ""): ["max_train_examples=16", "max_eval_examples=8", "epochs=1", "batch_size=8",
                        "embed_batch_size=8", "progress=false", "threads=1"],
     ("embed", ""): ["--threads", "1"],
     # docs/tutorials/serve-export.md: an int8 export scores the first 8 dev examples (float32 and int8)
