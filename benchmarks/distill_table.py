@@ -78,9 +78,10 @@ def per_s(result: dict | None, runtime: str, batch: int) -> float | None:
     return None if cell is None else float(cell["per_s_median"])
 
 
-def change(result: dict | None, runtime: str) -> float | None:
+def change(result: dict | None, runtime: str, metric: str) -> float | None:
+    """The change of ``metric`` (the task's score key: accuracy, f1) ``runtime`` made, in points."""
     changes = (result or {}).get("accuracy", {}).get("change", {}).get(runtime)
-    return None if not changes else 100.0 * float(next(iter(changes.values())))
+    return None if not changes or metric not in changes else 100.0 * float(changes[metric])
 
 
 def markdown(result: dict, teacher_dir: str | None) -> str:
@@ -96,7 +97,7 @@ def markdown(result: dict, teacher_dir: str | None) -> str:
     def cells(res: dict | None) -> list[str]:
         b1, b32 = per_s(res, "torch-float32", 1), per_s(res, "torch-float32", 32)
         i32, bf = per_s(res, "torch-int8", 32), per_s(res, "torch-bf16", 32)
-        ch = change(res, "torch-int8")
+        ch = change(res, "torch-int8", SCORE[result["task"]][1])
         return [f"{b1:.0f} / {b32:.0f}" if b1 and b32 else "—", f"{b32 / t32:.2f}×" if b32 and t32 else "—",
                 f"{i32 / b32:.2f}×; {ch:+.2f}" if i32 and b32 and ch is not None else "—",
                 f"{bf / b32:.3f}×" if bf and b32 else "—"]
@@ -135,7 +136,7 @@ def plot(result: dict, teacher_dir: str | None, path: str) -> None:
             x = per_s(res, runtime, 32)
             if x:
                 xs.append(x)
-                ys.append(score + (change(res, runtime) or 0.0) if runtime != "torch-float32" else score)
+                ys.append(score + (change(res, runtime, SCORE[result["task"]][1]) or 0.0) if runtime != "torch-float32" else score)
                 names.append(name)
         ax.scatter(xs, ys, marker=marker, label=runtime)
         for x, y, n in zip(xs, ys, names):
