@@ -33,10 +33,10 @@ distillation page):
   :class:`Int8Linear` gives it rows that all share one range: each row is divided by its
   largest absolute value, two constant rows ``(1, 0, …)`` and ``(-1, 0, …)`` are appended so the
   kernel's range is always exactly [-1, 1], and the output rows are multiplied back (bias added
-  after). A token's output then depends on that token's
-  input row alone, whatever else is in the call: the integer matmul is exact and the rest is
-  row-wise. It also leaves fewer levels unused (a row with small values gets its own fine
-  scale), and costs four cheap row-wise passes per call;
+  after). A token's output then depends on that token's input row alone, whatever else is in
+  the call: the integer matmul is exact and the rest is row-wise. It also leaves fewer levels
+  unused (a row with small values gets its own fine scale), and costs four row-wise passes per
+  call (the speed it costs is on the manual's distillation page);
 - activations: **all 8 bits**, where torch's dynamic ``Linear`` passes ``reduce_range=True``
   (7 bits) on x86;
 - weights **7 bits** (the weight observer's range -64 … 63; symmetric scales reach ±64). AVX2 CPUs
@@ -47,10 +47,10 @@ distillation page):
 
 **Batches**: a token's int8 output does not depend on the other tokens of the call, so
 batching changes a sentence's int8 outputs only as much as it changes its float32 ones (the
-attention over a padded batch sums in another order, ~1e-6; once in a while that moves a
-value across a rounding edge of the 8-bit grid, and the logits move by ~1e-2): a served label
-can differ from the offline one only where it sits that close to a tie. ONNX int8 graphs (onnxruntime's ``DynamicQuantizeLinear``) still read one
-range per call.
+attention over a padded batch sums in another order; once in a while that float rounding moves
+a value across an edge of the 8-bit grid): a served label can differ from the offline one only
+where the two classes are all but tied. ONNX int8 graphs (onnxruntime's
+``DynamicQuantizeLinear``) still read one range per call.
 
 The quantized layers are :class:`Int8Linear` (``torch.ao.nn.quantized.dynamic.Linear``) modules in place of the
 ``nn.Linear`` ones, so every call of them (``layer(x)``, also through
