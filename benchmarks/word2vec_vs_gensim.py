@@ -83,6 +83,10 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--muppets-only", action="store_true",
                    help="train and score muppets only (no gensim, no speed ratio): for sweeps of its settings")
     p.add_argument("--backend", default="auto", choices=["auto", "native", "compiled", "eager"], help="muppets update kernel")
+    p.add_argument("--update", default=Word2VecConfig.update, choices=["pair", "window", "window-shared"],
+                   help="muppets skip-gram update: batches of pairs, or one per centre window sharing its noise words")
+    p.add_argument("--also-update", nargs="*", default=[], choices=["pair", "window", "window-shared"],
+                   help="also train muppets with these updates in every round (reported under 'also')")
     p.add_argument("--rounds", type=int, default=1, help="alternate gensim / muppets this many times")
     p.add_argument("--gensim-eval", action="store_true", help="also score gensim's model with gensim's evaluation")
     p.add_argument("--save-vectors", default="", help="also write muppets' vectors here (word2vec binary; last round)")
@@ -153,7 +157,7 @@ def run_muppets(args: argparse.Namespace, corpus: TokenCorpus, vocab: WordVocab)
     cfg = Word2VecConfig(sg=args.sg, vector_size=args.vector_size, window=args.window, negative=args.negative,
                          min_count=args.min_count, sample=args.sample, epochs=args.epochs, seed=args.seed,
                          workers=args.workers, batch_size=args.batch_size, batch_layout=args.batch_layout,
-                         updates_per_call=args.updates_per_call, backend=args.backend)
+                         updates_per_call=args.updates_per_call, backend=args.backend, update=args.update)
     started = time.perf_counter()
     model, result = train_word2vec(corpus, vocab.words, cfg)
     total = time.perf_counter() - started
@@ -162,7 +166,7 @@ def run_muppets(args: argparse.Namespace, corpus: TokenCorpus, vocab: WordVocab)
              "cpu_s": result.cpu_s, "words_per_cpu_s": result.effective_words / max(result.cpu_s, 1e-9),
              "build_s": result.build_s, "update_s": result.update_s,
              "vocab": len(model.words), "examples": result.examples, "mean_loss": result.mean_loss,
-             "backend": result.backend}
+             "backend": result.backend, "update": cfg.update}
     log.info("muppets (%s): %d effective words in %.1f s = %.0f words/s (%.0f per CPU second; building "
              "examples %.1f s, updates %.1f s)", result.backend, result.effective_words, result.seconds,
              result.words_per_second, stats["words_per_cpu_s"], result.build_s, result.update_s)
@@ -199,12 +203,17 @@ def main() -> None:
 
 def benchmark(args: argparse.Namespace, corpus: TokenCorpus, vocab: WordVocab, sents: list[list[str]]) -> dict:
     rounds: dict[str, list[dict]] = {"gensim": [], "muppets": []}
+    also: dict[str, dict] = {u: {"rounds": []} for u in args.also_update}
     for _ in range(args.rounds):
         if not args.muppets_only:
             g_stats, g_vectors, g_model = run_gensim(args, sents)
             rounds["gensim"].append(g_stats)
         m_stats, m_vectors = run_muppets(args, corpus, vocab)
         rounds["muppets"].append(m_stats)
+        for update in args.also_update:  # the same round: the same machine state as gensim's
+            stats, vectors = run_muppets(argparse.Namespace(**{**vars(args), "update": update}), corpus, vocab)
+            also[update]["rounds"].append(stats)
+            also[update]["vectors"] = vectors
     speed = {k: statistics.median(r["words_per_s"] for r in v) for k, v in rounds.items() if v}
     if args.save_vectors:
         log.info("muppets vectors -> %s", m_vectors.save(args.save_vectors, binary=True))
@@ -225,6 +234,15 @@ def benchmark(args: argparse.Namespace, corpus: TokenCorpus, vocab: WordVocab, s
         report["round_ratios"] = [m["words_per_s"] / g["words_per_s"] for g, m in zip(rounds["gensim"], rounds["muppets"])]
         report["quality_gap_points"] = {k: 100 * (quality["muppets"][k] - quality["gensim"][k])
                                         for k in ("wordsim353_spearman", "simlex999_spearman", "analogy_accuracy")}
+    for update, run in also.items():  # the other updates, against the same gensim rounds
+        run["quality"] = evaluate_standard(run.pop("vectors"))
+        run["words_per_s"] = statistics.median(r["words_per_s"] for r in run["rounds"])
+        if not args.muppets_only:
+            run["speed_ratio"] = run["words_per_s"] / speed["gensim"]
+            run["quality_gap_points"] = {k: 100 * (run["quality"][k] - quality["gensim"][k])
+                                         for k in ("wordsim353_spearman", "simlex999_spearman", "analogy_accuracy")}
+    if also:
+        report["also"] = also
     return report
 
 

@@ -132,11 +132,12 @@ def _output_weight(V_: int, H: int, seed: int = 0, scale: float = 0.02) -> torch
     return torch.randn(V_, H, generator=g) * scale
 
 
+@pytest.mark.parametrize("kind", ["int8", "bf16"])
 @pytest.mark.parametrize("h_scale", [0.01, 1.0, 300.0])  # logits from tiny to about +-100
-def test_screen_bound_holds_against_float64(h_scale):
+def test_screen_bound_holds_against_float64(h_scale, kind):
     """The kernel's logits are within the bound of the exact (float64) products, row by row."""
     w = _output_weight(3001, 64, seed=1) * torch.linspace(0.1, 3.0, 3001)[:, None]  # rows of many scales
-    screen = decode.GreedyScreen.build(w)
+    screen = decode.GreedyScreen.build(w, kind=kind)
     h = torch.randn(5, 64, generator=torch.Generator().manual_seed(2)) * h_scale
     y, bound = screen.scores(h)
     exact = h.double() @ w.double().t()  # (5, V)
@@ -145,10 +146,11 @@ def test_screen_bound_holds_against_float64(h_scale):
     assert bool((bound.double() < 0.05 * (exact.amax(1) - exact.amin(1))).all())  # and useful: small
 
 
+@pytest.mark.parametrize("kind", ["int8", "bf16"])
 @pytest.mark.parametrize("rows", [1, 2, 7, 32])
-def test_screen_argmax_equals_float32_argmax(threads, rows):
+def test_screen_argmax_equals_float32_argmax(threads, rows, kind):
     w = _output_weight(5003, 48, seed=3)
-    screen = decode.GreedyScreen.build(w)
+    screen = decode.GreedyScreen.build(w, kind=kind)
     for seed in range(20):
         h = torch.randn(rows, 48, generator=torch.Generator().manual_seed(seed)) * (1 + 10 * seed)
         got = screen.argmax(h)
@@ -270,3 +272,27 @@ def test_screen_declines_a_kernel_outside_its_bound(monkeypatch, caplog, threads
     got = generate(model, prompts, GenerationConfig(max_new_tokens=10, stop_at_eos=False))
     assert model._decode.screen is False  # declined: the full logits decided every token
     assert got == [_full_logits_greedy(model, prompt, 10) for prompt in prompts]
+
+
+@pytest.mark.parametrize("native_bf16", [True, False])
+def test_many_rows_take_the_bfloat16_screen_where_the_cpu_has_bfloat16(monkeypatch, threads, native_bf16):
+    """Greedy decoding of more rows than the int8 screen takes (4 per thread): the bfloat16 screen
+    on a CPU with native bfloat16 products, else the full logits; the same tokens either way."""
+    from muppets.train import precision
+
+    monkeypatch.setattr(precision, "cpu_has_native_bf16", lambda: native_bf16)
+    model = tiny()
+    prompts = [[1 + i, 2 + i, 3] for i in range(9 * threads)]  # more rows than 4 per thread
+    got = generate(model, prompts, GenerationConfig(max_new_tokens=6, stop_at_eos=False))
+    assert got == [_full_logits_greedy(model, prompt, 6) for prompt in prompts]
+    wide = model._decode.wide_screen
+    assert (isinstance(wide, decode.GreedyScreen) and wide.kind == "bf16") if native_bf16 else wide is False
+
+
+def test_the_bfloat16_screen_declines_a_kernel_outside_its_bound(monkeypatch):
+    w = _output_weight(3001, 64, seed=8)
+    assert decode.GreedyScreen.build(w, kind="bf16").kernel_error_ratio() <= 1.0
+    monkeypatch.setattr(decode, "_bf16_matmul", lambda x, wt: _noisy_kernel(
+        x, wt.t().float(), torch.ones(wt.shape[1], dtype=torch.bfloat16)))
+    monkeypatch.setattr(decode, "_KERNEL_WARNED", True)
+    assert decode.GreedyScreen.build(w, kind="bf16") is None

@@ -73,3 +73,41 @@ def test_training_and_inference_calls_interleave():
     for value in (first, loss.detach(), again, plain):
         assert torch.allclose(value, ref, rtol=1e-5)
     assert w.grad is not None and torch.isfinite(w.grad).all()
+
+
+def test_ignored_targets_add_no_loss_hit_or_gradient(one_thread):
+    """Rows with target -100 (padding) are left out exactly as cross_entropy's ignore_index does."""
+    h, w, y = _case(rows=40)
+    y = y.clone()
+    y[[3, 17, 18, 39]] = -100
+    b = torch.randn(50, generator=torch.Generator().manual_seed(4), dtype=torch.float64, requires_grad=True)
+    loss, correct = linear_cross_entropy(h, w, b, y, chunk_rows=16)
+    logits = h @ w.T + b
+    ref = F.cross_entropy(logits, y, reduction="sum", ignore_index=-100)
+    assert torch.allclose(loss, ref, atol=1e-9)
+    keep = y >= 0
+    assert correct.item() == int((logits.argmax(-1) == y)[keep].sum())
+    got = torch.autograd.grad(loss, (h, w, b))
+    want = torch.autograd.grad(ref, (h, w, b))
+    assert all(torch.allclose(g1, g2, atol=1e-9) for g1, g2 in zip(got, want))
+    assert float(got[0][~keep].abs().max()) == 0.0
+
+
+def test_bf16_rows_are_padded_to_few_shapes_without_changing_the_loss(one_thread):
+    """Under CPU bf16 autocast the masked rows are padded to a multiple of ROW_BUCKET (oneDNN builds
+    a primitive per shape); the loss, hits and gradients are those of the unpadded rows."""
+    from muppets.nn.linear_ce import ROW_BUCKET, pad_rows_to_bucket
+
+    h, w, y = _case(rows=45)
+    h, w = h.detach().float().requires_grad_(), w.detach().float().requires_grad_()
+    assert pad_rows_to_bucket(h, y)[0].shape[0] == 45  # not under autocast: unchanged
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        hp, yp = pad_rows_to_bucket(h, y)
+        assert hp.shape[0] == yp.shape[0] == -(-45 // ROW_BUCKET) * ROW_BUCKET
+        assert bool((yp[45:] == -100).all()) and torch.equal(hp[:45], h)
+        padded = linear_cross_entropy(hp, w, None, yp)
+        plain = linear_cross_entropy(h, w, None, y)
+    assert torch.allclose(padded[0], plain[0], rtol=1e-3) and padded[1] == plain[1]
+    g_pad = torch.autograd.grad(padded[0], (h, w))
+    g_plain = torch.autograd.grad(plain[0], (h, w))
+    assert all(torch.allclose(a, b, rtol=2e-2, atol=1e-3) for a, b in zip(g_pad, g_plain))

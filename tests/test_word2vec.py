@@ -14,6 +14,7 @@ import shutil
 import numpy as np
 import pytest
 import torch
+from torch.nn import functional as F
 
 from muppets import vectors as vectors_module
 from muppets.data.shards import ShardWriter, TokenCorpus
@@ -247,6 +248,129 @@ def test_native_kernel_matches_eager():
                                    word2vec_native.scratch_for(B, d, 1 + K))
     with pytest.raises(ConfigError, match="backend"):
         Word2VecConfig(sg=False, backend="native")
+
+
+_MASK64 = 2**64 - 1
+
+
+class _Xorshift:
+    """The native window loop's noise generator (xorshift64*, Walker's alias draw), in Python."""
+
+    def __init__(self, seed: int, threshold: np.ndarray, alias: np.ndarray) -> None:
+        self.state, self.threshold, self.alias = (seed % 2**64) | 1, threshold, alias
+
+    def draw(self) -> int:
+        x = self.state
+        x ^= x >> 12
+        x ^= (x << 25) & _MASK64
+        x ^= x >> 27
+        self.state = x
+        r = (x * 0x2545F4914F6CDD1D) & _MASK64
+        bucket = ((r >> 32) * len(self.alias)) >> 32
+        coin = np.float32(r & 0xFFFFFF) * np.float32(1.0 / 16777216.0)
+        return int(bucket) if coin < self.threshold[bucket] else int(self.alias[bucket])
+
+
+def _window_reference(w_in, w_out, ids, sentence, windows, alphas, K, shared, gen):
+    """update=window(-shared) by hand, one centre at a time: each context's targets are the centre
+    and K noise words (its own, or the window's), drawn window by window in the loop's order;
+    G = α (y - σ(scores)) w (w = 0 for a noise word equal to the centre) from the rows before the
+    window, then every target row += g v and every context row += Σ g u, duplicates adding up."""
+    loss, pairs = 0.0, 0
+    n = len(ids)
+    for i in range(n):
+        b = int(windows[i])
+        ctx = [int(ids[j]) for j in range(i - b, i + b + 1) if 0 <= j < n and j != i and sentence[j] == sentence[i]]
+        if not ctx:
+            continue
+        drawn = [gen.draw() for _ in range(K if shared else K * len(ctx))]
+        c = int(ids[i])
+        V_old, dv = w_in[ctx].clone(), torch.zeros(len(ctx), w_in.shape[1])
+        out_rows, out_updates = [], []
+        for j, v in enumerate(V_old):
+            noise = drawn[:K] if shared else drawn[j * K:(j + 1) * K]
+            targets = [c] + noise
+            w = torch.tensor([1.0] + [0.0 if t == c else 1.0 for t in noise])
+            U = w_out[targets]  # (1 + K, d): the rows before the window (w_out is updated below)
+            scores = U @ v
+            y = torch.zeros_like(scores)
+            y[0] = 1.0
+            g = (y - torch.sigmoid(scores)) * w * alphas[i]
+            loss += float(-(F.logsigmoid(scores * (2 * y - 1)) * w).sum())
+            dv[j] = g @ U
+            out_rows += [t for t, wt in zip(targets, w) if wt > 0]
+            out_updates += [g[t] * v for t in range(1 + K) if w[t] > 0]
+        w_out.index_add_(0, torch.tensor(out_rows), torch.stack(out_updates))
+        w_in.index_add_(0, torch.tensor(ctx), dv)
+        pairs += len(ctx)
+    return loss, pairs
+
+
+@pytest.mark.parametrize("shared", [False, True])
+def test_native_window_loop_matches_the_hand_reference(shared):
+    """update=window and window-shared: every centre's window is one update (hand reference
+    above, with the loop's own noise generator); windows stop at sentence ends, a noise word equal
+    to the centre is not updated, repeated words add up, and the pair count is skipgram_pairs'."""
+    lib = word2vec_native.load()
+    if lib is None:
+        pytest.skip("no C compiler here")
+    rng = np.random.default_rng(5)
+    V, d, n, K, W = 12, 13, 160, 4, 3  # d not a multiple of the vector width; V small: repeats, noise = centre
+    w_in, w_out = torch.randn(V, d) * 0.3, torch.randn(V, d) * 0.3
+    ids = rng.integers(0, V, n)
+    sentence = np.repeat(np.arange(20), 8)
+    windows = reduced_windows(n, W, rng)
+    alphas = torch.linspace(0.5, 0.1, n)
+    noise = NoiseSampler(rng.integers(1, 50, V))
+    tables = noise.threshold.astype(np.float32), noise.alias.astype(np.int32)
+    as32 = [torch.from_numpy(a.astype(np.int32)) for a in (ids, sentence, windows)]
+    a_in, a_out, b_in, b_out = w_in.clone(), w_out.clone(), w_in.clone(), w_out.clone()
+    loss_n, pairs_n = word2vec_native.sgns_windows(lib, a_in, a_out, *as32, alphas, K, shared, *tables, 77,
+                                                   word2vec_native.window_scratch(d))
+    loss_r, pairs_r = _window_reference(b_in, b_out, ids, sentence, windows, alphas, K, shared,
+                                        _Xorshift(77, *tables))
+    assert pairs_n == pairs_r == len(skipgram_pairs(ids, sentence, windows, W)[0])
+    assert loss_n == pytest.approx(loss_r, rel=1e-5)
+    assert torch.allclose(a_in, b_in, atol=1e-5) and torch.allclose(a_out, b_out, atol=1e-5)
+    with pytest.raises(IndexError):
+        word2vec_native.sgns_windows(lib, a_in, a_out, as32[0] + V, *as32[1:], alphas, K, shared, *tables, 77,
+                                     word2vec_native.window_scratch(d))
+
+
+def test_the_window_loops_noise_draws_follow_the_noise_distribution():
+    """The loop's generator (mirrored above, exactly, by the reference test) draws P_n."""
+    counts = np.array([1000, 300, 100, 30, 10, 3, 1])
+    noise = NoiseSampler(counts)
+    gen = _Xorshift(3, noise.threshold.astype(np.float32), noise.alias.astype(np.int32))
+    drawn = np.bincount([gen.draw() for _ in range(60_000)], minlength=len(counts)) / 60_000
+    assert np.abs(drawn - noise.probabilities).max() < 0.01
+
+
+def test_window_updates_are_checked():
+    with pytest.raises(ConfigError, match="update"):
+        Word2VecConfig(sg=False, update="window")
+    with pytest.raises(ConfigError, match="update"):
+        Word2VecConfig(update="window-shared", backend="eager")
+    with pytest.raises(ConfigError, match="update"):
+        Word2VecConfig(update="windows")
+
+
+@pytest.mark.parametrize("update", ["window", "window-shared"])
+def test_window_updates_learn_the_topics_and_repeat_themselves(tmp_path, update):
+    """update=window(-shared) end to end: the same seed gives the same vectors, and the topics are learned."""
+    if word2vec_native.load() is None:
+        pytest.skip("no C compiler here")
+    corpus, vocab = make_corpus(tmp_path / "c", topic_docs(sentences=600))
+    cfg = tiny_config(epochs=5, backend="auto", update=update)
+    model, result = train_word2vec(corpus, vocab.words, cfg)
+    again, _ = train_word2vec(corpus, vocab.words, cfg)
+    assert result.backend == "native" and result.examples > result.effective_words
+    assert torch.equal(model.input_vectors, again.input_vectors)
+    wv = model.word_vectors()
+    same = np.mean([wv.similarity(f"a{i}", f"a{j}") for i in range(8) for j in range(i)])
+    cross = np.mean([wv.similarity(f"a{i}", f"b{j}") for i in range(8) for j in range(8)])
+    assert same > cross + 0.3
+    assert all(w.startswith("b") for w, _ in wv.most_similar("b0", topn=5))
 
 
 def test_keep_probability_formula():
@@ -512,6 +636,25 @@ def test_resume_equals_uninterrupted(tmp_path, sg):
         train_word2vec(corpus, vocab.words, cfg, run_dir=run, resume=False)
     assert json.loads(state_file.read_text()) == state
     shutil.rmtree(run)
+
+
+def test_a_window_run_resumes_exactly(tmp_path):
+    """update=window: a run stopped after one chunk and resumed equals the uninterrupted run, and a
+    checkpoint written with update=pair is not resumed as windows."""
+    if word2vec_native.load() is None:
+        pytest.skip("no C compiler here")
+    corpus, vocab = make_corpus(tmp_path / "c", topic_docs(sentences=80))
+    cfg = tiny_config(sample=1e-2, checkpoint_every=2, backend="auto", update="window")
+    whole, _ = train_word2vec(corpus, vocab.words, cfg)
+    run = tmp_path / "run"
+    _, first = train_word2vec(corpus, vocab.words, tiny_config(sample=1e-2, checkpoint_every=2, backend="auto",
+                                                               update="window", max_minutes=1e-9), run_dir=run)
+    assert first.stopped_early and first.epochs_done < 1
+    resumed, _ = train_word2vec(corpus, vocab.words, cfg, run_dir=run)
+    assert torch.equal(resumed.input_vectors, whole.input_vectors)
+    assert torch.equal(resumed.output_vectors, whole.output_vectors)
+    with pytest.raises(CheckpointError, match="update"):
+        train_word2vec(corpus, vocab.words, tiny_config(sample=1e-2, checkpoint_every=2, backend="auto"), run_dir=run)
 
 
 # ============================================================================ quality smoke test

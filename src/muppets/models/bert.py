@@ -28,7 +28,7 @@ from muppets.nn.block import BlockConfig, TransformerBlock, init_weights
 from muppets.nn.embeddings import InputEmbeddings
 from muppets.nn.encoded import Encoded
 from muppets.nn.feedforward import activation
-from muppets.nn.linear_ce import linear_cross_entropy
+from muppets.nn.linear_ce import linear_cross_entropy, pad_rows_to_bucket
 from muppets.nn.packing import Packing
 from muppets.nn.pooler import Pooler
 
@@ -224,7 +224,9 @@ class MlmHead(nn.Module):
 
     def loss(self, hidden: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Summed cross entropy and #correct at ``hidden (M, H)`` vs ``targets (M,)``, without
-        materialising the ``(M, V)`` logits (see :mod:`muppets.nn.linear_ce`)."""
+        materialising the ``(M, V)`` logits (see :mod:`muppets.nn.linear_ce`). Under CPU bf16
+        autocast the rows are padded to a few shapes (:func:`~muppets.nn.linear_ce.pad_rows_to_bucket`)."""
+        hidden, targets = pad_rows_to_bucket(hidden, targets, IGNORE)
         h = self.transform(hidden)
         return linear_cross_entropy(h, self.decoder_weight, self.bias, targets)
 

@@ -31,6 +31,16 @@ time with vectorised numpy (:mod:`muppets.objectives.word2vec`). With ``workers 
 spawned processes train different chunks at once on matrices in shared memory
 (:mod:`muppets.train.hogwild`; processes, because a compiled CPU kernel holds the GIL).
 
+**Windows** (skip-gram, ``update=window`` or ``window-shared``, the native loop only). Instead of
+batches of pairs, each centre's window is one update: its context rows are scored against the
+centre and the noise words, and every row moves by the gradient computed from the values before
+the window; windows then follow one another in text order, as a single Hogwild thread would
+walk them. The window's rows stay in the cache from one pair to the next, the noise words are
+drawn inside the loop (no example arrays are built), and ``window-shared`` gives every context
+of a window the same K noise words (Ji et al. 2016, "Parallelizing Word2Vec in Shared and
+Distributed Memory"), so a window reads 1 + K output rows instead of 1 + K per pair. It trains
+more words per second than ``pair``; its scores against gensim's, per seed, are in BENCHMARKS.md.
+
 **Schedule and resume.** α decays linearly from ``alpha`` to ``min_alpha`` over all corpus
 tokens of all epochs (gensim). Chunk k of epoch e is a pure function of (seed, e, k), so a run
 checkpointed at a chunk boundary (``<run_dir>/checkpoints``: both matrices + the position)
@@ -66,7 +76,7 @@ from muppets.interop.safetensors_io import read_json_object
 from muppets.tokenizers.words import read_word_counts
 from muppets.models import word2vec_native
 from muppets.nn.encoded import Encoded
-from muppets.objectives.word2vec import LAYOUTS, TrainingVocab, Word2VecExamples
+from muppets.objectives.word2vec import LAYOUTS, UPDATES, ChunkWindows, TrainingVocab, Word2VecExamples
 from muppets.train.checkpoint import remove_killed_saves, write_latest
 from muppets.train.hogwild import HogwildPool, run_span_inline
 from muppets.train.logger import RunLogger
@@ -106,6 +116,7 @@ class Word2VecConfig:
     updates_per_call: int = 8  # consecutive updates fused into one compiled call (amortises its overhead)
     chunk_tokens: int = 100_000  # corpus tokens per chunk (unit of work, resume and logging)
     backend: str = "auto"  # auto | native | compiled | eager (auto: native for skip-gram, else compiled, if they build)
+    update: str = "pair"  # pair: batches of pairs, as above | window | window-shared: one update per centre (see below)
     max_minutes: float = 0.0  # wall-clock budget: stop at a chunk boundary, checkpoint, export (0 = none)
     checkpoint_every: int = 0  # chunks between checkpoints (0 = at the end of every epoch only)
     log_every_s: float = 30.0  # seconds between progress log lines
@@ -119,6 +130,8 @@ class Word2VecConfig:
                   ("epochs", self.epochs >= 1), ("workers", self.workers >= 1),
                   ("batch_size", self.batch_size >= 1), ("updates_per_call", self.updates_per_call >= 1),
                   ("batch_layout", self.batch_layout in LAYOUTS),
+                  ("update", self.update in UPDATES and not (self.update != "pair" and (
+                      not self.sg or self.backend not in ("auto", "native")))),  # windows: the native loop
                   ("chunk_tokens", self.chunk_tokens >= 1),
                   ("backend", self.backend in ("auto", "native", "compiled", "eager")
                    and not (self.backend == "native" and not self.sg)),  # native: skip-gram only
@@ -365,6 +378,7 @@ class _ChunkTrainer:
         self.kernel: _Kernel | None = None
         self.native = None  # the loaded native skip-gram loop (word2vec_native), when used
         self._scratch = None
+        self._alias: tuple[np.ndarray, np.ndarray] | None = None  # the noise tables of the window loop
         self._shared_vocab: list[torch.Tensor] | None = None
 
     def __getstate__(self) -> dict:
@@ -388,6 +402,17 @@ class _ChunkTrainer:
     def setup(self) -> str:
         """Load the native skip-gram loop, or compile the update kernel for this process (on
         zero-weight inputs: no update)."""
+        if self.cfg.update != "pair":
+            self.native = word2vec_native.load()
+            if self.native is None:
+                raise ConfigError(f"word2vec.update={self.cfg.update}: no C compiler could build the native loop "
+                                  "(set CC, or use update=pair)")
+            noise = self.examples.noise
+            self._alias = (np.ascontiguousarray(noise.threshold, dtype=np.float32),
+                           np.ascontiguousarray(noise.alias, dtype=np.int32))
+            self._scratch = word2vec_native.window_scratch(self.cfg.vector_size)
+            self.kernel = _Kernel(sgns_steps, "eager")  # not called; marks setup() as done
+            return "native"
         if self.cfg.sg and self.cfg.backend in ("auto", "native"):
             self.native = word2vec_native.load()
             if self.native is not None:
@@ -408,6 +433,15 @@ class _ChunkTrainer:
         cpu, wall = time.process_time(), time.perf_counter()
         batches = self.examples.chunk(epoch, chunk)
         build_s = time.perf_counter() - wall
+        if isinstance(batches, ChunkWindows):  # update=window: the whole chunk in one call
+            n = len(batches.ids)
+            loss_w, pairs = word2vec_native.sgns_windows(
+                self.native, self.w_in, self.w_out, batches.ids, batches.sentence, batches.windows,
+                learning_rates(self.cfg, self.examples, epoch, chunk, n), self.cfg.negative,
+                self.cfg.update == "window-shared", *self._alias, batches.seed, self._scratch)
+            return {"raw_words": batches.raw_words, "effective_words": batches.effective_words, "examples": pairs,
+                    "loss": loss_w, "build_s": build_s, "update_s": time.perf_counter() - wall - build_s,
+                    "cpu_s": time.process_time() - cpu}
         alphas = learning_rates(self.cfg, self.examples, epoch, chunk, batches.num_batches)  # (U,)
         N = self.cfg.updates_per_call
         loss = torch.zeros((), dtype=torch.float64)
@@ -436,10 +470,11 @@ class _ChunkTrainer:
 
 def learning_rates(cfg: Word2VecConfig, examples: Word2VecExamples, epoch: int, chunk: int,
                    num_batches: int) -> torch.Tensor:
-    """(N,) α of each batch of a chunk: α_0 - (α_0 - α_min) x (share of the run's corpus tokens
-    passed), as gensim (which updates it per job of 10,000 words; here per batch)."""
+    """(N,) α of each batch (``update=window``: each centre) of a chunk: α_0 - (α_0 - α_min) x
+    (share of the run's corpus tokens passed), as gensim (which updates it per job of 10,000
+    words; here per batch)."""
     start, stop = int(examples.token_bounds[chunk]), int(examples.token_bounds[chunk + 1])
-    within = start + (stop - start) * np.arange(num_batches) / num_batches  # (N,)
+    within = start + (stop - start) * np.arange(num_batches) / max(num_batches, 1)  # (N,)
     progress = (epoch * examples.raw_words + within) / (cfg.epochs * examples.raw_words)
     alphas = cfg.alpha - (cfg.alpha - cfg.min_alpha) * progress
     return torch.from_numpy(np.maximum(alphas, cfg.min_alpha).astype(np.float32))
@@ -618,8 +653,8 @@ class Word2VecTrainer:
 
 _SHAPE_FIELDS = ("sg", "vector_size", "window", "negative", "ns_exponent", "sample", "min_count",
                  "max_vocab", "init_range", "alpha", "min_alpha", "epochs", "seed", "batch_size", "batch_layout", "updates_per_call",
-                 "chunk_tokens")
-_BEFORE_FIELD = {"batch_layout": "consecutive"}  # what checkpoints written before a field existed used
+                 "chunk_tokens", "update")
+_BEFORE_FIELD = {"batch_layout": "consecutive", "update": "pair"}  # what checkpoints written before a field existed used
 
 
 def build_examples(corpus: TokenCorpus, cfg: Word2VecConfig, vocab: TrainingVocab | None = None) -> Word2VecExamples:
@@ -630,7 +665,7 @@ def build_examples(corpus: TokenCorpus, cfg: Word2VecConfig, vocab: TrainingVoca
     return Word2VecExamples(corpus, vocab, sg=cfg.sg, window=cfg.window, negative=cfg.negative,
                             sample=cfg.sample, ns_exponent=cfg.ns_exponent, batch_size=cfg.batch_size,
                             chunk_tokens=cfg.chunk_tokens, seed=cfg.seed, updates_multiple=cfg.updates_per_call,
-                            layout=cfg.batch_layout)
+                            layout=cfg.batch_layout, update=cfg.update)
 
 
 def train_word2vec(corpus: TokenCorpus, corpus_words: Sequence[str], cfg: Word2VecConfig,

@@ -11,6 +11,11 @@ the updates. Rows are prefetched a few pairs ahead, since the time goes to waiti
 rows of two large matrices. A whole chunk is one call (no Python between batches), and the call
 releases the GIL.
 
+The same library holds the window loop of ``update=window`` / ``window-shared``
+(:func:`sgns_windows`): one update per centre window, windows in text order, noise words drawn
+inside the loop from the alias tables (xorshift64*, seeded per chunk, so a chunk is still a pure
+function of the seed, epoch and chunk) a few windows ahead, so that their rows are prefetched.
+
 The shared library is built with ``cc -O3 -march=native`` into ``$MUPPETS_CACHE/native`` (default
 ``~/.cache/muppets/native``), named by a hash of the source, the flags and the CPU, so each
 machine compiles it once (under a second); :func:`load` returns None when no compiler works.
@@ -31,7 +36,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-__all__ = ["load", "sgns_chunk", "scratch_for"]
+__all__ = ["load", "sgns_chunk", "scratch_for", "sgns_windows", "window_scratch"]
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +52,7 @@ typedef float vec __attribute__((vector_size(L * sizeof(float))));  /* GCC/clang
 
 static inline vec ld(const float *p) { vec x; memcpy(&x, p, sizeof x); return x; }
 static inline void st(float *p, vec x) { memcpy(p, &x, sizeof x); }
-static inline vec splat(float a) { vec x; for (int i = 0; i < L; i++) x[i] = a; return x; }
+static inline vec splat(float a) { return (vec){0} + a; }  /* one broadcast (an element loop is not) */
 static inline float hsum(vec x) { float s = 0.0f; for (int i = 0; i < L; i++) s += x[i]; return s; }
 
 static inline void prefetch_row(const float *row, int64_t d) {
@@ -150,6 +155,134 @@ double muppets_sgns_batches(float *w_in, float *w_out, int64_t d, const int64_t 
     }
     return loss;
 }
+
+/* Skip-gram by windows (update=window / window-shared). Centre i's contexts are the words within
+   its reduced window win[i] and its sentence; each (context, centre) pair has the centre as its
+   positive target and K noise words: its own (window) or the window's K shared by every context
+   (window-shared, Ji et al. 2016). The whole window is one update: the scores of every context
+   row v_j against its targets, g = alpha (y - sigma(s)) w, then v_j += sum_t g u_t and
+   u_t += g v_j, every g and update from the rows before the window (duplicates add up). Windows
+   run one after another, each on the rows the previous one wrote. Noise words are drawn here
+   (Walker's alias tables thr, alias of V words; xorshift64* from seed), a few windows ahead,
+   so that their rows are prefetched. ids, sent, win (n,) int32, alphas (n,); scratch: floats
+   (2 W_MAX + 1) d + 2 W_MAX 64; ring: int32 RING (1 + 2 W_MAX + 2 W_MAX 64); *pairs gets the
+   number of pairs. Returns the summed -L. */
+#define W_MAX 64
+#define RING (AHEAD + 1)
+#define ENTRY (1 + 2 * W_MAX + 2 * W_MAX * 64)
+
+static inline uint64_t next_u64(uint64_t *s) {  /* xorshift64* */
+    uint64_t x = *s;
+    x ^= x >> 12; x ^= x << 25; x ^= x >> 27;
+    *s = x;
+    return x * 0x2545F4914F6CDD1DULL;
+}
+
+static inline int32_t draw(uint64_t *s, const float *thr, const int32_t *alias, uint64_t V) {
+    const uint64_t r = next_u64(s);
+    const uint64_t bucket = ((r >> 32) * V) >> 32;  /* uniform in 0..V-1 */
+    const float coin = (float)(r & 0xFFFFFF) * (1.0f / 16777216.0f);
+    return coin < thr[bucket] ? (int32_t)bucket : alias[bucket];
+}
+
+/* window a's contexts and noise words into a ring entry [m, ctx (2 W_MAX), noise], rows prefetched */
+static void plan_window(int32_t *e, const float *w_in, const float *w_out, int64_t d, const int32_t *ids,
+                        const int32_t *sent, const int32_t *win, int64_t n, int64_t a, int64_t K, int64_t shared,
+                        const float *thr, const int32_t *alias, uint64_t V, uint64_t *rng) {
+    int32_t *ctx = e + 1, *noise = e + 1 + 2 * W_MAX;
+    int64_t m = 0;
+    for (int64_t j = a - win[a]; j <= a + win[a]; j++)
+        if (j >= 0 && j < n && j != a && sent[j] == sent[a]) ctx[m++] = ids[j];
+    e[0] = (int32_t)m;
+    if (m == 0) return;
+    const int64_t draws = shared ? K : m * K;
+    for (int64_t k = 0; k < draws; k++) noise[k] = draw(rng, thr, alias, V);
+    prefetch_row(w_out + (int64_t)ids[a] * d, d);
+    for (int64_t k = 0; k < draws; k++) prefetch_row(w_out + (int64_t)noise[k] * d, d);
+    for (int64_t j = 0; j < m; j++) prefetch_row(w_in + (int64_t)ctx[j] * d, d);
+}
+
+double muppets_sgns_windows(float *w_in, float *w_out, int64_t d, const int32_t *ids, const int32_t *sent,
+                            const int32_t *win, const float *alphas, int64_t n, int64_t K, int64_t shared,
+                            const float *thr, const int32_t *alias, int64_t V, uint64_t seed,
+                            float *scratch, int32_t *ring, int64_t *pairs) {
+    const int64_t T = K + 1;
+    float *dv = scratch, *du = scratch + 2 * W_MAX * d, *G = du + d;
+    float *u[64], *v[2 * W_MAX], wt[64];
+    float s[64];
+    uint64_t rng = seed | 1;
+    double loss = 0.0;
+    int64_t count = 0;
+    for (int64_t a = 0; a < AHEAD && a < n; a++)
+        plan_window(ring + (a % RING) * ENTRY, w_in, w_out, d, ids, sent, win, n, a, K, shared, thr, alias, V, &rng);
+    for (int64_t i = 0; i < n; i++) {
+        if (i + AHEAD < n)
+            plan_window(ring + ((i + AHEAD) % RING) * ENTRY, w_in, w_out, d, ids, sent, win, n, i + AHEAD, K,
+                        shared, thr, alias, V, &rng);
+        const int32_t *e = ring + (i % RING) * ENTRY, *ctx = e + 1, *noise = e + 1 + 2 * W_MAX;
+        const int64_t m = e[0];
+        if (m == 0) continue;
+        const int32_t c = ids[i];
+        const float alpha = alphas[i];
+        u[0] = w_out + (int64_t)c * d;
+        wt[0] = 1.0f;
+        for (int64_t j = 0; j < m; j++) v[j] = w_in + (int64_t)ctx[j] * d;
+        for (int64_t j = 0; j < m; j++) {  /* context j: scores, loss, gradients; dv_j */
+            const int32_t *nz = noise + (shared ? 0 : j * K);
+            for (int64_t k = 1; k < T; k++) {
+                u[k] = w_out + (int64_t)nz[k - 1] * d;
+                wt[k] = nz[k - 1] == c ? 0.0f : 1.0f;  /* a noise word equal to the centre: no update */
+            }
+            int64_t t = 0;
+            for (; t + 3 <= T; t += 3) dot3(u[t], u[t + 1], u[t + 2], v[j], d, s + t);
+            for (; t < T; t++) s[t] = dot1(u[t], v[j], d);
+            float *gj = G + j * T;
+            float prod = 1.0f, lin = 0.0f;  /* -log sigma(x) = log1p(exp(-|x|)) - min(0, x): one log a context */
+            for (t = 0; t < T; t++) {
+                const float ex = expf(-fabsf(s[t]));
+                const float sig = s[t] >= 0.0f ? 1.0f / (1.0f + ex) : ex / (1.0f + ex);
+                const float x = t == 0 ? s[t] : -s[t];
+                if (wt[t] != 0.0f) { prod *= 1.0f + ex; lin -= fminf(0.0f, x); }  /* prod <= 2^64 */
+                gj[t] = ((t == 0 ? 1.0f : 0.0f) - sig) * wt[t] * alpha;
+            }
+            loss += (double)logf(prod) + lin;
+            float *out = dv + j * d;  /* dv_j = sum_t g_t u_t, from the rows before the window */
+            int64_t x = 0;
+            for (; x + L <= d; x += L) {
+                vec acc = splat(0.0f), acc2 = acc;
+                for (t = 0; t + 1 < T; t += 2) { acc += splat(gj[t]) * ld(u[t] + x); acc2 += splat(gj[t + 1]) * ld(u[t + 1] + x); }
+                if (t < T) acc += splat(gj[t]) * ld(u[t] + x);
+                st(out + x, acc + acc2);
+            }
+            for (; x < d; x++) { float acc = 0.0f; for (t = 0; t < T; t++) acc += gj[t] * u[t][x]; out[x] = acc; }
+        }
+        /* the targets' updates, from the context rows before the window */
+        const int64_t shared_t = shared ? T : 1;  /* targets common to every context: the centre (and shared noise) */
+        for (int64_t t = 0; t < shared_t; t++) {
+            int64_t x = 0;
+            for (; x + L <= d; x += L) {
+                vec acc = splat(0.0f), acc2 = acc;
+                int64_t j = 0;
+                for (; j + 1 < m; j += 2) { acc += splat(G[j * T + t]) * ld(v[j] + x); acc2 += splat(G[(j + 1) * T + t]) * ld(v[j + 1] + x); }
+                if (j < m) acc += splat(G[j * T + t]) * ld(v[j] + x);
+                st(du + x, acc + acc2);
+            }
+            for (; x < d; x++) { float acc = 0.0f; for (int64_t j = 0; j < m; j++) acc += G[j * T + t] * v[j][x]; du[x] = acc; }
+            const int32_t row = t == 0 ? c : noise[t - 1];
+            if (t == 0 || row != c) axpy(w_out + (int64_t)row * d, 1.0f, du, d);
+        }
+        if (!shared)  /* each context's own noise words */
+            for (int64_t j = 0; j < m; j++)
+                for (int64_t k = 0; k < K; k++) {
+                    const int32_t row = noise[j * K + k];
+                    if (row != c) axpy(w_out + (int64_t)row * d, G[j * T + 1 + k], v[j], d);
+                }
+        for (int64_t j = 0; j < m; j++) axpy(v[j], 1.0f, dv + j * d, d);
+        count += m;
+    }
+    *pairs = count;
+    return loss;
+}
 """
 
 # no -ffast-math: linked into a shared library it would switch the whole process to flushing
@@ -206,6 +339,11 @@ def load() -> ctypes.CDLL | None:
             fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p,
                            ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64,
                            ctypes.c_void_p]
+            fn = lib.muppets_sgns_windows
+            fn.restype = ctypes.c_double
+            fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, *[ctypes.c_void_p] * 4,
+                           ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p,
+                           ctypes.c_int64, ctypes.c_uint64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
     except OSError as err:
         log.warning("the compiled word2vec kernel could not be loaded: %s", err)
         lib = None
@@ -240,3 +378,52 @@ def sgns_chunk(lib: ctypes.CDLL, w_in: torch.Tensor, w_out: torch.Tensor, inputs
             raise IndexError(f"word index out of range 0..{V - 1}")
     return lib.muppets_sgns_batches(w_in.data_ptr(), w_out.data_ptr(), d, inputs.data_ptr(), targets.data_ptr(),
                                     weights.data_ptr(), alphas.data_ptr(), N, B, T, scratch.ctypes.data)
+
+
+WINDOW_MAX = 64  # the largest window (and noise words + 1) the window loop takes (W_MAX in SOURCE)
+_AHEAD = 4  # AHEAD in SOURCE: windows planned (and prefetched) ahead
+
+
+def window_scratch(d: int) -> tuple[np.ndarray, np.ndarray]:
+    """The window loop's work space: floats (2 W_MAX + 1) d + 2 W_MAX 64, and the int32 ring of
+    the windows planned ahead."""
+    return (np.empty((2 * WINDOW_MAX + 1) * d + 2 * WINDOW_MAX * 64, dtype=np.float32),
+            np.empty((_AHEAD + 1) * (1 + 2 * WINDOW_MAX + 2 * WINDOW_MAX * 64), dtype=np.int32))
+
+
+def sgns_windows(lib: ctypes.CDLL, w_in: torch.Tensor, w_out: torch.Tensor, ids: torch.Tensor,
+                 sentence: torch.Tensor, windows: torch.Tensor, alphas: torch.Tensor, negative: int,
+                 shared: bool, threshold: np.ndarray, alias: np.ndarray, seed: int,
+                 scratch: tuple[np.ndarray, np.ndarray]) -> tuple[float, int]:
+    """Train skip-gram window by window (``update=window`` or ``window-shared``), in place: centre
+    ``i`` = ``ids[i]``, its contexts the words within ``windows[i]`` positions in the same
+    ``sentence``, each with ``negative`` noise words of its own or (``shared``) the window's,
+    drawn from the alias tables ``threshold``, ``alias`` (:class:`~muppets.objectives.word2vec.NoiseSampler`)
+    by a generator seeded with ``seed``; learning rate ``alphas[i]``. Returns the summed -L and
+    the number of (context, centre) pairs."""
+    n, d, V = len(ids), w_in.shape[1], w_in.shape[0]
+    for t, dtype in ((w_in, torch.float32), (w_out, torch.float32), (ids, torch.int32), (sentence, torch.int32),
+                     (windows, torch.int32), (alphas, torch.float32)):
+        if t.dtype != dtype or not t.is_contiguous() or t.device.type != "cpu":
+            raise ValueError(f"the native word2vec window loop needs contiguous CPU {dtype} tensors, got {t.dtype}")
+    if ids.shape != (n,) or sentence.shape != (n,) or windows.shape != (n,) or alphas.shape != (n,) \
+            or w_out.shape != w_in.shape or threshold.shape != (V,) or alias.shape != (V,):
+        raise ValueError("the native word2vec window loop got tensors of mismatched shapes")
+    if not 1 <= negative < 64 or (n and (int(windows.min()) < 0 or int(windows.max()) > WINDOW_MAX)):
+        raise ValueError(f"the native word2vec window loop takes windows of at most {WINDOW_MAX} words "
+                         "and 1 to 63 noise words")
+    if threshold.dtype != np.float32 or alias.dtype != np.int32 or not (threshold.flags.c_contiguous
+                                                                        and alias.flags.c_contiguous):
+        raise ValueError("the alias tables must be contiguous float32 thresholds and int32 aliases")
+    for t in (ids, torch.from_numpy(alias)):  # the C loop does not check its indices
+        if t.numel() and (int(t.min()) < 0 or int(t.max()) >= V):
+            raise IndexError(f"word index out of range 0..{V - 1}")
+    floats, ring = scratch
+    if floats.size < (2 * WINDOW_MAX + 1) * d + 2 * WINDOW_MAX * 64:
+        raise ValueError("scratch too small")
+    pairs = ctypes.c_int64(0)
+    loss = lib.muppets_sgns_windows(w_in.data_ptr(), w_out.data_ptr(), d, ids.data_ptr(), sentence.data_ptr(),
+                                    windows.data_ptr(), alphas.data_ptr(), n, negative, int(shared),
+                                    threshold.ctypes.data, alias.ctypes.data, V, seed % 2**64,
+                                    floats.ctypes.data, ring.ctypes.data, ctypes.byref(pairs))
+    return loss, pairs.value

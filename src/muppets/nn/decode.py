@@ -111,8 +111,9 @@ class DecodeWeights:
                 self.weights[id(layer)] = (wt, bias)
             self.probes = [(i, p.detach().reshape(-1)[i].clone()) for p in self.params for i in [_probe_index(p)]]
             self.output_t = output.t().contiguous()  # (H, V)
-        self.output = output  # (V, H): the screen is made from it
-        self.screen: GreedyScreen | None | bool = None  # made by greedy(); False: cannot be used
+        self.output = output  # (V, H): the screens are made from it
+        self.screen: GreedyScreen | None | bool = None  # int8, few rows; made on first use; False: cannot be used
+        self.wide_screen: GreedyScreen | None | bool = None  # bfloat16, many rows (native bf16 CPUs)
 
     def greedy(self, hidden: torch.Tensor) -> torch.Tensor:
         """``argmax(self.logits(hidden))``: the greedy token of each row ``(B,)``, from the
@@ -134,14 +135,22 @@ class DecodeWeights:
         return found if found is not None else (self.logits(hidden), None)
 
     def _screen(self, hidden: torch.Tensor) -> "GreedyScreen | None":
-        """The screen (made on first use), or None where it cannot be used or has too many rows."""
-        if hidden.shape[0] > SCREEN_ROWS_PER_THREAD * torch.get_num_threads():
-            return None
-        if self.screen is None:
+        """The screen for ``hidden``'s rows (made on first use): the int8 one for a few rows; for
+        more, the bfloat16 one on a CPU with native bfloat16 products (AMX, AVX512-BF16), where
+        they run several times faster than float32's; else None (the full logits)."""
+        wide = hidden.shape[0] > SCREEN_ROWS_PER_THREAD * torch.get_num_threads()
+        if wide and self.wide_screen is None:
+            from muppets.train import precision  # not at import: the CPU check reads /proc/cpuinfo
+
             with BUILD_LOCK:  # many threads decoding one model build it once
+                if self.wide_screen is None:
+                    self.wide_screen = (precision.cpu_has_native_bf16()
+                                        and GreedyScreen.build(self.output, kind="bf16")) or False
+        if not wide and self.screen is None:
+            with BUILD_LOCK:
                 if self.screen is None:
                     self.screen = GreedyScreen.build(self.output) or False
-        return self.screen or None
+        return (self.wide_screen if wide else self.screen) or None
 
     def current(self, output: torch.Tensor) -> bool:
         """Do storage and version counters still match? ``output`` is the model's output weight
@@ -254,6 +263,12 @@ def _int8_matmul(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor) -> torch
     return torch.ops.aten._weight_int8pack_mm(x, q, scale)
 
 
+def _bf16_matmul(x: torch.Tensor, wt: torch.Tensor) -> torch.Tensor:
+    """``x (B, H)`` times ``wt (H, V)``, both bfloat16: products exact in float32, summed in float32,
+    the result rounded to bfloat16 (oneDNN's AMX / AVX512-BF16 kernels); ``(B, V)`` bfloat16."""
+    return torch.mm(x, wt)
+
+
 class GreedyScreen:
     """The greedy token ``argmax(hidden @ W^T)`` without reading the float32 output weight.
 
@@ -283,54 +298,73 @@ class GreedyScreen:
     is not finite. The threshold ``max(y) - 2E`` is itself rounded: the relative margin on
     ``E`` covers that, since ``E >= 2^-8 |max(y)|``.
 
-    The bound rests on the private kernel's arithmetic, which other builds may change, so
-    :meth:`build` first runs the kernel on a few probe vectors against float64 products of the
-    real weight and declines (warning once) when an error exceeds the bound.
+    **Many rows** (``kind="bf16"``). The int8 kernel widens the weights again for every few
+    rows, so with many rows it is slower than float32; on a CPU with native bfloat16 products
+    (AMX, AVX512-BF16) the screen's copy is instead ``W^T`` rounded to bfloat16 (half the
+    bytes), multiplied by oneDNN's bfloat16 kernel (products exact in float32, float32 sums,
+    the result rounded to bfloat16): the same bound holds with ``w~ = bf16(w)``.
+
+    The bound rests on the kernel's arithmetic, which other builds may change, so :meth:`build`
+    first runs the kernel on a few probe vectors against float64 products of the real weight and
+    declines (warning once) when an error exceeds the bound.
 
     Args:
-        weight: the output weight ``(V, H)``, float32; ``H`` a multiple of 16 (the kernel reads
-            16 values at a time). :meth:`build` returns None when the screen cannot be used.
+        weight: the output weight ``(V, H)``, float32; ``H`` a multiple of 16 (the int8 kernel
+            reads 16 values at a time). :meth:`build` returns None when the screen cannot be used.
+        kind: ``int8`` (``_weight_int8pack_mm``, for a few rows) or ``bf16`` (many rows).
     """
 
-    def __init__(self, weight: torch.Tensor, chunk: int = 4096) -> None:
-        V = weight.shape[0]
-        self.q = torch.empty(weight.shape, dtype=torch.int8)  # (V, H)
-        self.scale = torch.empty(V, dtype=torch.bfloat16)  # (V,)
+    KERNELS = {"int8": "torch._weight_int8pack_mm", "bf16": "bfloat16 matrix"}
+
+    def __init__(self, weight: torch.Tensor, chunk: int = 4096, kind: str = "int8") -> None:
+        V, H = weight.shape
+        self.kind = kind
+        if kind == "int8":
+            self.q = torch.empty(weight.shape, dtype=torch.int8)  # (V, H)
+            self.scale = torch.empty(V, dtype=torch.bfloat16)  # (V,)
+        elif kind == "bf16":
+            self.wt = torch.empty(H, V, dtype=torch.bfloat16)  # (H, V): W^T rounded to bfloat16
+        else:
+            raise ValueError(f"unknown screen kind {kind!r}")
         error_norm = weight_norm = 0.0
         with torch.no_grad():
             for s in range(0, V, chunk):  # in row chunks: the float64 temporaries stay small
                 w = weight[s:s + chunk]
-                scale = (w.abs().amax(1) / 127).to(torch.bfloat16)
-                scale = torch.where(scale > 0, scale, torch.ones_like(scale))  # an all-zero row is exact
-                q = (w / scale.float()[:, None]).round_().clamp_(-127, 127).to(torch.int8)
-                self.q[s:s + chunk], self.scale[s:s + chunk] = q, scale
-                approx = q.double() * scale.double()[:, None]  # what the kernel multiplies by
+                if kind == "bf16":
+                    wb = w.to(torch.bfloat16)
+                    self.wt[:, s:s + chunk] = wb.t()
+                    approx = wb.double()
+                else:
+                    scale = (w.abs().amax(1) / 127).to(torch.bfloat16)
+                    scale = torch.where(scale > 0, scale, torch.ones_like(scale))  # an all-zero row is exact
+                    q = (w / scale.float()[:, None]).round_().clamp_(-127, 127).to(torch.int8)
+                    self.q[s:s + chunk], self.scale[s:s + chunk] = q, scale
+                    approx = q.double() * scale.double()[:, None]  # what the kernel multiplies by
                 error_norm = max(error_norm, float((w.double() - approx).norm(dim=1).max()))  # max |w - w~|
                 weight_norm = max(weight_norm, float(torch.maximum(approx.norm(dim=1), w.double().norm(dim=1)).max()))
         self.error_norm = error_norm * (1 + 1e-6)  # computed in float64: rounded up by a relative 1e-6
         self.weight_norm = weight_norm * (1 + 1e-6)
-        H = weight.shape[1]
         self.gamma = (H + 1) * _U / (1 - (H + 1) * _U)
         self.weight = weight  # (V, H) float32: the candidates are recomputed from it
 
     @classmethod
-    def build(cls, weight: torch.Tensor) -> "GreedyScreen | None":
+    def build(cls, weight: torch.Tensor, kind: str = "int8") -> "GreedyScreen | None":
         """A screen for ``weight``, or None where it cannot run (not float32 on a CPU, ``H`` not a
         multiple of 16, weights that are not finite, no int8 kernel in this torch, or a kernel
         whose error exceeds the bound: :meth:`kernel_error_ratio`)."""
         if (weight.dtype != torch.float32 or weight.device.type != "cpu" or weight.dim() != 2
-                or weight.shape[1] % 16 or not hasattr(torch.ops.aten, "_weight_int8pack_mm")
-                or not bool(torch.isfinite(weight).all())):
+                or weight.shape[1] % 16 or not bool(torch.isfinite(weight).all())
+                or (kind == "int8" and not hasattr(torch.ops.aten, "_weight_int8pack_mm"))):
             return None
-        screen = cls(weight)
+        screen = cls(weight, kind=kind)
         worst = screen.kernel_error_ratio()
         if worst <= 1.0:
             return screen
         global _KERNEL_WARNED
         log = logger.debug if _KERNEL_WARNED else logger.warning
         _KERNEL_WARNED = True
-        log("torch._weight_int8pack_mm exceeded the greedy screen's error bound %.3gx on a probe (another "
-            "build of the kernel?): greedy decoding uses the full float32 logits", worst)
+        log("the greedy screen's %s product exceeded its error bound %.3gx on a probe (another build of the "
+            "kernel?): greedy decoding uses the full float32 logits", cls.KERNELS[kind], worst)
         return None
 
     @torch.no_grad()
@@ -357,7 +391,10 @@ class GreedyScreen:
         logit of row ``b``, exact or from any float32 evaluation, is within ``E[b]`` of ``y``."""
         h = hidden.float().contiguous()  # (B, H)
         hb = h.to(torch.bfloat16)  # (B, H): the kernel's input
-        y = _int8_matmul(hb, self.q, self.scale).float()  # (B, V)
+        if self.kind == "bf16":
+            y = _bf16_matmul(hb, self.wt).float()  # (B, V)
+        else:
+            y = _int8_matmul(hb, self.q, self.scale).float()  # (B, V)
         peak = torch.maximum(y.amax(1), y.amin(1).neg())  # (B,) max |y|: aminmax and an inf-norm run ~8x slower
         h_norm = h.norm(dim=1)  # (B,)
         round_norm = (h - hb.float()).norm(dim=1)  # (B,): |h - bf16(h)|

@@ -74,6 +74,11 @@ class _LinearCrossEntropy(torch.autograd.Function):
         for start in range(0, M, chunk_rows):
             hc, yc = h[start:start + chunk_rows], targets[start:start + chunk_rows]
             m = hc.shape[0]
+            ignored = yc < 0  # (m,) rows without a target (IGNORE = -100): no loss, no gradient
+            if bool(ignored.any()):
+                yc = yc.clamp(min=0)
+            else:
+                ignored = None
             out = buf[:m]
             if bias is None:
                 torch.mm(hc, weight.t(), out=out)  # (m, V)
@@ -81,7 +86,8 @@ class _LinearCrossEntropy(torch.autograd.Function):
                 torch.addmm(bias, hc, weight.t(), out=out)
             z = out if zbuf is buf else zbuf[:m].copy_(out)  # (m, V) in acc
             z_y = z.gather(1, yc[:, None]).squeeze(1)  # (m,)
-            correct += (z_y >= z.amax(-1)).sum()  # the target is the argmax
+            hit = z_y >= z.amax(-1)  # (m,) the target is the argmax
+            correct += (hit if ignored is None else hit & ~ignored).sum()
             probs = _softmax_(z)  # (m, V), z is gone
             p_y = probs.gather(1, yc[:, None]).squeeze(1)  # (m,)
             losses = -p_y.clamp(min=_TINY).log()
@@ -89,9 +95,13 @@ class _LinearCrossEntropy(torch.autograd.Function):
             if tiny.numel():  # a loss beyond fp32's p_y: recompute those rows' logits
                 lz = torch.addmm(bias, hc[tiny], weight.t()) if bias is not None else hc[tiny] @ weight.t()
                 losses[tiny] = lz.to(acc).logsumexp(-1) - z_y[tiny]
+            if ignored is not None:
+                losses = losses.masked_fill(ignored, 0.0)
             loss += losses.sum()
             if need_grad:
                 probs[torch.arange(m), yc] -= 1.0  # d(loss)/d(logits)
+                if ignored is not None:
+                    probs.masked_fill_(ignored[:, None], 0.0)
                 p = probs if zbuf is buf else out.copy_(probs)  # in h.dtype
                 torch.mm(p, weight, out=grad_h[start:start + m])  # (m, H)
                 if start == 0:
@@ -124,7 +134,9 @@ def linear_cross_entropy(
 
     Args:
         h: ``(M, H)`` hidden rows; weight: ``(V, H)``; bias: ``(V,)`` or None (no bias);
-            targets: ``(M,)`` in ``[0, V)``.
+            targets: ``(M,)`` in ``[0, V)``, or negative (IGNORE, -100) for a row that has no
+            target: it adds no loss, no hit and no gradient (padding rows, see
+            :func:`pad_rows_to_bucket`).
         chunk_rows: rows per chunk; bounds the ``(chunk_rows, V)`` logits held at once. On a
             2-core EPYC one chunk for BERT's ~600 masked rows per batch measured fastest
             (fewer passes over ``W``), and 1,024 for GPT's 4,096 rows over 50,257 tokens
@@ -144,3 +156,26 @@ def linear_cross_entropy(
                                              None if bias is None else bias.to(dtype),  # weights
                                              targets, chunk_rows, torch.is_grad_enabled())
     return _LinearCrossEntropy.apply(h, weight, bias, targets, chunk_rows, torch.is_grad_enabled())
+
+
+ROW_BUCKET = 32  # under CPU bf16 autocast, masked-token rows are padded to a multiple of this
+
+
+def pad_rows_to_bucket(h: torch.Tensor, targets: torch.Tensor, ignore: int = -100) -> tuple[torch.Tensor, torch.Tensor]:
+    """``h (M, H)`` and ``targets (M,)`` padded with zero rows and ``ignore`` targets to a
+    multiple of :data:`ROW_BUCKET` rows, under bfloat16 autocast on a CPU; unchanged otherwise.
+
+    Why: the number of masked tokens changes from batch to batch, and oneDNN, which runs CPU
+    bfloat16 matrix products, builds (just-in-time compiles) a new primitive for every new
+    shape, forward and backward; for BERT-mini's ~600 masked rows that was 8 new primitives and
+    65-120 ms of a ~0.85 s step, every step (``ONEDNN_VERBOSE=2``; BENCHMARKS.md, issue 54).
+    Float32 products go to a BLAS that compiles nothing per shape. Bucketed, the rows take a
+    few shapes, each built once."""
+    if h.device.type != "cpu" or not torch.is_autocast_enabled("cpu") \
+            or torch.get_autocast_dtype("cpu") != torch.bfloat16:
+        return h, targets
+    pad = -h.shape[0] % ROW_BUCKET
+    if pad == 0:
+        return h, targets
+    return (torch.cat([h, h.new_zeros(pad, *h.shape[1:])]),  # (M', H)
+            torch.cat([targets, targets.new_full((pad,), ignore)]))  # (M',)

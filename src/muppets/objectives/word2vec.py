@@ -44,6 +44,7 @@ log = logging.getLogger(__name__)
 
 NUM_SPECIALS = 4  # WordVocab ids 0..3 (<pad> <unk> <s> </s>) are never trained
 LAYOUTS = ("lanes", "consecutive")  # how a chunk's examples are cut into batches (see lanes())
+UPDATES = ("pair", "window", "window-shared")  # skip-gram: batches of pairs (ChunkBatches) | a centre's window (ChunkWindows)
 
 
 @dataclass
@@ -199,14 +200,32 @@ class ChunkBatches:
         return int(self.targets.shape[0])
 
 
+@dataclass
+class ChunkWindows:
+    """The centres of one chunk for ``update=window`` / ``window-shared`` (skip-gram): each kept
+    word in order, its sentence and reduced window (int32 ``(n,)``), and the seed of the noise
+    draws, which the native loop makes itself (:func:`~muppets.models.word2vec_native.sgns_windows`)."""
+
+    raw_words: int
+    effective_words: int
+    ids: torch.Tensor
+    sentence: torch.Tensor
+    windows: torch.Tensor
+    seed: int
+
+
 class Word2VecExamples:
     """Builds chunk ``k`` of epoch ``e`` of a corpus as :class:`ChunkBatches`, deterministically."""
 
     def __init__(self, corpus: TokenCorpus, vocab: TrainingVocab, *, sg: bool, window: int,
                  negative: int, sample: float, ns_exponent: float, batch_size: int,
-                 chunk_tokens: int, seed: int, updates_multiple: int = 1, layout: str = "lanes") -> None:
+                 chunk_tokens: int, seed: int, updates_multiple: int = 1, layout: str = "lanes",
+                 update: str = "pair") -> None:
         if layout not in LAYOUTS:
             raise ConfigError(f"batch layout {layout!r} is not one of {', '.join(LAYOUTS)}")
+        if update not in UPDATES or (update != "pair" and not sg):
+            raise ConfigError(f"update {update!r} is not one of {', '.join(UPDATES)} (windows: skip-gram only)")
+        self.update = update
         if window < 1 or negative < 1 or batch_size < 1 or chunk_tokens < 1:
             raise ConfigError(f"window={window}, negative={negative}, batch_size={batch_size} and "
                               f"chunk_tokens={chunk_tokens} must all be >= 1")
@@ -228,11 +247,15 @@ class Word2VecExamples:
         """Corpus tokens per epoch."""
         return int(self.token_bounds[-1])
 
-    def chunk(self, epoch: int, k: int) -> ChunkBatches:
-        """The batches of chunk ``k`` in epoch ``epoch``."""
+    def chunk(self, epoch: int, k: int) -> ChunkBatches | ChunkWindows:
+        """The batches (``update=window``: the centres) of chunk ``k`` in epoch ``epoch``."""
         rng = np.random.default_rng([self.seed, epoch, k])
         ids, sentence = self._kept_words(k, rng)
         windows = reduced_windows(len(ids), self.window, rng)
+        if self.update != "pair":
+            raw = int(self.token_bounds[k + 1] - self.token_bounds[k])
+            return ChunkWindows(raw, len(ids), *(torch.from_numpy(np.ascontiguousarray(a, dtype=np.int32))
+                                                 for a in (ids, sentence, windows)), int(rng.integers(0, 2**63)))
         if self.sg:
             inputs, outputs = skipgram_pairs(ids, sentence, windows, self.window)
             return self._batches(k, len(ids), outputs, rng, inputs=inputs)
