@@ -8,7 +8,10 @@ them bf16 is emulated and slower, which is why ``auto`` considers it only where 
 
 **``auto`` on a CPU is a measured choice.** Where bf16 is native, how much faster it is varies
 from run to run on the same machine (a Xeon with AMX gave 1.44x, 1.49x, 1.72x and 0.89x of fp32
-for the same script, issue 54), so ``auto`` does not assume it. :class:`AutoPrecision` times forward and
+for the same script, issue 54). One cause: oneDNN, which runs CPU bf16 products, compiles a
+primitive for every new shape, and BERT's masked-token count changes every batch (now padded to
+a few shapes: :func:`~muppets.nn.linear_ce.pad_rows_to_bucket`); another is the host itself,
+on shared machines. So ``auto`` does not assume the gain. :class:`AutoPrecision` times forward and
 backward passes of the run's first update in both precisions (one warm-up pass each, then
 :data:`PROBE_PASSES` each, alternating; fewer when bf16 is :data:`CLEARLY_SLOWER` in every pass)
 and keeps bf16 only when its median is at least :data:`MIN_GAIN` times faster; the probe applies
