@@ -45,14 +45,23 @@ def test_top_k_candidates_give_the_full_logits_distribution(rows, scale):
         assert kept <= set(ids[0][torch.isfinite(logits[0])].tolist())
 
 
-def test_top_k_falls_back_to_the_full_logits():
+@pytest.mark.parametrize("native_bf16", [False, True])
+def test_top_k_falls_back_to_the_full_logits(monkeypatch, native_bf16):
+    from muppets.train import precision
+
+    monkeypatch.setattr(precision, "cpu_has_native_bf16", lambda: native_bf16)
     plan = tiny()._decode_weights()
     hidden = torch.randn(2, 32)
     logits, ids = plan.top_k(hidden, V)  # k = V: nothing to screen
     assert ids is None and torch.equal(logits, plan.logits(hidden))
     many = torch.randn(decode.SCREEN_ROWS_PER_THREAD * torch.get_num_threads() + 1, 32)
-    logits, ids = plan.top_k(many, 5)  # more rows than the screen serves
-    assert ids is None and logits.shape == (many.shape[0], V)
+    logits, ids = plan.top_k(many, 5)  # more rows than the int8 screen serves
+    if not native_bf16:  # the full logits
+        assert ids is None and logits.shape == (many.shape[0], V)
+    else:  # the bfloat16 screen: its candidates hold every row's 5 largest logits
+        full = plan.logits(many)
+        want = full.topk(5, dim=1).indices
+        assert ids is not None and all(set(w.tolist()) <= set(i.tolist()) for w, i in zip(want, ids))
     bad = hidden.clone()
     bad[0, 0] = float("inf")
     logits, ids = plan.top_k(bad, 5)  # a bound that is not finite: the full logits

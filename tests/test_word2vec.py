@@ -353,6 +353,16 @@ def test_window_updates_are_checked():
         Word2VecConfig(update="window-shared", backend="eager")
     with pytest.raises(ConfigError, match="update"):
         Word2VecConfig(update="windows")
+    with pytest.raises(ConfigError, match="update"):
+        Word2VecConfig(update="window", window=65)
+
+
+def test_window_updates_without_a_compiler_say_so(tmp_path, monkeypatch):
+    """No C compiler: update=window stops with one error that names the way out."""
+    monkeypatch.setattr(word2vec_native, "load", lambda: None)
+    corpus, vocab = make_corpus(tmp_path / "c", topic_docs(sentences=40))
+    with pytest.raises(ConfigError, match="update=pair"):
+        train_word2vec(corpus, vocab.words, tiny_config(backend="auto", update="window-shared"))
 
 
 @pytest.mark.parametrize("update", ["window", "window-shared"])

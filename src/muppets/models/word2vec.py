@@ -131,7 +131,8 @@ class Word2VecConfig:
                   ("batch_size", self.batch_size >= 1), ("updates_per_call", self.updates_per_call >= 1),
                   ("batch_layout", self.batch_layout in LAYOUTS),
                   ("update", self.update in UPDATES and not (self.update != "pair" and (
-                      not self.sg or self.backend not in ("auto", "native")))),  # windows: the native loop
+                      not self.sg or self.backend not in ("auto", "native") or self.window > 64
+                      or self.negative > 63))),  # windows: the native loop (WINDOW_MAX 64, 63 noise words)
                   ("chunk_tokens", self.chunk_tokens >= 1),
                   ("backend", self.backend in ("auto", "native", "compiled", "eager")
                    and not (self.backend == "native" and not self.sg)),  # native: skip-gram only

@@ -419,8 +419,9 @@ def sgns_windows(lib: ctypes.CDLL, w_in: torch.Tensor, w_out: torch.Tensor, ids:
         if t.numel() and (int(t.min()) < 0 or int(t.max()) >= V):
             raise IndexError(f"word index out of range 0..{V - 1}")
     floats, ring = scratch
-    if floats.size < (2 * WINDOW_MAX + 1) * d + 2 * WINDOW_MAX * 64:
-        raise ValueError("scratch too small")
+    if floats.dtype != np.float32 or ring.dtype != np.int32 or floats.size < (2 * WINDOW_MAX + 1) * d \
+            + 2 * WINDOW_MAX * 64 or ring.size < (_AHEAD + 1) * (1 + 2 * WINDOW_MAX + 2 * WINDOW_MAX * 64):
+        raise ValueError("scratch: use window_scratch(d)")
     pairs = ctypes.c_int64(0)
     loss = lib.muppets_sgns_windows(w_in.data_ptr(), w_out.data_ptr(), d, ids.data_ptr(), sentence.data_ptr(),
                                     windows.data_ptr(), alphas.data_ptr(), n, negative, int(shared),

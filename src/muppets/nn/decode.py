@@ -377,11 +377,13 @@ class GreedyScreen:
         picked = self.weight[torch.randint(0, V, (2,), generator=g)]  # (2, H)
         aligned = picked * (H ** 0.5 / picked.norm(dim=1).clamp_min(1e-30))[:, None]  # (2, H): large logits
         probe = torch.cat([torch.randn(2, H, generator=g), aligned])  # (4, H)
-        y, bound = self.scores(probe)  # (4, V), (4,)
+        if self.kind == "bf16":  # as many rows as it serves: the kernel oneDNN picks depends on them
+            probe = probe.repeat(-(-(SCREEN_ROWS_PER_THREAD * torch.get_num_threads() + 1) // 4), 1)  # (P, H)
+        y, bound = self.scores(probe)  # (P, V), (P,)
         ratio = 0.0
         for s in range(0, V, chunk):  # float64 temporaries of one chunk at a time
-            exact = probe.double() @ self.weight[s:s + chunk].double().t()  # (4, chunk)
-            err = (y[:, s:s + chunk].double() - exact).abs().amax(1)  # (4,)
+            exact = probe.double() @ self.weight[s:s + chunk].double().t()  # (P, chunk)
+            err = (y[:, s:s + chunk].double() - exact).abs().amax(1)  # (P,)
             worst = float((err / bound.double()).max())
             ratio = max(ratio, worst if worst == worst else float("inf"))  # NaN: no usable number
         return ratio
