@@ -51,7 +51,7 @@ from finetune_speed import timed
 from pretrain_speed import Runner, matmul_peak
 
 PROMPT_LEN, NEW_TOKENS = 16, 64
-TARGETS = {"training": 1.3, "generation_batch_1": 3.0, "generation_batch_32": 1.2}  # the issue's criteria
+TARGETS = {"training": 1.3, "generation_batch_1": 3.0, "generation_batch_32": 1.5}  # issue 54's criteria (issue 4 asked 1.2 at batch 32)
 
 
 def build_pair(cfg: GPTConfig, workdir: Path, seed: int = 0):
