@@ -27,10 +27,11 @@ from torch import nn
 
 from muppets.config import from_dict
 from muppets.errors import ConfigError
-from muppets.nn import decode
+from muppets.nn import decode, decode_native
 from muppets.nn.attention import SelfAttention
 from muppets.nn.block import BlockConfig, TransformerBlock, init_weights
 from muppets.nn.decode import DecodeWeights
+from muppets.nn.decode_native import GPTStep
 from muppets.nn.embeddings import InputEmbeddings
 from muppets.nn.encoded import Encoded
 from muppets.nn.feedforward import activation
@@ -156,10 +157,7 @@ class GPTBackbone(nn.Module):
         inputs), in about half the ops (no module calls, 2-D rows throughout). None, leaving the
         cache untouched, where it does not apply (padding, hooks, attention capture): then call
         :meth:`forward`. No dropout: the copies exist only in eval mode."""
-        if cache.padded or SelfAttention.record is not None or input_ids.shape[1] != 1 or any(
-                m._forward_hooks or m._forward_pre_hooks or getattr(m, "record", None) is not None
-                for m in self.modules()) or nn.modules.module._global_forward_hooks \
-                or nn.modules.module._global_forward_pre_hooks:
+        if not self.steppable(input_ids, cache):
             return None
         self._check_length(cache.length + 1)
         positions, _ = cache.advance(None, 1)  # (B, 1)
@@ -191,6 +189,15 @@ class GPTBackbone(nn.Module):
         if self.final_norm is not None:
             x = self.final_norm(x)
         return x  # (B, H)
+
+    def steppable(self, input_ids: torch.Tensor, cache: KVCache) -> bool:
+        """May a decoding step of ``input_ids (B, 1)`` bypass :meth:`forward`? Not with padding
+        in the cache, forward hooks (any module's, or global ones) or attention capture, which
+        only forward serves."""
+        return not (cache.padded or SelfAttention.record is not None or input_ids.shape[1] != 1 or any(
+            m._forward_hooks or m._forward_pre_hooks or getattr(m, "record", None) is not None
+            for m in self.modules()) or nn.modules.module._global_forward_hooks
+            or nn.modules.module._global_forward_pre_hooks)
 
     def _check_length(self, T: int) -> None:
         if T > self.cfg.max_position_embeddings:
@@ -258,7 +265,7 @@ class GPTLanguageModel(nn.Module):
     def next_token_logits(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None,
                           cache: KVCache) -> torch.Tensor:
         """Feed ``(B, T)`` new tokens through the cache; the logits of the last one ``(B, V)``."""
-        plan, hidden = self._next_hidden(input_ids, attention_mask, cache)
+        plan, hidden, _ = self._next_hidden(input_ids, attention_mask, cache)
         return F.linear(hidden, self.lm_weight) if plan is None else plan.logits(hidden)  # (B, V)
 
     @torch.no_grad()
@@ -267,7 +274,9 @@ class GPTLanguageModel(nn.Module):
         """``next_token_logits(...).argmax(-1)`` ``(B,)``, found without the float32 output layer
         where :class:`~muppets.nn.decode.GreedyScreen` can: the same tokens, except that among
         logits equal within float32 rounding the screen may pick a different one of them."""
-        plan, hidden = self._next_hidden(input_ids, attention_mask, cache)
+        plan, hidden, token = self._next_hidden(input_ids, attention_mask, cache, greedy=True)
+        if token is not None:  # the compiled step's screen decided
+            return torch.tensor([token])
         return F.linear(hidden, self.lm_weight).argmax(-1) if plan is None else plan.greedy(hidden)  # (B,)
 
     @torch.no_grad()
@@ -277,24 +286,38 @@ class GPTLanguageModel(nn.Module):
         may be among a row's ``k`` largest ``(B, N)`` and their ids ``(B, N)``, found without the
         float32 output layer where :meth:`~muppets.nn.decode.DecodeWeights.top_k` can; else all
         logits ``(B, V)`` and None."""
-        plan, hidden = self._next_hidden(input_ids, attention_mask, cache)
+        plan, hidden, _ = self._next_hidden(input_ids, attention_mask, cache)
         return (F.linear(hidden, self.lm_weight), None) if plan is None else plan.top_k(hidden, k)
 
-    def _next_hidden(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None,
-                     cache: KVCache) -> tuple[DecodeWeights | None, torch.Tensor]:
+    def _next_hidden(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None, cache: KVCache,
+                     greedy: bool = False) -> tuple[DecodeWeights | None, torch.Tensor, int | None]:
         """Feed ``(B, T)`` new tokens through the cache: the decoding copies (None in training
-        mode, which keeps none: the weights are about to change) and the top hidden state of the
-        last token ``(B, H)``."""
+        mode, which keeps none: the weights are about to change), the top hidden state of the
+        last token ``(B, H)`` and, when ``greedy`` and the compiled batch-1 step's screen decided,
+        the greedy token (else None)."""
         plan = None if self.training else self._decode_weights()
         B, T = input_ids.shape
         if plan is not None and B * T < BLOCKED_ROWS:  # matrix-vector products: see muppets.nn.decode
             if T == 1 and attention_mask is None:
+                step = self._compiled_step(plan) if B == 1 and self.backbone.steppable(input_ids, cache) else None
+                if step is not None and input_ids.dtype == torch.long and input_ids.is_contiguous():
+                    self.backbone._check_length(cache.length + 1)
+                    cache.claim()
+                    token, hidden = step(input_ids, cache, greedy, torch.get_num_threads())
+                    return plan, hidden, token if token >= 0 else None
                 hidden = self.backbone.decode_step(input_ids, cache, plan.weights)
                 if hidden is not None:
-                    return plan, hidden
+                    return plan, hidden, None
             with decode.use(plan):
-                return plan, self.backbone(input_ids, attention_mask, cache).last[:, -1]  # (B, H)
-        return plan, self.backbone(input_ids, attention_mask, cache).last[:, -1]  # a prompt or many rows
+                return plan, self.backbone(input_ids, attention_mask, cache).last[:, -1], None  # (B, H)
+        return plan, self.backbone(input_ids, attention_mask, cache).last[:, -1], None  # a prompt or many rows
+
+    def _compiled_step(self, plan: DecodeWeights) -> GPTStep | None:
+        """The batch-1 step as one compiled call (:mod:`muppets.nn.decode_native`), made once per
+        set of decoding copies; None without a C compiler (then :meth:`GPTBackbone.decode_step`)."""
+        if not decode_native.ENABLED:
+            return None
+        return plan.derived("gpt_step", lambda: GPTStep.build(self.backbone, plan.exact_input_screen()))
 
     def _decode_weights(self) -> DecodeWeights:
         """The decoding copies of the weights (:class:`~muppets.nn.decode.DecodeWeights`),

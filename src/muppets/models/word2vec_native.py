@@ -16,29 +16,20 @@ The same library holds the window loop of ``update=window`` / ``window-shared``
 inside the loop from the alias tables (xorshift64*, seeded per chunk, so a chunk is still a pure
 function of the seed, epoch and chunk) a few windows ahead, so that their rows are prefetched.
 
-The shared library is built with ``cc -O3 -march=native`` into ``$MUPPETS_CACHE/native`` (default
-``~/.cache/muppets/native``), named by a hash of the source, the flags and the CPU, so each
-machine compiles it once (under a second); :func:`load` returns None when no compiler works.
+The shared library is built by :mod:`muppets.native` (``cc -O3 -march=native``, once per machine,
+under a second); :func:`load` returns None when no compiler works.
 """
 
 from __future__ import annotations
 
 import ctypes
-import hashlib
-import logging
-import os
-import platform
-import shutil
-import subprocess
-import tempfile
-from pathlib import Path
 
 import numpy as np
 import torch
 
-__all__ = ["load", "sgns_chunk", "scratch_for", "sgns_windows", "window_scratch"]
+from muppets import native
 
-log = logging.getLogger(__name__)
+__all__ = ["load", "sgns_chunk", "scratch_for", "sgns_windows", "window_scratch"]
 
 SOURCE = r"""
 #include <math.h>
@@ -285,70 +276,20 @@ double muppets_sgns_windows(float *w_in, float *w_out, int64_t d, const int32_t 
 }
 """
 
-# no -ffast-math: linked into a shared library it would switch the whole process to flushing
-# denormals; the reassociation flags are what lets the dot products vectorise
-FLAGS = ["-O3", "-fPIC", "-shared", "-fno-math-errno", "-fassociative-math", "-fno-signed-zeros",
-         "-fno-trapping-math"]
-_loaded: dict[str, ctypes.CDLL | None] = {}
-
-
-def _cache_dir() -> Path:
-    root = os.environ.get("MUPPETS_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "muppets")
-    return Path(root) / "native"
-
-
-def _cpu() -> str:
-    try:
-        text = Path("/proc/cpuinfo").read_text(errors="replace")
-        return next((line for line in text.splitlines() if line.startswith(("model name", "flags"))), "")
-    except OSError:
-        return platform.processor()
-
-
-def _compile(compiler: str, target: Path) -> bool:
-    """Compile SOURCE to ``target`` (atomically: several worker processes may race)."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
-        src, out = Path(tmp) / "sgns.c", Path(tmp) / target.name
-        src.write_text(SOURCE)
-        for arch in (["-march=native"], []):
-            done = subprocess.run([compiler, *FLAGS, *arch, str(src), "-o", str(out), "-lm"],
-                                  capture_output=True, text=True)
-            if done.returncode == 0:
-                os.replace(out, target)
-                return True
-        log.warning("%s could not compile the word2vec kernel: %s", compiler, done.stderr.strip()[:300])
-        return False
+_SIGNATURES = {
+    "muppets_sgns_batches": (ctypes.c_double, [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p,
+                                               ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64,
+                                               ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p]),
+    "muppets_sgns_windows": (ctypes.c_double, [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, *[ctypes.c_void_p] * 4,
+                                               ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p,
+                                               ctypes.c_void_p, ctypes.c_int64, ctypes.c_uint64, ctypes.c_void_p,
+                                               ctypes.c_void_p, ctypes.c_void_p]),
+}
 
 
 def load() -> ctypes.CDLL | None:
     """The compiled kernel (built on first use), or None when there is no working C compiler."""
-    compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
-    if compiler is None:
-        return None
-    key = hashlib.sha256("\0".join([SOURCE, *FLAGS, compiler, _cpu(), platform.machine()]).encode()).hexdigest()[:16]
-    if key in _loaded:
-        return _loaded[key]
-    target = _cache_dir() / f"sgns-{key}.so"
-    lib = None
-    try:
-        if target.is_file() or _compile(compiler, target):
-            lib = ctypes.CDLL(str(target))
-            fn = lib.muppets_sgns_batches
-            fn.restype = ctypes.c_double
-            fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p,
-                           ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64,
-                           ctypes.c_void_p]
-            fn = lib.muppets_sgns_windows
-            fn.restype = ctypes.c_double
-            fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, *[ctypes.c_void_p] * 4,
-                           ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p,
-                           ctypes.c_int64, ctypes.c_uint64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
-    except OSError as err:
-        log.warning("the compiled word2vec kernel could not be loaded: %s", err)
-        lib = None
-    _loaded[key] = lib
-    return lib
+    return native.load("sgns", SOURCE, _SIGNATURES)
 
 
 def scratch_for(batch_size: int, d: int, targets: int) -> np.ndarray:

@@ -45,7 +45,7 @@ import contextlib
 import logging
 import os
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import torch
 from torch import nn
@@ -53,7 +53,7 @@ from torch import nn
 logger = logging.getLogger(__name__)
 
 _ACTIVE = threading.local()  # .weights: {id(layer): (W^T (in, out), bias)} while decoding; .probed: see session()
-BUILD_LOCK = threading.Lock()  # one thread builds a model's copies; the others wait and share them
+BUILD_LOCK = threading.RLock()  # one thread builds a model's copies (and what is derived from them); the others wait
 
 def _one_thread_in_forked_child() -> None:
     if torch.get_num_threads() > 1:
@@ -114,6 +114,7 @@ class DecodeWeights:
         self.output = output  # (V, H): the screens are made from it
         self.screen: GreedyScreen | None | bool = None  # int8, few rows; made on first use; False: cannot be used
         self.wide_screen: GreedyScreen | None | bool = None  # bfloat16, many rows (native bf16 CPUs)
+        self._derived: dict[str, object] = {}  # see derived()
 
     def greedy(self, hidden: torch.Tensor) -> torch.Tensor:
         """``argmax(self.logits(hidden))``: the greedy token of each row ``(B,)``, from the
@@ -151,6 +152,22 @@ class DecodeWeights:
                 if self.screen is None:
                     self.screen = GreedyScreen.build(self.output) or False
         return (self.wide_screen if wide else self.screen) or None
+
+    def derived(self, name: str, make: Callable[[], object]) -> object | None:
+        """A model's own object made from the same parameters and valid exactly as long as these
+        copies (GPT's compiled batch-1 step, :class:`~muppets.nn.decode_native.GPTStep`): made
+        once by ``make`` (None: cannot be made, not tried again)."""
+        if name not in self._derived:
+            with BUILD_LOCK:
+                if name not in self._derived:
+                    self._derived[name] = make()
+        return self._derived[name]
+
+    def exact_input_screen(self) -> "GreedyScreen | None":
+        """The ``int8f`` screen (:mod:`muppets.nn.decode_native`: float32 input and sums) for
+        compiled batch-1 steps, sharing the int8 screen's quantised weights when that exists."""
+        like = self.screen if isinstance(self.screen, GreedyScreen) else None
+        return self.derived("int8f", lambda: GreedyScreen.build(self.output, kind="int8f", like=like))
 
     def current(self, output: torch.Tensor) -> bool:
         """Do storage and version counters still match? ``output`` is the model's output weight
@@ -298,6 +315,11 @@ class GreedyScreen:
     is not finite. The threshold ``max(y) - 2E`` is itself rounded: the relative margin on
     ``E`` covers that, since ``E >= 2^-8 |max(y)|``.
 
+    **One row, compiled** (``kind="int8f"``): the same int8 weights and scales multiplied by the
+    float32 hidden state with float32 sums (:mod:`muppets.nn.decode_native`, inside the compiled
+    decoding step): ``h~ = h`` and ``y`` is rounded to float32 only, so the bound's input term is 0
+    and its output term ``2^-22 |y|`` instead of ``2^-8 |y|``.
+
     **Many rows** (``kind="bf16"``). The int8 kernel widens the weights again for every few
     rows, so with many rows it is slower than float32; on a CPU with native bfloat16 products
     (AMX, AVX512-BF16) the screen's copy is instead ``W^T`` rounded to bfloat16 (half the
@@ -311,15 +333,28 @@ class GreedyScreen:
     Args:
         weight: the output weight ``(V, H)``, float32; ``H`` a multiple of 16 (the int8 kernel
             reads 16 values at a time). :meth:`build` returns None when the screen cannot be used.
-        kind: ``int8`` (``_weight_int8pack_mm``, for a few rows) or ``bf16`` (many rows).
+        kind: ``int8`` (``_weight_int8pack_mm``, for a few rows), ``int8f`` (the compiled kernel,
+            one row) or ``bf16`` (many rows).
+        like: an ``int8`` / ``int8f`` screen of the same weight whose quantised copy is shared.
     """
 
-    KERNELS = {"int8": "torch._weight_int8pack_mm", "bf16": "bfloat16 matrix"}
+    KERNELS = {"int8": "torch._weight_int8pack_mm", "int8f": "compiled int8", "bf16": "bfloat16 matrix"}
 
-    def __init__(self, weight: torch.Tensor, chunk: int = 4096, kind: str = "int8") -> None:
+    def __init__(self, weight: torch.Tensor, chunk: int = 4096, kind: str = "int8",
+                 like: "GreedyScreen | None" = None) -> None:
         V, H = weight.shape
         self.kind = kind
-        if kind == "int8":
+        self.gamma = (H + 1) * _U / (1 - (H + 1) * _U)
+        self.weight = weight  # (V, H) float32: the candidates are recomputed from it
+        if kind == "int8f":
+            from muppets.nn import decode_native  # not at import: it may compile
+
+            self.native = decode_native.load()
+        if (like is not None and like.weight is weight and like.kind in ("int8", "int8f")
+                and kind in ("int8", "int8f")):
+            self.q, self.scale, self.error_norm, self.weight_norm = like.q, like.scale, like.error_norm, like.weight_norm
+            return
+        if kind in ("int8", "int8f"):
             self.q = torch.empty(weight.shape, dtype=torch.int8)  # (V, H)
             self.scale = torch.empty(V, dtype=torch.bfloat16)  # (V,)
         elif kind == "bf16":
@@ -344,19 +379,19 @@ class GreedyScreen:
                 weight_norm = max(weight_norm, float(torch.maximum(approx.norm(dim=1), w.double().norm(dim=1)).max()))
         self.error_norm = error_norm * (1 + 1e-6)  # computed in float64: rounded up by a relative 1e-6
         self.weight_norm = weight_norm * (1 + 1e-6)
-        self.gamma = (H + 1) * _U / (1 - (H + 1) * _U)
-        self.weight = weight  # (V, H) float32: the candidates are recomputed from it
 
     @classmethod
-    def build(cls, weight: torch.Tensor, kind: str = "int8") -> "GreedyScreen | None":
+    def build(cls, weight: torch.Tensor, kind: str = "int8", like: "GreedyScreen | None" = None) -> "GreedyScreen | None":
         """A screen for ``weight``, or None where it cannot run (not float32 on a CPU, ``H`` not a
-        multiple of 16, weights that are not finite, no int8 kernel in this torch, or a kernel
-        whose error exceeds the bound: :meth:`kernel_error_ratio`)."""
+        multiple of 16, weights that are not finite, no int8 kernel in this torch, no C compiler
+        for ``int8f``, or a kernel whose error exceeds the bound: :meth:`kernel_error_ratio`)."""
         if (weight.dtype != torch.float32 or weight.device.type != "cpu" or weight.dim() != 2
-                or weight.shape[1] % 16 or not bool(torch.isfinite(weight).all())
+                or weight.shape[1] % 16 or not weight.is_contiguous() or not bool(torch.isfinite(weight).all())
                 or (kind == "int8" and not hasattr(torch.ops.aten, "_weight_int8pack_mm"))):
             return None
-        screen = cls(weight, kind=kind)
+        screen = cls(weight, kind=kind, like=like)
+        if kind == "int8f" and screen.native is None:
+            return None
         worst = screen.kernel_error_ratio()
         if worst <= 1.0:
             return screen
@@ -392,6 +427,10 @@ class GreedyScreen:
         """The kernel's logits ``y (B, V)`` of ``hidden (B, H)`` and a bound ``E (B,)``: every
         logit of row ``b``, exact or from any float32 evaluation, is within ``E[b]`` of ``y``."""
         h = hidden.float().contiguous()  # (B, H)
+        if self.kind == "int8f":
+            from muppets.nn import decode_native
+
+            return decode_native.screen_scores(self.native, self, h)
         hb = h.to(torch.bfloat16)  # (B, H): the kernel's input
         if self.kind == "bf16":
             y = _bf16_matmul(hb, self.wt).float()  # (B, V)

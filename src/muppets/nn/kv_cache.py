@@ -89,6 +89,18 @@ class KVCache:
         mask |= ~mask.any(-1, keepdim=True)  # a padding query row attends everywhere (output unused; no NaN)
         return positions, mask[:, None]  # (B, 1, T, S)
 
+    def claim(self) -> int:
+        """A decoding step of one new token per row by a kernel that writes the keys, values, key
+        mask slot and next positions itself (:class:`~muppets.nn.decode_native.GPTStep`): check
+        there is room and count the slot in every layer. Returns the new length."""
+        end = self.length + 1
+        if end > self.key_mask.shape[1]:
+            raise ValueError(f"KV cache holds {self.key_mask.shape[1]} positions; {end} requested")
+        self.length = end
+        for layer in self.layers:
+            layer.length = end
+        return end
+
     def reorder(self, index: torch.Tensor) -> None:
         """Keep rows ``index (B',)`` in every layer (beam search)."""
         for layer in self.layers:
