@@ -14,9 +14,12 @@ two so both see the same machine load; tokens/s (B x T per step) come from the m
 Generation: 16-token random prompts, 64 new tokens, greedy, no end-of-text stopping, KV cache,
 at batch 1 and batch 32 (32 different prompts): ``muppets.generate.generate`` vs
 ``GPT2LMHeadModel.generate``, both under ``torch.inference_mode()``. muppets runs twice: as built
-(greedy through ``muppets.nn.decode.GreedyScreen``) and with greedy from the full float32 logits
-(``muppets_logits``: the way sampling without top-k decodes). The new token ids must be identical;
-the order of the three rotates between repetitions; new tokens/s from the median call.
+(greedy through ``muppets.nn.decode.GreedyScreen``; at batch 1 the compiled step of
+``muppets.nn.decode_native`` with its int8 screen) and with greedy from the full float32 logits
+(``muppets_logits``: the way sampling without top-k decodes); at batch 1 a third time with the
+step from torch operators (``muppets_torch_step``: the path before the compiled step). The new
+token ids must be identical; the order rotates between repetitions; new tokens/s from the median
+call.
 ``--sample-top-k K`` times top-k sampling instead (temperature 1, top-p 1, on both sides;
 ``muppets`` through the screen's top-k candidates, ``muppets_logits`` from the full logits); the
 sampled tokens are not compared, since the two libraries draw differently.
@@ -44,7 +47,7 @@ import torch
 from muppets.generate import GenerationConfig, generate
 from muppets.interop.hf_gpt import save_hf_gpt
 from muppets.models.gpt import GPTConfig, GPTLanguageModel
-from muppets.nn import decode
+from muppets.nn import decode, decode_native
 from muppets.train.optim import build_optimizer
 
 from finetune_speed import timed
@@ -169,16 +172,34 @@ def _as_float(t: torch.Tensor) -> torch.Tensor:
 @contextlib.contextmanager
 def without_screen():
     """Greedy decoding and top-k sampling from the full float32 logits (``DecodeWeights.logits``),
-    as before :class:`muppets.nn.decode.GreedyScreen` and as sampling without top-k decodes."""
+    as before :class:`muppets.nn.decode.GreedyScreen` and as sampling without top-k decodes (the
+    compiled batch-1 step still computes the hidden state, without its screen)."""
     built = decode.DecodeWeights.greedy, getattr(decode.DecodeWeights, "top_k", None)  # None: older code
+    step_call = getattr(decode_native, "GPTStep", None) and decode_native.GPTStep.__call__
     decode.DecodeWeights.greedy = lambda self, hidden, *_: decode.greedy_argmax(self.logits(hidden, *_))
     decode.DecodeWeights.top_k = lambda self, hidden, k: (self.logits(hidden), None)
+    if step_call:
+        decode_native.GPTStep.__call__ = lambda self, ids, cache, greedy, threads: step_call(self, ids, cache, False, threads)
     try:
         yield
     finally:
         decode.DecodeWeights.greedy, decode.DecodeWeights.top_k = built
+        if step_call:
+            decode_native.GPTStep.__call__ = step_call
         if built[1] is None:
             del decode.DecodeWeights.top_k
+
+
+@contextlib.contextmanager
+def torch_step():
+    """Batch-1 decoding from torch operators (``GPTBackbone.decode_step`` and the torch screen), as
+    before the compiled step (:mod:`muppets.nn.decode_native`)."""
+    before = decode_native.ENABLED
+    decode_native.ENABLED = False
+    try:
+        yield
+    finally:
+        decode_native.ENABLED = before
 
 
 def generation_speed(cfg: GPTConfig, workdir: Path, args) -> dict:
@@ -196,17 +217,23 @@ def generation_speed(cfg: GPTConfig, workdir: Path, args) -> dict:
         with without_screen():
             return generate(ours, prompts, gen_cfg)
 
+    def ours_torch_step(prompts):
+        with torch_step():
+            return generate(ours, prompts, gen_cfg)
+
     result = {}
     for B in args.gen_batch_sizes:
         prompts = torch.randint(0, cfg.vocab_size - 1, (B, PROMPT_LEN), generator=g).tolist()
         run = {"muppets": lambda: generate(ours, prompts, gen_cfg),
                "muppets_logits": lambda: ours_logits(prompts),
                "transformers": lambda: hf_generate(hf, prompts, cfg.eos_token_id, top_k)}
+        if B == 1:  # the compiled step serves batch 1 only
+            run["muppets_torch_step"] = lambda: ours_torch_step(prompts)
         times: dict[str, list[float]] = {k: [] for k in run}
         with torch.inference_mode():
             outs = {k: fn() for k, fn in run.items()}  # warm-up, and the ids to compare
             for rep in range(args.gen_reps):
-                order = list(run)[rep % 3:] + list(run)[:rep % 3]  # each first, second, last in turn
+                order = list(run)[rep % len(run):] + list(run)[:rep % len(run)]  # each in every place in turn
                 for name in order:
                     times[name].append(timed(run[name]))
         result[f"batch_{B}"] = generation_report(B, times, outs, sampled=bool(top_k))
@@ -234,6 +261,12 @@ def generation_report(B: int, times: dict[str, list[float]], outs: dict[str, lis
     t_logits = statistics.median(times["muppets_logits"])
     same_rows = sum(a == b for a, b in zip(outs["muppets"], outs["transformers"]))
     full = all(len(r) == NEW_TOKENS for name in outs for r in outs[name])
+    extra = {}
+    if "muppets_torch_step" in times:  # batch 1: the torch-operator step, same run
+        t_torch = statistics.median(times["muppets_torch_step"])
+        extra = {"call_s_muppets_torch_step": t_torch, "speedup_torch_step": t_hf / t_torch,
+                 "compiled_over_torch_step": t_torch / t_ours,
+                 "torch_step_identical": None if sampled else outs["muppets_torch_step"] == outs["muppets"]}
     return {
         "prompts": B, "prompt_tokens": PROMPT_LEN, "new_tokens": NEW_TOKENS, "reps": len(times["muppets"]),
         "decoding": "top-k sampling" if sampled else "greedy",
@@ -244,7 +277,7 @@ def generation_report(B: int, times: dict[str, list[float]], outs: dict[str, lis
         "new_tokens_per_s_muppets": B * NEW_TOKENS / t_ours,
         "new_tokens_per_s_transformers": B * NEW_TOKENS / t_hf,
         "speedup": t_hf / t_ours, "speedup_logits_path": t_hf / t_logits,
-        "target": TARGETS.get(f"generation_batch_{B}"),
+        "target": TARGETS.get(f"generation_batch_{B}"), **extra,
     }
 
 

@@ -132,7 +132,7 @@ def _output_weight(V_: int, H: int, seed: int = 0, scale: float = 0.02) -> torch
     return torch.randn(V_, H, generator=g) * scale
 
 
-@pytest.mark.parametrize("kind", ["int8", "bf16"])
+@pytest.mark.parametrize("kind", ["int8", "int8f", "bf16"])
 @pytest.mark.parametrize("h_scale", [0.01, 1.0, 300.0])  # logits from tiny to about +-100
 def test_screen_bound_holds_against_float64(h_scale, kind):
     """The kernel's logits are within the bound of the exact (float64) products, row by row."""
@@ -146,7 +146,7 @@ def test_screen_bound_holds_against_float64(h_scale, kind):
     assert bool((bound.double() < 0.05 * (exact.amax(1) - exact.amin(1))).all())  # and useful: small
 
 
-@pytest.mark.parametrize("kind", ["int8", "bf16"])
+@pytest.mark.parametrize("kind", ["int8", "int8f", "bf16"])
 @pytest.mark.parametrize("rows", [1, 2, 7, 32])
 def test_screen_argmax_equals_float32_argmax(threads, rows, kind):
     w = _output_weight(5003, 48, seed=3)

@@ -341,6 +341,13 @@ class GPTLanguageModel(nn.Module):
         version counter (in-place on ``p.data``, numpy views) and may leave whole rows unchanged."""
         self._decode = None
 
+    def __getstate__(self) -> dict:
+        """Copies and pickles leave the decoding copies behind (derived data, remade on first use;
+        the compiled step holds raw pointers, which cannot be copied)."""
+        state = self.__dict__.copy()
+        state["_decode"] = None
+        return state
+
     def train(self, mode: bool = True) -> "GPTLanguageModel":
         if mode:
             self._decode = None  # weights are about to change: no stale copies held in memory

@@ -1,0 +1,214 @@
+"""The compiled batch-1 decoding step (muppets.nn.decode_native): the same hidden states, cache
+contents and greedy tokens as the torch step and the full logits, whatever the thread count; it
+falls back where it cannot decide or cannot be built, and runs on torch's own OpenMP threads."""
+
+from __future__ import annotations
+
+import copy
+import os
+
+import pytest
+import torch
+
+from muppets import native
+from muppets.generate import GenerationConfig, generate
+from muppets.models.gpt import GPTConfig, GPTLanguageModel
+from muppets.nn import decode, decode_native
+from muppets.nn.decode_native import GPTStep
+
+V = 211
+GREEDY = GenerationConfig(max_new_tokens=12, stop_at_eos=False)
+
+pytestmark = pytest.mark.skipif(decode_native.load() is None and not os.environ.get("CI"),
+                                reason="no C compiler here")
+
+
+@pytest.fixture(params=[1, 2], ids=["1-thread", "2-threads"])
+def threads(request):
+    before = torch.get_num_threads()
+    torch.set_num_threads(request.param)
+    yield request.param
+    torch.set_num_threads(before)
+
+
+def tiny(variant: str = "gpt2", act: str = "gelu_new", seed: int = 0, hidden: int = 32) -> GPTLanguageModel:
+    torch.manual_seed(seed)
+    cfg = GPTConfig(variant=variant, vocab_size=V, max_position_embeddings=64, hidden_size=hidden, num_layers=2,
+                    num_heads=4, intermediate_size=72, initializer_range=0.3, hidden_act=act)
+    return GPTLanguageModel(cfg).eval()
+
+
+def full_logits_greedy(model: GPTLanguageModel, prompt: list[int], n: int) -> list[int]:
+    """Greedy tokens from full forward passes without a cache (no copies, no screen, no kernel)."""
+    ids, out = list(prompt), []
+    with torch.no_grad():
+        for _ in range(n):
+            out.append(int(model(torch.tensor([ids])).logits[0, -1].argmax()))
+            ids.append(out[-1])
+    return out
+
+
+def prefilled(model: GPTLanguageModel, prompt: list[int], room: int = 40):
+    cache = model.backbone.new_cache(1, room)
+    with torch.no_grad():
+        model.backbone(torch.tensor([prompt]), None, cache)
+    return cache
+
+
+@pytest.mark.parametrize("variant,act", [("gpt2", "gelu_new"), ("gpt", "gelu"), ("gpt2", "relu")])
+def test_the_compiled_step_equals_the_torch_step(threads, variant, act):
+    """Hidden state, keys, values, key mask and positions of 8 steps, pre- and post-LN blocks, each
+    activation; and each greedy token is the argmax of the full logits of that hidden state."""
+    model = tiny(variant, act)
+    plan = model._decode_weights()
+    step = model._compiled_step(plan)
+    assert isinstance(step, GPTStep)
+    ours, theirs = prefilled(model, [3, 1, 4, 1, 5]), prefilled(model, [3, 1, 4, 1, 5])
+    with torch.no_grad():
+        for token in [9, 2, 6, 5, 3, 5, 8, 9]:
+            ids = torch.tensor([[token]])
+            want = model.backbone.decode_step(ids, theirs, plan.weights)  # (1, H)
+            ours.claim()
+            got_token, got = step(ids, ours, True, threads)
+            assert torch.allclose(got, want, rtol=1e-5, atol=1e-5), float((got - want).abs().max())
+            logits = want @ model.lm_weight.t()
+            assert got_token == int(logits.argmax())
+            assert ours.length == theirs.length and ours.next_position.tolist() == theirs.next_position.tolist()
+            assert torch.equal(ours.key_mask, theirs.key_mask)
+            for a, b in zip(ours.layers, theirs.layers):
+                assert a.length == b.length
+                assert torch.allclose(a.k[:, :, :a.length], b.k[:, :, :b.length], atol=1e-5)
+                assert torch.allclose(a.v[:, :, :a.length], b.v[:, :, :b.length], atol=1e-5)
+
+
+def test_the_step_gives_the_same_bits_on_any_thread_count():
+    """Each output element is summed by one thread in one order: 1, 2 and 3 threads agree exactly."""
+    model = tiny(hidden=48)
+    plan = model._decode_weights()
+    step = model._compiled_step(plan)
+    base = prefilled(model, [7, 7, 1])
+    results = []
+    for n in (1, 2, 3):
+        cache = copy.deepcopy(base)
+        outs = []
+        for token in [4, 100, 17, 17]:
+            cache.claim()
+            outs.append(step(torch.tensor([[token]]), cache, True, n))
+        results.append(outs)
+    for other in results[1:]:
+        for (t1, h1), (t2, h2) in zip(results[0], other):
+            assert t1 == t2 and torch.equal(h1, h2)
+
+
+@pytest.mark.parametrize("variant", ["gpt2", "gpt"])
+def test_greedy_generation_through_the_compiled_step_equals_the_full_logits(threads, variant):
+    for seed in range(3):
+        model = tiny(variant, seed=seed)
+        for prompt in ([5, 6, 7, 8], [9], [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]):
+            assert generate(model, [prompt], GREEDY) == [full_logits_greedy(model, prompt, 12)], (seed, prompt)
+        assert isinstance(model._decode.derived("gpt_step", lambda: None), GPTStep)  # the path taken
+
+
+def test_top_1_sampling_takes_the_compiled_step_and_equals_greedy(threads):
+    model = tiny()
+    sampled = generate(model, [[5, 6, 7]], GenerationConfig(max_new_tokens=12, stop_at_eos=False, do_sample=True,
+                                                            top_k=1, seed=0))
+    assert sampled == [full_logits_greedy(model, [5, 6, 7], 12)]
+
+
+def test_an_undecided_screen_leaves_the_token_to_the_full_logits():
+    """No candidate may be recomputed: every step returns no token, the torch screen or the full
+    logits decide, and the tokens are the same."""
+    model = tiny()
+    step = model._compiled_step(model._decode_weights())
+    step.step.max_candidates = 0
+    cache = prefilled(model, [1, 2])
+    cache.claim()
+    token, _ = step(torch.tensor([[3]]), cache, True, 1)
+    assert token == -1
+    assert generate(model, [[1, 2]], GREEDY) == [full_logits_greedy(model, [1, 2], 12)]
+
+
+def test_without_a_compiler_decoding_takes_the_torch_step(monkeypatch):
+    monkeypatch.setattr(native, "compiler", lambda: None)
+    model = tiny()
+    assert generate(model, [[4, 5]], GREEDY) == [full_logits_greedy(model, [4, 5], 12)]
+    assert model._decode.derived("gpt_step", lambda: "not made") is None  # tried once, not available
+    assert decode.GreedyScreen.build(model.lm_weight, kind="int8f") is None
+
+
+def test_forward_hooks_keep_the_step_on_forward():
+    """A hook must see every step, so the compiled step (like the torch one) stands aside."""
+    model = tiny()
+    calls = []
+    handle = model.backbone.layers[0].register_forward_hook(lambda *_: calls.append(1))
+    try:
+        got = generate(model, [[4, 5]], GREEDY)
+    finally:
+        handle.remove()
+    assert len(calls) == 12 and got == [full_logits_greedy(model, [4, 5], 12)]
+
+
+def test_a_token_outside_the_vocabulary_is_refused_and_the_cache_kept():
+    model = tiny()
+    cache = prefilled(model, [1, 2, 3])
+    with pytest.raises(ValueError, match="vocabulary"):
+        model.next_token_argmax(torch.tensor([[V + 5]]), None, cache)
+    assert cache.length == 3 and all(layer.length == 3 for layer in cache.layers)
+    assert cache.next_position.tolist() == [3] and int(cache.key_mask.sum()) == 3
+
+
+def test_the_step_follows_weight_changes():
+    model = tiny()
+    first = generate(model, [[1, 2, 3]], GREEDY)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.mul_(1.5)  # a dense update: new versions, so new copies and a new step
+    assert generate(model, [[1, 2, 3]], GREEDY) == [full_logits_greedy(model, [1, 2, 3], 12)] != first
+
+
+def test_the_step_runs_on_torchs_own_openmp_threads():
+    """One OpenMP runtime in the process (the kernel's libgomp is torch's), and decoding adds no
+    OS thread beyond the ones torch's own operators started."""
+    if not native.torch_uses_openmp():
+        pytest.skip("torch's parallel backend is not OpenMP here")
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        model = tiny()
+        torch.randn(256, 256) @ torch.randn(256, 256)  # torch's pool exists
+        generate(model, [[1, 2, 3]], GREEDY)
+        tasks = len(os.listdir("/proc/self/task"))
+        for _ in range(3):
+            generate(model, [[1, 2, 3]], GREEDY)
+        assert len(os.listdir("/proc/self/task")) == tasks
+        with open("/proc/self/maps") as maps:
+            gomp = {line.split()[-1] for line in maps if "libgomp" in line}
+        assert len(gomp) == 1, gomp
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_equal_logits_take_the_first_token_like_argmax(threads):
+    """Every output row equal: all logits tie exactly, every token is a candidate (split between
+    the threads), and the lowest id wins, as argmax picks it. (The full product is no reference
+    here: its column blocks sum in different orders, so equal rows give logits an ulp apart.)"""
+    model = tiny()
+    with torch.no_grad():
+        model.lm_weight.copy_(model.lm_weight[7].expand_as(model.lm_weight))
+    cache = prefilled(model, [1, 2])
+    cache.claim()
+    token, _ = model._compiled_step(model._decode_weights())(torch.tensor([[3]]), cache, True, threads)
+    assert token == 0
+    assert generate(model, [[1, 2]], GREEDY) == [[0] * 12]
+
+
+def test_a_model_that_decoded_can_be_copied():
+    """deepcopy (EMA teachers, distillation, checkpoints of whole modules) leaves the decoding
+    copies and the compiled step behind; the copy decodes the same tokens with its own."""
+    model = tiny()
+    want = generate(model, [[1, 2, 3]], GREEDY)
+    twin = copy.deepcopy(model)
+    assert twin._decode is None and model._decode is not None
+    assert generate(twin, [[1, 2, 3]], GREEDY) == want
+    assert twin._decode.derived("gpt_step", lambda: None) is not model._decode.derived("gpt_step", lambda: None)
