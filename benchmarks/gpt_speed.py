@@ -150,14 +150,17 @@ def hf_generate(hf, prompts: list[list[int]], pad_id: int, top_k: int = 0) -> li
     return out[:, ids.shape[1]:].tolist()
 
 
-def weight_read_seconds(tensors: list[torch.Tensor], reps: int = 20) -> float:
+def weight_read_seconds(tensors: list[torch.Tensor], reps: int = 20, flush: bool = True) -> float:
     """Median time to read every tensor once (``t.sum()`` each, cache flushed first): the memory
-    traffic one decoding step cannot avoid, since every weight is used for each token."""
-    flush = torch.empty(16 * 1024 * 1024)  # 64 MB, larger than the L3 cache
+    traffic one decoding step cannot avoid, since every weight is used for each token. Without
+    ``flush``, read after read as decoding does, so what the last-level cache keeps between
+    steps is read from it."""
+    filler = torch.empty(16 * 1024 * 1024)  # 64 MB, larger than the L3 cache
     times = []
     with torch.inference_mode():
         for _ in range(reps):
-            flush.add_(1.0)
+            if flush:
+                filler.add_(1.0)
             times.append(timed(lambda: [_as_float(t).sum() for t in tensors]))
     return statistics.median(times)
 
@@ -242,7 +245,8 @@ def generation_speed(cfg: GPTConfig, workdir: Path, args) -> dict:
     screen = ours._decode_weights().screen or decode.GreedyScreen.build(ours.lm_weight)  # not built by sampling
     body = [p.detach() for n, p in ours.named_parameters() if n != "backbone.embeddings.tokens.weight"]
     floors = {"float32": weight_read_seconds([p.detach() for p in ours.parameters()]),
-              "screened": weight_read_seconds(body + [screen.q, screen.scale])}
+              "screened": weight_read_seconds(body + [screen.q, screen.scale]),
+              "screened_warm": weight_read_seconds(body + [screen.q, screen.scale], flush=False)}
     for B in args.gen_batch_sizes:
         t_hf = result[f"batch_{B}"]["call_s_transformers"]
         for name, floor in floors.items():

@@ -63,12 +63,12 @@ def test_the_compiled_step_equals_the_torch_step(threads, variant, act):
     plan = model._decode_weights()
     step = model._compiled_step(plan)
     assert isinstance(step, GPTStep)
+    step.attach_screen(plan.exact_input_screen)
     ours, theirs = prefilled(model, [3, 1, 4, 1, 5]), prefilled(model, [3, 1, 4, 1, 5])
     with torch.no_grad():
         for token in [9, 2, 6, 5, 3, 5, 8, 9]:
             ids = torch.tensor([[token]])
             want = model.backbone.decode_step(ids, theirs, plan.weights)  # (1, H)
-            ours.claim()
             got_token, got = step(ids, ours, True, threads)
             assert torch.allclose(got, want, rtol=1e-5, atol=1e-5), float((got - want).abs().max())
             logits = want @ model.lm_weight.t()
@@ -84,15 +84,17 @@ def test_the_compiled_step_equals_the_torch_step(threads, variant, act):
 def test_the_step_gives_the_same_bits_on_any_thread_count():
     """Each output element is summed by one thread in one order: 1, 2 and 3 threads agree exactly."""
     model = tiny(hidden=48)
+    if not native.torch_uses_openmp():
+        pytest.skip("torch's parallel backend is not OpenMP here: the step runs on one thread")
     plan = model._decode_weights()
     step = model._compiled_step(plan)
+    step.attach_screen(plan.exact_input_screen)
     base = prefilled(model, [7, 7, 1])
     results = []
     for n in (1, 2, 3):
         cache = copy.deepcopy(base)
         outs = []
         for token in [4, 100, 17, 17]:
-            cache.claim()
             outs.append(step(torch.tensor([[token]]), cache, True, n))
         results.append(outs)
     for other in results[1:]:
@@ -106,7 +108,8 @@ def test_greedy_generation_through_the_compiled_step_equals_the_full_logits(thre
         model = tiny(variant, seed=seed)
         for prompt in ([5, 6, 7, 8], [9], [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]):
             assert generate(model, [prompt], GREEDY) == [full_logits_greedy(model, prompt, 12)], (seed, prompt)
-        assert isinstance(model._decode.derived("gpt_step", lambda: None), GPTStep)  # the path taken
+        step = model._decode.derived("gpt_step", lambda: None)
+        assert isinstance(step, GPTStep) and step.decided == 3 * 11  # the kernel chose every token after the prompt's
 
 
 def test_top_1_sampling_takes_the_compiled_step_and_equals_greedy(threads):
@@ -120,13 +123,15 @@ def test_an_undecided_screen_leaves_the_token_to_the_full_logits():
     """No candidate may be recomputed: every step returns no token, the torch screen or the full
     logits decide, and the tokens are the same."""
     model = tiny()
-    step = model._compiled_step(model._decode_weights())
+    plan = model._decode_weights()
+    step = model._compiled_step(plan)
+    step.attach_screen(plan.exact_input_screen)
     step.step.max_candidates = 0
     cache = prefilled(model, [1, 2])
-    cache.claim()
     token, _ = step(torch.tensor([[3]]), cache, True, 1)
     assert token == -1
     assert generate(model, [[1, 2]], GREEDY) == [full_logits_greedy(model, [1, 2], 12)]
+    assert step.decided == 0
 
 
 def test_without_a_compiler_decoding_takes_the_torch_step(monkeypatch):
@@ -152,8 +157,9 @@ def test_forward_hooks_keep_the_step_on_forward():
 def test_a_token_outside_the_vocabulary_is_refused_and_the_cache_kept():
     model = tiny()
     cache = prefilled(model, [1, 2, 3])
-    with pytest.raises(ValueError, match="vocabulary"):
-        model.next_token_argmax(torch.tensor([[V + 5]]), None, cache)
+    for bad in (V + 5, -1):
+        with pytest.raises(IndexError, match="vocabulary"):
+            model.next_token_argmax(torch.tensor([[bad]]), None, cache)
     assert cache.length == 3 and all(layer.length == 3 for layer in cache.layers)
     assert cache.next_position.tolist() == [3] and int(cache.key_mask.sum()) == 3
 
@@ -197,8 +203,10 @@ def test_equal_logits_take_the_first_token_like_argmax(threads):
     with torch.no_grad():
         model.lm_weight.copy_(model.lm_weight[7].expand_as(model.lm_weight))
     cache = prefilled(model, [1, 2])
-    cache.claim()
-    token, _ = model._compiled_step(model._decode_weights())(torch.tensor([[3]]), cache, True, threads)
+    plan = model._decode_weights()
+    step = model._compiled_step(plan)
+    step.attach_screen(plan.exact_input_screen)
+    token, _ = step(torch.tensor([[3]]), cache, True, threads)
     assert token == 0
     assert generate(model, [[1, 2]], GREEDY) == [[0] * 12]
 
@@ -212,3 +220,49 @@ def test_a_model_that_decoded_can_be_copied():
     assert twin._decode is None and model._decode is not None
     assert generate(twin, [[1, 2, 3]], GREEDY) == want
     assert twin._decode.derived("gpt_step", lambda: None) is not model._decode.derived("gpt_step", lambda: None)
+
+
+def test_the_step_follows_writes_to_norms_and_positions_through_data():
+    """The step reads layer norms and position embeddings directly: a ``.data`` rebinding or an
+    in-place write behind autograd's back is seen as for the linear layers."""
+    model = tiny()
+    generate(model, [[1, 2, 3]], GREEDY)
+    model.backbone.final_norm.weight.data = torch.linspace(0.5, 2.0, 32)  # new storage
+    assert generate(model, [[1, 2, 3]], GREEDY) == [full_logits_greedy(model, [1, 2, 3], 12)]
+    model.backbone.embeddings.positions.weight.data.mul_(3.0)  # same storage, no version bump
+    model.backbone.layers[1].ffn_norm.bias.data.add_(0.5)
+    assert generate(model, [[1, 2, 3]], GREEDY) == [full_logits_greedy(model, [1, 2, 3], 12)]
+
+
+@pytest.mark.parametrize("which", ["float64", "two-rows", "bfloat16"])
+def test_a_cache_the_kernel_cannot_use_goes_to_the_torch_step(which):
+    """A cache of another dtype or batch is declined (the kernel writes float32 rows of one
+    sequence), and nothing is written."""
+    model = tiny()
+    plan = model._decode_weights()
+    step = model._compiled_step(plan)
+    dtype = {"float64": torch.float64, "bfloat16": torch.bfloat16}.get(which, torch.float32)
+    cache = decode_native_cache(model, 2 if which == "two-rows" else 1, dtype)
+    assert not step.accepts(torch.tensor([[3]]), cache)
+    assert step.accepts(torch.tensor([[3]]), model.backbone.new_cache(1, 8))
+    assert not step.accepts(torch.tensor([[3]], dtype=torch.int32), model.backbone.new_cache(1, 8))
+
+
+def decode_native_cache(model: GPTLanguageModel, rows: int, dtype: torch.dtype):
+    from muppets.nn.kv_cache import KVCache
+
+    cfg = model.cfg
+    return KVCache(rows, cfg.num_layers, cfg.num_heads, cfg.head_dim, 16, dtype)
+
+
+def test_a_cache_is_not_kept_alive_by_the_step():
+    import gc
+    import weakref
+
+    model = tiny()
+    cache = prefilled(model, [1, 2])
+    model.next_token_argmax(torch.tensor([[3]]), None, cache)
+    ref = weakref.ref(cache.layers[0].k)
+    del cache
+    gc.collect()
+    assert ref() is None

@@ -53,11 +53,20 @@ def compiler() -> str | None:
 
 
 def _cpu() -> str:
+    """What ``-march=native`` depends on: the first CPU's model and instruction-set lines (x86
+    ``flags``, ARM ``Features``), so a cache shared between machines never loads another CPU's
+    build."""
+    keys = ("vendor_id", "model name", "flags", "Features", "CPU implementer", "CPU part")
     try:
-        text = Path("/proc/cpuinfo").read_text(errors="replace")
-        return next((line for line in text.splitlines() if line.startswith(("model name", "flags"))), "")
+        lines = Path("/proc/cpuinfo").read_text(errors="replace").splitlines()
     except OSError:
         return platform.processor()
+    first: dict[str, str] = {}
+    for line in lines:
+        name = line.split(":", 1)[0].strip()
+        if name in keys and name not in first:
+            first[name] = line
+    return "\n".join(first.get(k, "") for k in keys) or platform.processor()
 
 
 def torch_uses_openmp() -> bool:

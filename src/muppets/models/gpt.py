@@ -300,9 +300,10 @@ class GPTLanguageModel(nn.Module):
         if plan is not None and B * T < BLOCKED_ROWS:  # matrix-vector products: see muppets.nn.decode
             if T == 1 and attention_mask is None:
                 step = self._compiled_step(plan) if B == 1 and self.backbone.steppable(input_ids, cache) else None
-                if step is not None and input_ids.dtype == torch.long and input_ids.is_contiguous():
+                if step is not None and step.accepts(input_ids, cache):
                     self.backbone._check_length(cache.length + 1)
-                    cache.claim()
+                    if greedy:
+                        step.attach_screen(plan.exact_input_screen)
                     token, hidden = step(input_ids, cache, greedy, torch.get_num_threads())
                     return plan, hidden, token if token >= 0 else None
                 hidden = self.backbone.decode_step(input_ids, cache, plan.weights)
@@ -317,7 +318,7 @@ class GPTLanguageModel(nn.Module):
         set of decoding copies; None without a C compiler (then :meth:`GPTBackbone.decode_step`)."""
         if not decode_native.ENABLED:
             return None
-        return plan.derived("gpt_step", lambda: GPTStep.build(self.backbone, plan.exact_input_screen()))
+        return plan.derived("gpt_step", lambda: GPTStep.build(self.backbone))
 
     def _decode_weights(self) -> DecodeWeights:
         """The decoding copies of the weights (:class:`~muppets.nn.decode.DecodeWeights`),
@@ -332,7 +333,9 @@ class GPTLanguageModel(nn.Module):
                 self._decode = plan = None  # free the old copies first
                 layers = [m for block in self.backbone.layers
                           for m in (block.attn.qkv, block.attn.out, block.ffn.up, block.ffn.down)]
-                plan = self._decode = DecodeWeights(layers, self.lm_weight)
+                ids = {id(p) for m in layers for p in m.parameters()} | {id(self.lm_weight)}
+                watched = [p for p in self.backbone.parameters() if id(p) not in ids]  # norms, positions
+                plan = self._decode = DecodeWeights(layers, self.lm_weight, watched)
         decode.mark_probed(plan)
         return plan
 

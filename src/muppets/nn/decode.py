@@ -87,11 +87,15 @@ class DecodeWeights:
     Args:
         layers: the linear layers of a model.
         output: the tied output weight ``(V, H)``, copied as ``(H, V)`` (and as the int8 screen).
+        watched: other parameters that what is :meth:`derived` from these copies reads directly
+            (GPT's compiled step: layer norms, position embeddings): checked like the rest.
     """
 
-    def __init__(self, layers: Sequence[nn.Linear], output: torch.Tensor) -> None:
+    def __init__(self, layers: Sequence[nn.Linear], output: torch.Tensor,
+                 watched: Sequence[torch.Tensor] = ()) -> None:
         self.layers = list(layers)  # kept alive: ``weights`` is keyed by their ids
-        self.params = [p for layer in layers for p in (layer.weight, layer.bias) if p is not None] + [output]
+        self.params = ([p for layer in layers for p in (layer.weight, layer.bias) if p is not None]
+                       + list(watched) + [output])
         self.key = parameter_key(self.params)
         sizes = [layer.weight.numel() + (layer.out_features if layer.bias is not None else 0) for layer in layers]
         self.pack = torch.empty(sum(sizes), dtype=output.dtype, device=output.device)  # every copy, flat
@@ -150,7 +154,8 @@ class DecodeWeights:
         if not wide and self.screen is None:
             with BUILD_LOCK:
                 if self.screen is None:
-                    self.screen = GreedyScreen.build(self.output) or False
+                    like = self._derived.get("int8f")  # the same int8 weights, if made first
+                    self.screen = GreedyScreen.build(self.output, like=like or None) or False
         return (self.wide_screen if wide else self.screen) or None
 
     def derived(self, name: str, make: Callable[[], object]) -> object | None:

@@ -36,6 +36,8 @@ from __future__ import annotations
 import ctypes
 import logging
 import threading
+import weakref
+from collections.abc import Callable
 
 import torch
 from torch import nn
@@ -414,21 +416,12 @@ def _usable(t: torch.Tensor, dtype: torch.dtype = torch.float32) -> bool:
     return t.dtype == dtype and t.device.type == "cpu" and t.is_contiguous()
 
 
-def _screen_fields(step: _Step, screen) -> None:
-    """The int8 screen's arrays and bound constants (:class:`~muppets.nn.decode.GreedyScreen`)."""
-    step.q, step.scale, step.out_w = screen.q.data_ptr(), screen.scale.data_ptr(), screen.weight.data_ptr()
-    step.error_norm, step.weight_norm, step.gamma = screen.error_norm, screen.weight_norm, screen.gamma
-    from muppets.nn.decode import SCREEN_MAX_CANDIDATES
-
-    step.max_candidates = SCREEN_MAX_CANDIDATES
-
-
 def screen_scores(lib: ctypes.CDLL, screen, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """The ``int8f`` screen's logits ``y (B, V)`` of ``hidden (B, H)`` float32 and the bound
     ``E (B,)``, one compiled call a row (:meth:`~muppets.nn.decode.GreedyScreen.scores`)."""
     V, H = screen.weight.shape
-    step = _Step(H=H, V=V)
-    _screen_fields(step, screen)
+    step = _Step(H=H, V=V, q=screen.q.data_ptr(), scale=screen.scale.data_ptr(), out_w=screen.weight.data_ptr(),
+                 error_norm=screen.error_norm, weight_norm=screen.weight_norm, gamma=screen.gamma)
     h = hidden.float().contiguous()  # (B, H)
     y = torch.empty(h.shape[0], V)  # (B, V)
     bound = torch.tensor([lib.muppets_screen_scores(ctypes.byref(step), h[b].data_ptr(), y[b].data_ptr())
@@ -440,20 +433,20 @@ class GPTStep:
     """One decoding step of one unpadded row of a GPT backbone in one compiled call.
 
     Built from the live parameters (their storage, no copy): valid exactly as long as the
-    :class:`~muppets.nn.decode.DecodeWeights` it belongs to (which sees every change of storage
-    or version and checks its probes), and given that plan's ``int8f`` screen for greedy steps.
-    Thread-safe: every calling thread gets its own scratch.
+    :class:`~muppets.nn.decode.DecodeWeights` it is derived from, which watches every parameter
+    the step reads (storage, version, probes). Greedy steps end in that plan's ``int8f`` screen
+    (:meth:`attach_screen`, made on the first greedy step). Thread-safe: every calling thread gets
+    its own scratch.
 
     Args:
         lib: :func:`load`'s library.
         backbone: a :class:`~muppets.models.gpt.GPTBackbone` in float32 on the CPU.
-        screen: the ``int8f`` :class:`~muppets.nn.decode.GreedyScreen` of the output weight, or None
-            (then every step returns no token, only the hidden state).
     """
 
-    def __init__(self, lib: ctypes.CDLL, backbone: nn.Module, screen=None) -> None:
+    def __init__(self, lib: ctypes.CDLL, backbone: nn.Module) -> None:
         cfg = backbone.cfg
         self.lib, self.H, self.positions = lib, cfg.hidden_size, cfg.max_position_embeddings
+        self.heads, self.head_dim = cfg.num_heads, cfg.head_dim
         emb, blocks = backbone.embeddings, list(backbone.layers)
         keep: list[torch.Tensor] = []  # every tensor a pointer is taken from stays alive with the step
 
@@ -476,15 +469,13 @@ class GPTStep:
                           fin_w=ptr(None if final is None else final.weight.detach()),
                           fin_b=ptr(None if final is None else final.bias.detach()),
                           layer=ctypes.cast(self.layers, ctypes.c_void_p).value)
-        if screen is not None:
-            _screen_fields(self.step, screen)
-            keep += [screen.q, screen.scale, screen.weight]
         self.keep = keep
-        self.screened = screen is not None
+        self.screened = False  # attach_screen has run (the screen itself may be None)
+        self.decided = 0  # greedy tokens the compiled screen decided (the rest: the torch path)
         self._local = threading.local()  # .scratch, .y: this thread's buffers; .kv: its cache's pointers
 
     @classmethod
-    def build(cls, backbone: nn.Module, screen=None) -> "GPTStep | None":
+    def build(cls, backbone: nn.Module) -> "GPTStep | None":
         """The step for ``backbone``, or None where it does not apply: no compiler, parameters that
         are not contiguous float32 CPU tensors, an embedding LayerNorm or token types (not GPT's),
         an activation the kernel does not have, biases missing."""
@@ -496,38 +487,91 @@ class GPTStep:
         if any(m.bias is None for m in linears) or not all(_usable(p) for p in backbone.parameters()):
             return None
         lib = load()
-        return None if lib is None else cls(lib, backbone, screen)
+        return None if lib is None else cls(lib, backbone)
 
-    def _buffers(self, cache, threads: int) -> tuple[torch.Tensor, torch.Tensor, ctypes.Array]:
-        """This thread's scratch and screen output, and the pointer array of ``cache``'s buffers."""
+    def attach_screen(self, make: Callable[[], object]) -> None:
+        """Give greedy steps the ``int8f`` screen ``make()`` returns (None: greedy steps return no
+        token), once; the struct's fields are all written before any greedy step reads them."""
+        if self.screened:
+            return
+        from muppets.nn.decode import BUILD_LOCK, SCREEN_MAX_CANDIDATES
+
+        with BUILD_LOCK:
+            if not self.screened:
+                screen = make()
+                if screen is not None:
+                    step = self.step
+                    step.error_norm, step.weight_norm, step.gamma = screen.error_norm, screen.weight_norm, screen.gamma
+                    step.max_candidates = SCREEN_MAX_CANDIDATES
+                    step.scale, step.out_w = screen.scale.data_ptr(), screen.weight.data_ptr()
+                    self.keep += [screen.q, screen.scale, screen.weight]
+                    step.q = screen.q.data_ptr()  # last: q set means the screen is there
+                self.screened = True
+
+    def accepts(self, input_ids: torch.Tensor, cache) -> bool:
+        """Can this step take ``input_ids`` and ``cache``: one int64 CPU id, a one-row float32 CPU
+        cache laid out ``(1, heads, L, head_dim)`` with its mask and positions (checked once per
+        thread and cache). Anything else goes to the torch step."""
+        if input_ids.dtype != torch.long or input_ids.device.type != "cpu" or input_ids.shape != (1, 1) \
+                or not input_ids.is_contiguous():
+            return False
+        return self._pointers(cache) is not None
+
+    def _pointers(self, cache) -> ctypes.Array | None:
+        """The pointer array of ``cache``'s key and value buffers (this thread's, remade when the
+        cache or its buffers change; weak references, so no cache is kept alive), or None when
+        the kernel cannot use them."""
         local = self._local
-        H, I = self.H, self.step.I
-        need = 6 * H + I + threads * (H + self.positions)  # SOURCE's layout: shared, then per thread
+        tensors = [t for lc in cache.layers for t in (lc.k, lc.v)]
+        held = getattr(local, "kv", None)
+        if held is not None and len(held[0]) == len(tensors) and all(r() is t for r, t in zip(held[0], tensors)):
+            return held[1]
+        mask, pos = cache.key_mask, cache.next_position
+        L = mask.shape[-1]
+        shape = (1, self.heads, L, self.head_dim)
+        if (len(cache.layers) != self.step.layers or not all(_usable(t) and t.shape == shape for t in tensors)
+                or not _usable(mask, torch.bool) or mask.shape != (1, L) or not _usable(pos, torch.long)
+                or pos.shape != (1,)):
+            return None
+        array = (ctypes.c_void_p * len(tensors))(*[t.data_ptr() for t in tensors])
+        local.kv = (tuple(weakref.ref(t) for t in tensors), array)
+        return array
+
+    def _scratch(self, threads: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """This thread's scratch (SOURCE's layout: shared, then per thread) and screen output."""
+        local = self._local
+        need = 6 * self.H + self.step.I + threads * (self.H + self.positions)
         scratch = getattr(local, "scratch", None)
         if scratch is None or scratch.numel() < need:
             local.scratch = scratch = torch.empty(need)
-            local.y = torch.empty(self.step.V if self.screened else 1)
-        tensors = [t for lc in cache.layers for t in (lc.k, lc.v)]
-        held = getattr(local, "kv", None)
-        if held is None or len(held[0]) != len(tensors) or any(a is not b for a, b in zip(held[0], tensors)):
-            local.kv = held = (tensors, (ctypes.c_void_p * len(tensors))(*[t.data_ptr() for t in tensors]))
-        return scratch, local.y, held[1]
+            local.y = torch.empty(self.step.V)
+        return scratch, local.y
 
     def __call__(self, input_ids: torch.Tensor, cache, greedy: bool, threads: int) -> tuple[int, torch.Tensor]:
-        """Feed ``input_ids (1, 1)`` int64 through the cache (its last slot was claimed by
-        :meth:`~muppets.nn.kv_cache.KVCache.claim`): the greedy token (-1 when not ``greedy``,
-        without a screen or where it cannot decide) and the top hidden state ``(1, H)``."""
+        """Feed ``input_ids (1, 1)`` through ``cache`` (:meth:`accepts` both; the cache gains one
+        slot, given back if the step fails): the greedy token (-1 when not ``greedy``, without a
+        screen or where it cannot decide) and the top hidden state ``(1, H)``."""
         threads = max(1, min(threads, MAX_THREADS))
-        scratch, y, kv = self._buffers(cache, threads)
+        kv = self._pointers(cache)
+        if kv is None:
+            raise ValueError("the compiled decoding step cannot use this cache (see GPTStep.accepts)")
+        scratch, y = self._scratch(threads)
         hidden = torch.empty(1, self.H)  # (1, H)
-        lc = cache.layers[0]
-        token = self.lib.muppets_gpt_step(ctypes.byref(self.step), input_ids.data_ptr(), cache.next_position.data_ptr(),
-                                          cache.key_mask.data_ptr(), cache.length, lc.k.shape[2], kv,
-                                          scratch.data_ptr(), y.data_ptr(), hidden.data_ptr(), int(greedy), threads)
+        end = cache.claim()
+        token = -2
+        try:
+            token = self.lib.muppets_gpt_step(ctypes.byref(self.step), input_ids.data_ptr(),
+                                              cache.next_position.data_ptr(), cache.key_mask.data_ptr(), end,
+                                              cache.key_mask.shape[1], kv, scratch.data_ptr(), y.data_ptr(),
+                                              hidden.data_ptr(), int(greedy), threads)
+        finally:
+            if token == -2:  # failed before writing anything: give the slot back
+                cache.length = end - 1
+                for layer in cache.layers:
+                    layer.length = end - 1
         if token == -2:
-            cache.length -= 1  # give the claimed slot back: nothing was written
-            for layer in cache.layers:
-                layer.length = cache.length
-            raise ValueError(f"token {int(input_ids)} is not in the vocabulary of {self.step.V}, or position "
+            raise IndexError(f"token {int(input_ids)} is not in the vocabulary of {self.step.V}, or position "
                              f"{int(cache.next_position[0])} not below {self.positions}")
+        if token >= 0:
+            self.decided += 1
         return token, hidden
