@@ -150,14 +150,16 @@ class GPTBackbone(nn.Module):
         return Encoded(layers=layers, mask=mask)
 
     def decode_step(self, input_ids: torch.Tensor, cache: KVCache,
-                    weights: dict[int, tuple[torch.Tensor, torch.Tensor | None]]) -> torch.Tensor | None:
+                    weights: dict[int, tuple[torch.Tensor, torch.Tensor | None]],
+                    modules: list[nn.Module] | None = None) -> torch.Tensor | None:
         """One decoding step of ``input_ids (B, 1)`` rows without padding, from the decoding
         copies ``weights`` (:attr:`~muppets.nn.decode.DecodeWeights.weights`): the top hidden
         state ``(B, H)``, the same values as :meth:`forward`'s (the same kernels on the same
         inputs), in about half the ops (no module calls, 2-D rows throughout). None, leaving the
-        cache untouched, where it does not apply (padding, hooks, attention capture): then call
-        :meth:`forward`. No dropout: the copies exist only in eval mode."""
-        if not self.steppable(input_ids, cache):
+        cache untouched, where it does not apply (padding, hooks, attention capture: ``modules``
+        as in :meth:`steppable`): then call :meth:`forward`. No dropout: the copies exist only in
+        eval mode."""
+        if not self.steppable(input_ids, cache, modules):
             return None
         self._check_length(cache.length + 1)
         positions, _ = cache.advance(None, 1)  # (B, 1)
@@ -190,13 +192,14 @@ class GPTBackbone(nn.Module):
             x = self.final_norm(x)
         return x  # (B, H)
 
-    def steppable(self, input_ids: torch.Tensor, cache: KVCache) -> bool:
+    def steppable(self, input_ids: torch.Tensor, cache: KVCache, modules: list[nn.Module] | None = None) -> bool:
         """May a decoding step of ``input_ids (B, 1)`` bypass :meth:`forward`? Not with padding
         in the cache, forward hooks (any module's, or global ones) or attention capture, which
-        only forward serves."""
+        only forward serves. ``modules``: ``list(self.modules())`` when the caller keeps it
+        (walking the module tree costs more than the rest of the check)."""
         return not (cache.padded or SelfAttention.record is not None or input_ids.shape[1] != 1 or any(
-            m._forward_hooks or m._forward_pre_hooks or getattr(m, "record", None) is not None
-            for m in self.modules()) or nn.modules.module._global_forward_hooks
+            m._forward_hooks or m._forward_pre_hooks or m.__dict__.get("record") is not None  # set by distillation
+            for m in (self.modules() if modules is None else modules)) or nn.modules.module._global_forward_hooks
             or nn.modules.module._global_forward_pre_hooks)
 
     def _check_length(self, T: int) -> None:
@@ -299,14 +302,18 @@ class GPTLanguageModel(nn.Module):
         B, T = input_ids.shape
         if plan is not None and B * T < BLOCKED_ROWS:  # matrix-vector products: see muppets.nn.decode
             if T == 1 and attention_mask is None:
-                step = self._compiled_step(plan) if B == 1 and self.backbone.steppable(input_ids, cache) else None
+                # the module list is kept with the copies: a module swapped in eval mode is not
+                # seen by them either (see muppets.nn.decode); model.train() drops both
+                modules = plan.derived("modules", lambda: list(self.backbone.modules()))
+                plain = self.backbone.steppable(input_ids, cache, modules)
+                step = self._compiled_step(plan) if B == 1 and plain else None
                 if step is not None and step.accepts(input_ids, cache):
                     self.backbone._check_length(cache.length + 1)
                     if greedy:
                         step.attach_screen(plan.exact_input_screen)
                     token, hidden = step(input_ids, cache, greedy, torch.get_num_threads())
                     return plan, hidden, token if token >= 0 else None
-                hidden = self.backbone.decode_step(input_ids, cache, plan.weights)
+                hidden = self.backbone.decode_step(input_ids, cache, plan.weights, modules) if plain else None
                 if hidden is not None:
                     return plan, hidden, None
             with decode.use(plan):
