@@ -1207,7 +1207,10 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     try:
-        return args.func(args)
+        code = args.func(args)
+        if code == 0:
+            _leave_process_group()
+        return code
     except TrainingInterrupted as err:  # a signal stopped finetune/features/multitask: not finished, resumable
         print(f"muppets: interrupted: {err}", file=sys.stderr)
         return INTERRUPTED
@@ -1223,6 +1226,19 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"muppets: error: {where}: {err.strerror}", file=sys.stderr)
         return 2
+
+
+def _leave_process_group() -> None:
+    """After a command that succeeded under torchrun, every rank waits for the others at a barrier,
+    then leaves the process group (:func:`muppets.train.distributed.shutdown_distributed`). A rank
+    that finished first and left on its own, while a peer still wrote the final model, was seen to
+    abort (SIGABRT) in its exit, failing a run that had succeeded. Without a process group (the
+    usual case; torch may not even be imported) nothing happens."""
+    dist = sys.modules.get("torch.distributed")
+    if dist is not None and dist.is_available() and dist.is_initialized():
+        from muppets.train.distributed import shutdown_distributed
+
+        shutdown_distributed()
 
 
 if __name__ == "__main__":
