@@ -89,7 +89,8 @@ def init_distributed(backend: str | None = None) -> DistInfo:
     # A process that exits with the group still joined leaves gloo's worker threads to be torn
     # down during interpreter finalisation, which can abort (SIGABRT) after a run that succeeded;
     # leaving it while Python is still whole avoids that. No barrier here: on an error path the
-    # other ranks may never arrive.
+    # other ranks may never arrive. (After a command that succeeded the CLI leaves first, with a
+    # barrier: shutdown_distributed.)
     atexit.register(_leave_group)
     info = dist_info()
     warning = restart_warning(os.environ)
