@@ -294,3 +294,29 @@ def test_a_model_given_twice_or_not_at_all_is_a_one_line_error(argv, message, ca
 
     assert cli.main(argv) == 2  # before anything is loaded
     assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("barrier_fails", [False, True])
+def test_a_command_that_succeeded_leaves_the_process_group(tmp_path, monkeypatch, caplog, barrier_fails):
+    """Under torchrun, main() leaves the process group after a command that returned 0: at a
+    barrier with the other ranks, or, when that fails (a peer gone or slower than the group's
+    timeout), alone with a warning, still returning 0 (a one-process gloo group stands in)."""
+    import torch.distributed as dist
+
+    from muppets import cli
+    from muppets.train import distributed
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    try:
+        if barrier_fails:
+            def broken() -> None:
+                raise RuntimeError("connection closed by peer")
+
+            monkeypatch.setattr(distributed, "shutdown_distributed", broken)
+        with caplog.at_level("WARNING"):
+            cli._leave_process_group()
+        assert not dist.is_initialized()
+        assert ("without the other ranks" in caplog.text) == barrier_fails
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()

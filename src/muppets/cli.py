@@ -1238,7 +1238,12 @@ def _leave_process_group() -> None:
     if dist is not None and dist.is_available() and dist.is_initialized():
         from muppets.train.distributed import shutdown_distributed
 
-        shutdown_distributed()
+        try:
+            shutdown_distributed()
+        except Exception as err:  # a peer gone or slower than the group's timeout: this rank's run still succeeded
+            logging.getLogger(__name__).warning("leaving the process group without the other ranks: %s", err)
+            if dist.is_initialized():
+                dist.destroy_process_group()
 
 
 if __name__ == "__main__":
