@@ -25,10 +25,12 @@ the final LayerNorm, and, for greedy decoding, the argmax through the int8 scree
   values. :meth:`GreedyScreen.build` checks this kernel against float64 products like the others.
 * **Threads.** The library is compiled with OpenMP and joins torch's own intra-op pool
   (:mod:`muppets.native`): one parallel region per step, the caller's
-  ``torch.get_num_threads()`` threads, rows of each product split between them, the attention
-  heads split, barriers between the phases. With one thread (as in a forked child, which
-  :mod:`muppets.nn.decode` gives one) no parallel region is entered. It starts no thread, changes
-  no setting and releases the GIL.
+  ``torch.get_num_threads()`` threads (at most 64), rows of each product split between them, the
+  attention heads split, barriers between the phases. With one thread (as in a forked child,
+  which :mod:`muppets.nn.decode` gives one) no parallel region is entered; where torch's parallel
+  backend is not OpenMP the library is built without it and runs on one thread. It starts no
+  thread beyond those torch's own operators would start on the calling thread (libgomp's pool
+  of that thread), changes no setting and releases the GIL.
 """
 
 from __future__ import annotations
