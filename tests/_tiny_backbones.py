@@ -62,3 +62,14 @@ def tiny_nnlm(directory: Path, seed: int = 0) -> Path:
     vocab = WordVocab.build(CORPUS, min_count=1)
     torch.manual_seed(seed)
     return save_nnlm(NNLM(NNLMConfig.preset("nnlm-tiny", vocab_size=len(vocab))), vocab, directory)
+
+
+def full_logits_greedy(model: GPTLanguageModel, prompt: list[int], n: int) -> list[int]:
+    """Greedy tokens from full forward passes without a cache (no copies, no screen, no compiled
+    step): the reference the decoding tests compare every fast path with."""
+    ids, out = list(prompt), []
+    with torch.no_grad():
+        for _ in range(n):
+            out.append(int(model(torch.tensor([ids])).logits[0, -1].argmax()))
+            ids.append(out[-1])
+    return out

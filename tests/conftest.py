@@ -71,3 +71,12 @@ def pytest_make_collect_report(collector):
     if IN_CI and report.skipped:
         report.outcome = "failed"
         report.longrepr = f"skipped under CI=true, where nothing may be missing: {_skip_reason(report.longrepr)}"
+
+
+@pytest.fixture(params=[1, 2], ids=["1-thread", "2-threads"])
+def threads(request):
+    """Run a test with torch on one intra-op thread and on two, then restore the count."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(request.param)
+    yield request.param
+    torch.set_num_threads(before)

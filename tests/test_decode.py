@@ -16,15 +16,6 @@ from muppets.nn import decode
 V = 97  # odd: the output halves differ in width
 
 
-@pytest.fixture(params=[1, 2], ids=["1-thread", "2-threads"])
-def threads(request):
-    """Run with torch on one intra-op thread and on two."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(request.param)
-    yield request.param
-    torch.set_num_threads(before)
-
-
 def tiny(variant: str = "gpt2") -> GPTLanguageModel:
     torch.manual_seed(0)
     cfg = GPTConfig(variant=variant, vocab_size=V, max_position_embeddings=64, hidden_size=32, num_layers=2,

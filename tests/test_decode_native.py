@@ -7,6 +7,8 @@ from __future__ import annotations
 import copy
 import ctypes
 import os
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -17,6 +19,9 @@ from muppets.models.gpt import GPTConfig, GPTLanguageModel
 from muppets.nn import decode, decode_native
 from muppets.nn.decode_native import GPTStep
 
+sys.path.insert(0, str(Path(__file__).parent))
+from _tiny_backbones import full_logits_greedy  # noqa: E402
+
 V = 211
 GREEDY = GenerationConfig(max_new_tokens=12, stop_at_eos=False)
 
@@ -24,29 +29,11 @@ pytestmark = pytest.mark.skipif(decode_native.load() is None and not os.environ.
                                 reason="no C compiler here")
 
 
-@pytest.fixture(params=[1, 2], ids=["1-thread", "2-threads"])
-def threads(request):
-    before = torch.get_num_threads()
-    torch.set_num_threads(request.param)
-    yield request.param
-    torch.set_num_threads(before)
-
-
 def tiny(variant: str = "gpt2", act: str = "gelu_new", seed: int = 0, hidden: int = 32) -> GPTLanguageModel:
     torch.manual_seed(seed)
     cfg = GPTConfig(variant=variant, vocab_size=V, max_position_embeddings=64, hidden_size=hidden, num_layers=2,
                     num_heads=4, intermediate_size=72, initializer_range=0.3, hidden_act=act)
     return GPTLanguageModel(cfg).eval()
-
-
-def full_logits_greedy(model: GPTLanguageModel, prompt: list[int], n: int) -> list[int]:
-    """Greedy tokens from full forward passes without a cache (no copies, no screen, no kernel)."""
-    ids, out = list(prompt), []
-    with torch.no_grad():
-        for _ in range(n):
-            out.append(int(model(torch.tensor([ids])).logits[0, -1].argmax()))
-            ids.append(out[-1])
-    return out
 
 
 def prefilled(model: GPTLanguageModel, prompt: list[int], room: int = 40):

@@ -16,6 +16,7 @@ import sys
 import textwrap
 import threading
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -24,6 +25,9 @@ from muppets.generate import GenerationConfig, generate
 from muppets.models.gpt import GPTConfig, GPTLanguageModel
 from muppets.nn import decode
 from muppets.nn.dropout import dropout
+
+sys.path.insert(0, str(Path(__file__).parent))
+from _tiny_backbones import full_logits_greedy  # noqa: E402
 
 V = 211
 GREEDY = GenerationConfig(max_new_tokens=10, stop_at_eos=False)
@@ -53,16 +57,6 @@ def fresh_thread_count() -> int:
     t.start()
     t.join()
     return box[0]
-
-
-def full_logits_greedy(model: GPTLanguageModel, prompt: list[int], n: int) -> list[int]:
-    """Greedy tokens from full forward passes without a cache (no copies, no screen)."""
-    ids, out = list(prompt), []
-    with torch.no_grad():
-        for _ in range(n):
-            out.append(int(model(torch.tensor([ids])).logits[0, -1].argmax()))
-            ids.append(out[-1])
-    return out
 
 
 JOBS = [([[1, 2, 3]], GREEDY), ([[4, 5], [6, 7, 8, 9], [10]], GREEDY), ([[11, 12, 13]], SAMPLED),
