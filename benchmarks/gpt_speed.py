@@ -182,7 +182,7 @@ def without_screen():
     decode.DecodeWeights.greedy = lambda self, hidden, *_: decode.greedy_argmax(self.logits(hidden, *_))
     decode.DecodeWeights.top_k = lambda self, hidden, k: (self.logits(hidden), None)
     if step_call:
-        decode_native.GPTStep.__call__ = lambda self, ids, cache, greedy, threads: step_call(self, ids, cache, False, threads)
+        decode_native.GPTStep.__call__ = lambda self, ids, cache, threads, **_: step_call(self, ids, cache, threads)
     try:
         yield
     finally:

@@ -109,10 +109,10 @@ def generate_b1() -> dict:
 
     inner, spent = decode_native.GPTStep.__call__, [0.0, 0]
 
-    def timed_call(self, *args):
+    def timed_call(self, *args, **kwargs):
         started = time.perf_counter()
         try:
-            return inner(self, *args)
+            return inner(self, *args, **kwargs)
         finally:
             spent[0] += time.perf_counter() - started
             spent[1] += 1

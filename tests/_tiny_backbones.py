@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from muppets.generate import GenerationConfig, choose
 from muppets.interop.hf_bert import save_hf_bert
 from muppets.interop.hf_gpt import save_hf_gpt
 from muppets.models.bert import BertConfig, BertForPreTraining
@@ -71,5 +72,17 @@ def full_logits_greedy(model: GPTLanguageModel, prompt: list[int], n: int) -> li
     with torch.no_grad():
         for _ in range(n):
             out.append(int(model(torch.tensor([ids])).logits[0, -1].argmax()))
+            ids.append(out[-1])
+    return out
+
+
+def full_logits_sampled(model: GPTLanguageModel, prompt: list[int], cfg: GenerationConfig) -> list[int]:
+    """Sampled tokens from full forward passes without a cache, drawn by ``choose`` with the
+    generator :func:`~muppets.generate.generate` seeds from ``cfg.seed``: the sampling reference."""
+    generator = torch.Generator().manual_seed(cfg.seed)
+    ids, out = list(prompt), []
+    with torch.no_grad():
+        for _ in range(cfg.max_new_tokens):
+            out.append(int(choose(model(torch.tensor([ids])).logits[:, -1], cfg, generator)))
             ids.append(out[-1])
     return out

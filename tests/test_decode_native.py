@@ -20,7 +20,7 @@ from muppets.nn import decode, decode_native
 from muppets.nn.decode_native import GPTStep
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _tiny_backbones import full_logits_greedy  # noqa: E402
+from _tiny_backbones import full_logits_greedy, full_logits_sampled  # noqa: E402
 
 V = 211
 GREEDY = GenerationConfig(max_new_tokens=12, stop_at_eos=False)
@@ -57,7 +57,7 @@ def test_the_compiled_step_equals_the_torch_step(threads, variant, act):
         for token in [9, 2, 6, 5, 3, 5, 8, 9]:
             ids = torch.tensor([[token]])
             want = model.backbone.decode_step(ids, theirs, plan.weights)  # (1, H)
-            got_token, got = step(ids, ours, True, threads)
+            got, got_token, _ = step(ids, ours, threads, greedy=True)
             assert torch.allclose(got, want, rtol=1e-5, atol=1e-5), float((got - want).abs().max())
             logits = want @ model.lm_weight.t()
             assert got_token == int(logits.argmax())
@@ -83,10 +83,13 @@ def test_the_step_gives_the_same_bits_on_any_thread_count():
         cache = copy.deepcopy(base)
         outs = []
         for token in [4, 100, 17, 17]:
-            outs.append(step(torch.tensor([[token]]), cache, True, n))
+            outs.append(step(torch.tensor([[token]]), cache, n, greedy=True)[:2])
+        for token in [5, 60]:  # top-k: the same candidates and logits
+            hidden, _, (logits, ids) = step(torch.tensor([[token]]), cache, n, top_k=20)
+            outs += [(hidden, None), (logits, ids.tolist())]
         results.append(outs)
     for other in results[1:]:
-        for (t1, h1), (t2, h2) in zip(results[0], other):
+        for (h1, t1), (h2, t2) in zip(results[0], other):
             assert t1 == t2 and torch.equal(h1, h2)
 
 
@@ -107,6 +110,69 @@ def test_top_1_sampling_takes_the_compiled_step_and_equals_greedy(threads):
     assert sampled == [full_logits_greedy(model, [5, 6, 7], 12)]
 
 
+@pytest.mark.parametrize("k", [1, 5, 50, V - 1])
+def test_the_compiled_top_k_candidates_hold_the_k_largest_logits(threads, k):
+    """Each step's candidates: at least k, ids ascending, their logits the float32 logits of the
+    step's hidden state, the k largest of those among them."""
+    model = tiny(hidden=48)
+    plan = model._decode_weights()
+    step = model._compiled_step(plan)
+    step.attach_screen(plan.exact_input_screen)
+    cache = prefilled(model, [3, 1, 4])
+    with torch.no_grad():
+        for token in [9, 2, 6, 5, 3]:
+            out = step(torch.tensor([[token]]), cache, threads, top_k=k)
+            assert out.token is None and out.top is not None
+            logits, ids = out.top  # (1, N), (1, N)
+            full = (out.hidden @ model.lm_weight.t())[0]  # (V,)
+            assert logits.shape == ids.shape and logits.shape[0] == 1 and k <= ids.shape[1] <= V
+            assert bool((ids[0, 1:] > ids[0, :-1]).all())
+            assert torch.allclose(logits[0], full[ids[0]], rtol=1e-5, atol=1e-5)
+            assert set(full.topk(k).indices.tolist()) <= set(ids[0].tolist())
+    assert step.decided == 5
+
+
+@pytest.mark.parametrize("variant", ["gpt2", "gpt"])
+def test_top_k_sampling_through_the_compiled_step_draws_as_the_full_logits(threads, variant):
+    """Seeded top-k (with top-p and temperature) draws the tokens a full forward pass draws, with
+    the kernel's candidates at every step after the prompt."""
+    for seed in range(3):
+        model = tiny(variant, seed=seed)
+        cfg = GenerationConfig(max_new_tokens=12, stop_at_eos=False, do_sample=True, top_k=7, top_p=0.9,
+                               temperature=0.8, seed=seed)
+        assert generate(model, [[5, 6, 7]], cfg) == [full_logits_sampled(model, [5, 6, 7], cfg)], seed
+        step = model._decode.derived("gpt_step", lambda: None)
+        assert isinstance(step, GPTStep) and step.decided == 11
+
+
+def test_a_top_k_the_step_does_not_take_goes_to_the_torch_screen():
+    """k not below the vocabulary, or above the candidate limit, or more candidates than the limit:
+    the step returns no candidates (the hidden state is still right) and the torch screen or the
+    full logits decide; sampling draws the same tokens."""
+    model = tiny()
+    plan = model._decode_weights()
+    step = model._compiled_step(plan)
+    step.attach_screen(plan.exact_input_screen)
+    ours, theirs = prefilled(model, [1, 2]), prefilled(model, [1, 2])
+    with torch.no_grad():
+        for token, k in [(3, V), (4, V + 5), (5, decode.SCREEN_MAX_CANDIDATES + 1)]:
+            ids = torch.tensor([[token]])
+            out = step(ids, ours, 1, top_k=k)
+            assert out.top is None and out.token is None
+            assert torch.allclose(out.hidden, model.backbone.decode_step(ids, theirs, plan.weights), atol=1e-5)
+    cfg = GenerationConfig(max_new_tokens=12, stop_at_eos=False, do_sample=True, top_k=5, seed=1)
+    with torch.no_grad():  # every output row equal: all V tokens are candidates, split between the threads
+        model.lm_weight.copy_(model.lm_weight[7].expand_as(model.lm_weight))
+    plan = model._decode_weights()
+    step = model._compiled_step(plan)
+    step.attach_screen(plan.exact_input_screen)
+    assert step(torch.tensor([[6]]), prefilled(model, [1, 2]), 2, top_k=5).top[1].shape == (1, V)
+    step.step.max_candidates = V - 1
+    assert step(torch.tensor([[6]]), prefilled(model, [1, 2]), 2, top_k=5).top is None
+    assert generate(model, [[1, 2]], cfg) == [full_logits_sampled(model, [1, 2], cfg)]
+    assert step.decided == 1
+
+
 def test_an_undecided_screen_leaves_the_token_to_the_full_logits():
     """No candidate may be recomputed: every step returns no token, the torch screen or the full
     logits decide, and the tokens are the same."""
@@ -116,8 +182,8 @@ def test_an_undecided_screen_leaves_the_token_to_the_full_logits():
     step.attach_screen(plan.exact_input_screen)
     step.step.max_candidates = 0
     cache = prefilled(model, [1, 2])
-    token, _ = step(torch.tensor([[3]]), cache, True, 1)
-    assert token == -1
+    out = step(torch.tensor([[3]]), cache, 1, greedy=True)
+    assert out.token is None
     assert generate(model, [[1, 2]], GREEDY) == [full_logits_greedy(model, [1, 2], 12)]
     assert step.decided == 0
 
@@ -214,8 +280,7 @@ def test_equal_logits_take_the_first_token_like_argmax(threads):
     plan = model._decode_weights()
     step = model._compiled_step(plan)
     step.attach_screen(plan.exact_input_screen)
-    token, _ = step(torch.tensor([[3]]), cache, True, threads)
-    assert token == 0
+    assert step(torch.tensor([[3]]), cache, threads, greedy=True).token == 0
     assert generate(model, [[1, 2]], GREEDY) == [[0] * 12]
 
 

@@ -103,7 +103,9 @@ def choose(logits: torch.Tensor, cfg: GenerationConfig, generator: torch.Generat
     if not cfg.do_sample:
         return greedy_argmax(logits)
     logits = logits.float()
-    if 0 < cfg.top_k < logits.shape[-1]:  # draw among the k kept tokens only (a (B, V) draw costs ~1 ms a row)
+    # draw among the k kept tokens only (a (B, V) draw costs ~1 ms a row), in topk's order: the
+    # same draw from the full logits and from any set of candidates that holds the k (k <= N)
+    if 0 < cfg.top_k <= logits.shape[-1]:
         logits = logits / cfg.temperature if cfg.temperature != 1.0 else logits  # as filter_logits scales
         top, index = logits.topk(cfg.top_k, dim=-1)  # (B, k), (B, k)
         if bool((logits >= top[:, -1:]).sum(-1).eq(cfg.top_k).all()):  # no tie at the k-th: what top-k keeps

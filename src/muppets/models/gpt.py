@@ -232,6 +232,9 @@ class LMOutput:
 # A decoding step of fewer than BLOCKED_ROWS rows (B x T) runs the body from the copies laid out
 # for a few rows (muppets.nn.decode); more rows take the weights as stored.
 BLOCKED_ROWS = 8
+# what a compiled batch-1 step's screen decided: a greedy token, top-k candidates
+# (logits (1, N), ids (1, N)), or nothing
+Decided = int | tuple[torch.Tensor, torch.Tensor] | None
 
 
 class GPTLanguageModel(nn.Module):
@@ -289,15 +292,17 @@ class GPTLanguageModel(nn.Module):
         may be among a row's ``k`` largest ``(B, N)`` and their ids ``(B, N)``, found without the
         float32 output layer where :meth:`~muppets.nn.decode.DecodeWeights.top_k` can; else all
         logits ``(B, V)`` and None."""
-        plan, hidden, _ = self._next_hidden(input_ids, attention_mask, cache)
+        plan, hidden, found = self._next_hidden(input_ids, attention_mask, cache, top_k=k)
+        if found is not None:  # the compiled step's screen decided
+            return found
         return (F.linear(hidden, self.lm_weight), None) if plan is None else plan.top_k(hidden, k)
 
     def _next_hidden(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None, cache: KVCache,
-                     greedy: bool = False) -> tuple[DecodeWeights | None, torch.Tensor, int | None]:
+                     greedy: bool = False, top_k: int = 0) -> tuple[DecodeWeights | None, torch.Tensor, Decided]:
         """Feed ``(B, T)`` new tokens through the cache: the decoding copies (None in training
         mode, which keeps none: the weights are about to change), the top hidden state of the
-        last token ``(B, H)`` and, when ``greedy`` and the compiled batch-1 step's screen decided,
-        the greedy token (else None)."""
+        last token ``(B, H)`` and what the compiled batch-1 step's screen decided (else None):
+        when ``greedy``, the token; with ``top_k``, the candidates ``(logits (1, N), ids (1, N))``."""
         plan = None if self.training else self._decode_weights()
         B, T = input_ids.shape
         if plan is not None and B * T < BLOCKED_ROWS:  # matrix-vector products: see muppets.nn.decode
@@ -309,10 +314,10 @@ class GPTLanguageModel(nn.Module):
                 step = self._compiled_step(plan) if B == 1 and plain else None
                 if step is not None and step.accepts(input_ids, cache):
                     self.backbone._check_length(cache.length + 1)
-                    if greedy:
+                    if greedy or top_k:
                         step.attach_screen(plan.exact_input_screen)
-                    token, hidden = step(input_ids, cache, greedy, torch.get_num_threads())
-                    return plan, hidden, token if token >= 0 else None
+                    out = step(input_ids, cache, torch.get_num_threads(), greedy=greedy, top_k=top_k)
+                    return plan, out.hidden, out.token if greedy else out.top
                 hidden = self.backbone.decode_step(input_ids, cache, plan.weights, modules) if plain else None
                 if hidden is not None:
                     return plan, hidden, None

@@ -40,6 +40,7 @@ import logging
 import threading
 import weakref
 from collections.abc import Callable
+from typing import NamedTuple
 
 import torch
 from torch import nn
@@ -186,7 +187,7 @@ typedef struct {
     int64_t max_candidates;
 } gpt_step;
 
-typedef struct { float high, peak, best; int64_t best_id, count; } screen_part;
+typedef struct { float high, peak, best; int64_t best_id, count, kept; } screen_part;
 
 static inline float bf16_to_float(uint16_t b) { uint32_t u = (uint32_t)b << 16; float f; memcpy(&f, &u, 4); return f; }
 
@@ -231,6 +232,36 @@ static void screen_candidates(const gpt_step *s, const float *x, const float *y,
     }
 }
 
+/* h: a min-heap of the n largest of the values offered so far (at most k): h[0] the smallest */
+static void heap_offer(float *h, int64_t *n, int64_t k, float v) {
+    int64_t i;
+    if (*n < k) {
+        for (i = (*n)++; i > 0 && h[(i - 1) / 2] > v; i = (i - 1) / 2) h[i] = h[(i - 1) / 2];
+        h[i] = v;
+    } else if (v > h[0]) {
+        for (i = 0;;) {
+            int64_t c = 2 * i + 1;
+            if (c >= k) break;
+            if (c + 1 < k && h[c + 1] < h[c]) c++;
+            if (h[c] >= v) break;
+            h[i] = h[c]; i = c;
+        }
+        h[i] = v;
+    }
+}
+
+/* the part's candidates (y >= thr) and their float32 logits, ascending ids; count > max: too many */
+static void screen_top_k(const gpt_step *s, const float *x, const float *y, double thr, int64_t r0, int64_t r1,
+                         screen_part *p, int64_t *ids, float *logits) {
+    p->count = 0;
+    for (int64_t r = r0; r < r1; r++) {
+        if ((double)y[r] < thr) continue;
+        if (p->count == s->max_candidates) { p->count++; return; }
+        ids[p->count] = r;
+        logits[p->count++] = row1(s->out_w + r * s->H, x, s->H);
+    }
+}
+
 static void barrier(int nt) {
 #ifdef _OPENMP
     if (nt > 1) {
@@ -247,6 +278,10 @@ typedef struct {
     float *const *kv;  /* per layer: the cache's k and v buffers (heads, cache_len, hd) */
     screen_part parts[MAX_THREADS];
     int team, screen;
+    int64_t k;         /* top-k: k (0: greedy) */
+    float *heaps;      /* top-k: per thread 2k floats, its part's k largest y, then the merge's */
+    int64_t *ids;      /* top-k: per thread max_candidates ids and logits */
+    float *logits;
 } call;
 
 /* thread t's share of the step (all nt threads run it) */
@@ -319,8 +354,12 @@ static void step_body(const gpt_step *s, call *c, int t, int nt) {
     if (t == 0) memcpy(c->hidden, top, H * sizeof(float));
     if (!s->q || !c->screen) return;
     screen_part *p = c->parts + t;
+    const int64_t k = c->k;
     share(s->V, t, nt, &r0, &r1);
     screen_rows(s, top, r0, r1, c->y, p);
+    p->kept = 0;
+    if (k > 0)  /* NaN offers nothing; screen_rows has flagged it */
+        for (int64_t r = r0; r < r1; r++) heap_offer(c->heaps + 2 * t * k, &p->kept, k, c->y[r]);
     barrier(nt);
     float high = -INFINITY, peak = 0.0f;
     int bad = 0;
@@ -329,23 +368,38 @@ static void step_body(const gpt_step *s, call *c, int t, int nt) {
         if (c->parts[i].high > high) high = c->parts[i].high;
         if (c->parts[i].peak > peak) peak = c->parts[i].peak;
     }
+    if (k > 0) {  /* every thread merges the parts' heaps alike: the k-th largest y */
+        float *merged = c->heaps + (2 * t + 1) * k;
+        int64_t n = 0;
+        for (int i = 0; i < nt; i++)
+            for (int64_t j = 0; j < c->parts[i].kept; j++) heap_offer(merged, &n, k, c->heaps[2 * i * k + j]);
+        high = n == k ? merged[0] : -INFINITY;
+    }
     double thr = (double)high - 2.0 * screen_bound(s, top, peak);
     if (bad || !isfinite(thr)) { p->count = -1; return; }
-    screen_candidates(s, top, c->y, thr, r0, r1, p);
+    if (k > 0)
+        screen_top_k(s, top, c->y, thr, r0, r1, p, c->ids + t * s->max_candidates, c->logits + t * s->max_candidates);
+    else
+        screen_candidates(s, top, c->y, thr, r0, r1, p);
 }
 
 /* One decoding step of one row: writes its keys and values into the cache at slot end - 1, marks
-   the slot in key_mask, advances next_position, writes the top hidden state (H,). Returns the
-   greedy token (>= 0) when `screen` is set; -1 when it is not, there is no screen or it cannot decide (the caller takes the full
-   logits of `hidden`); -2 on a token, position or length out of range. */
+   the slot in key_mask, advances next_position, writes the top hidden state (H,). With `screen`
+   (and a screen attached), k == 0: returns the greedy token (>= 0); k > 0 (k < V): returns the
+   number n >= k of tokens that may be among the k largest logits, their ids in ids[0:n] (ascending)
+   and their float32 logits in logits[0:n] (ids and logits hold threads * max_candidates). Returns
+   -1 without `screen` or a screen, or where it cannot decide (the caller takes the full logits of
+   `hidden`); -2 on a token, position or length out of range (nothing written). */
 int64_t muppets_gpt_step(const gpt_step *s, const int64_t *token, int64_t *next_position, uint8_t *key_mask,
                          int64_t end, int64_t cache_len, float *const *kv, float *scratch, float *y,
-                         float *hidden, int screen, int threads) {
+                         float *hidden, int screen, int threads, int64_t k, float *heaps, int64_t *ids,
+                         float *logits) {
     call c;
     c.token = *token; c.position = *next_position; c.end = end; c.cache_len = cache_len;
     c.scratch = scratch; c.y = y; c.hidden = hidden; c.kv = kv; c.team = 1; c.screen = screen;
+    c.k = screen ? k : 0; c.heaps = heaps; c.ids = ids; c.logits = logits;
     if (c.token < 0 || c.token >= s->V || c.position < 0 || c.position >= s->positions || end < 1
-            || end > cache_len || end > s->positions)
+            || end > cache_len || end > s->positions || c.k < 0 || c.k >= s->V)
         return -2;
     if (threads > MAX_THREADS) threads = MAX_THREADS;
 #ifdef _OPENMP
@@ -364,9 +418,22 @@ int64_t muppets_gpt_step(const gpt_step *s, const int64_t *token, int64_t *next_
         const screen_part *p = c.parts + i;
         if (p->count < 0 || p->count > s->max_candidates) return -1;
         count += p->count;
-        if (p->best_id >= 0 && (best_id < 0 || p->best > best)) { best = p->best; best_id = p->best_id; }
+        if (c.k == 0 && p->best_id >= 0 && (best_id < 0 || p->best > best)) { best = p->best; best_id = p->best_id; }
     }
-    if (count > s->max_candidates || best_id < 0 || best != best) return -1;
+    if (count > s->max_candidates) return -1;
+    if (c.k > 0) {  /* the parts' candidates, one after another (row order) */
+        int64_t n = 0;
+        for (int i = 0; i < c.team; i++) {
+            const int64_t m = c.parts[i].count, at = i * s->max_candidates;
+            if (at != n) {
+                memmove(ids + n, ids + at, m * sizeof *ids);
+                memmove(logits + n, logits + at, m * sizeof *logits);
+            }
+            n += m;
+        }
+        return n >= c.k ? n : -1;
+    }
+    if (best_id < 0 || best != best) return -1;
     return best_id;
 }
 
@@ -400,7 +467,7 @@ class _Step(ctypes.Structure):
 _P = ctypes.c_void_p
 _SIGNATURES = {
     "muppets_gpt_step": (ctypes.c_int64, [_P, _P, _P, _P, ctypes.c_int64, ctypes.c_int64, _P, _P, _P, _P, ctypes.c_int,
-                                          ctypes.c_int]),
+                                          ctypes.c_int, ctypes.c_int64, _P, _P, _P]),
     "muppets_screen_scores": (ctypes.c_double, [_P, _P, _P]),
 }
 
@@ -431,13 +498,23 @@ def screen_scores(lib: ctypes.CDLL, screen, hidden: torch.Tensor) -> tuple[torch
     return y, bound
 
 
+class StepOut(NamedTuple):
+    """What :class:`GPTStep` returns: the top hidden state ``(1, H)``, and what its screen decided
+    (None where it did not): the greedy ``token``, or ``top``, the top-k candidates' float32 logits
+    and ids ``((1, N), (1, N))`` as :meth:`~muppets.nn.decode.GreedyScreen.top_k` returns them."""
+
+    hidden: torch.Tensor
+    token: int | None
+    top: tuple[torch.Tensor, torch.Tensor] | None
+
+
 class GPTStep:
     """One decoding step of one unpadded row of a GPT backbone in one compiled call.
 
     Built from the live parameters (their storage, no copy): valid exactly as long as the
     :class:`~muppets.nn.decode.DecodeWeights` it is derived from, which watches every parameter
-    the step reads (storage, version, probes). Greedy steps end in that plan's ``int8f`` screen
-    (:meth:`attach_screen`, made on the first greedy step). Thread-safe: every calling thread gets
+    the step reads (storage, version, probes). Greedy and top-k steps end in that plan's ``int8f``
+    screen (:meth:`attach_screen`, made on the first such step). Thread-safe: every calling thread gets
     its own scratch.
 
     Args:
@@ -473,7 +550,7 @@ class GPTStep:
                           layer=ctypes.cast(self.layers, ctypes.c_void_p).value)
         self.keep = keep
         self.screened = False  # attach_screen has run (the screen itself may be None)
-        self.decided = 0  # greedy tokens the compiled screen decided (the rest: the torch path)
+        self.decided = 0  # steps whose token (greedy) or top-k candidates the compiled screen decided
         self._local = threading.local()  # .scratch, .y: this thread's buffers; .kv: its cache's pointers
 
     @classmethod
@@ -492,8 +569,8 @@ class GPTStep:
         return None if lib is None else cls(lib, backbone)
 
     def attach_screen(self, make: Callable[[], object]) -> None:
-        """Give greedy steps the ``int8f`` screen ``make()`` returns (None: greedy steps return no
-        token), once; the struct's fields are all written before any greedy step reads them."""
+        """Give greedy and top-k steps the ``int8f`` screen ``make()`` returns (None: they decide
+        nothing), once; the struct's fields are all written before any greedy step reads them."""
         if self.screened:
             return
         from muppets.nn.decode import BUILD_LOCK, SCREEN_MAX_CANDIDATES
@@ -549,31 +626,53 @@ class GPTStep:
             local.y = torch.empty(self.step.V)
         return scratch, local.y
 
-    def __call__(self, input_ids: torch.Tensor, cache, greedy: bool, threads: int) -> tuple[int, torch.Tensor]:
+    def _top_k_buffers(self, threads: int, k: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """This thread's top-k buffers: heaps ``(threads * 2k,)``, candidate ids and logits
+        ``(threads * max_candidates,)`` each (SOURCE's ``call``)."""
+        local = self._local
+        held = getattr(local, "top_k", None)
+        n = threads * self.step.max_candidates
+        if held is None or held[0].numel() < threads * 2 * k or held[1].numel() < n:
+            local.top_k = held = (torch.empty(threads * 2 * k), torch.empty(n, dtype=torch.long), torch.empty(n))
+        return held
+
+    def __call__(self, input_ids: torch.Tensor, cache, threads: int, greedy: bool = False,
+                 top_k: int = 0) -> StepOut:
         """Feed ``input_ids (1, 1)`` through ``cache`` (:meth:`accepts` both; the cache gains one
-        slot, given back if the step fails): the greedy token (-1 when not ``greedy``, without a
-        screen or where it cannot decide) and the top hidden state ``(1, H)``."""
+        slot, given back if the step fails). With the screen attached (:meth:`attach_screen`),
+        ``greedy`` asks it for the greedy token, ``top_k`` for the tokens that may be among the
+        ``top_k`` largest logits and their float32 logits (:meth:`~muppets.nn.decode.GreedyScreen.top_k`'s
+        candidates); where it cannot decide, or for a ``top_k`` it does not take (not below the
+        vocabulary size or above the candidate limit), those fields are None."""
         threads = max(1, min(threads, MAX_THREADS))
         kv = self._pointers(cache)
         if kv is None:
             raise ValueError("the compiled decoding step cannot use this cache (see GPTStep.accepts)")
         scratch, y = self._scratch(threads)
+        k = top_k if not greedy and 0 < top_k < self.step.V and top_k <= self.step.max_candidates else 0
+        heaps = ids = logits = None
+        if k:
+            heaps, ids, logits = self._top_k_buffers(threads, k)
         hidden = torch.empty(1, self.H)  # (1, H)
         end = cache.claim()
-        token = -2
+        found = -2
         try:
-            token = self.lib.muppets_gpt_step(ctypes.byref(self.step), input_ids.data_ptr(),
+            found = self.lib.muppets_gpt_step(ctypes.byref(self.step), input_ids.data_ptr(),
                                               cache.next_position.data_ptr(), cache.key_mask.data_ptr(), end,
                                               cache.key_mask.shape[1], kv, scratch.data_ptr(), y.data_ptr(),
-                                              hidden.data_ptr(), int(greedy), threads)
+                                              hidden.data_ptr(), int(greedy or k > 0), threads, k, _ptr(heaps),
+                                              _ptr(ids), _ptr(logits))
         finally:
-            if token == -2:  # failed before writing anything: give the slot back
+            if found == -2:  # failed before writing anything: give the slot back
                 cache.length = end - 1
                 for layer in cache.layers:
                     layer.length = end - 1
-        if token == -2:
+        if found == -2:
             raise IndexError(f"token {int(input_ids)} is not in the vocabulary of {self.step.V}, or position "
                              f"{int(cache.next_position[0])} not below {self.positions}")
-        if token >= 0:
-            self.decided += 1
-        return token, hidden
+        if found < 0:
+            return StepOut(hidden, None, None)
+        self.decided += 1
+        if k:  # copies: the buffers are this thread's, reused by its next step
+            return StepOut(hidden, None, (logits[:found].clone()[None], ids[:found].clone()[None]))
+        return StepOut(hidden, found, None)
