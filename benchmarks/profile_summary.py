@@ -131,7 +131,33 @@ def generate_b1() -> dict:
                                "ms_per_call": 1e3 * spent[0] / max(spent[1], 1), "wall_ms_per_token": 1e3 * wall / 3 / 64}
     print(f"  compiled step: {spent[1] / 3:.0f} calls a step, {1e3 * spent[0] / max(spent[1], 1):.3f} ms a call, "
           f"{100 * spent[0] / wall:.1f}% of the wall time (unprofiled run); {1e3 * wall / 3 / 64:.3f} ms a token")
+    result["compiled_step"]["ms_per_call_by_mode"] = modes = compiled_step_modes(model)
+    print("  compiled step alone, ms a call: " + ", ".join(f"{k} {v:.3f}" for k, v in modes.items()))
     return result
+
+
+def compiled_step_modes(model, tokens: int = 64, rounds: int = 5) -> dict:
+    """The compiled step's own time a call (median over ``rounds``, the modes alternating), by what
+    it ends in: the hidden state alone (the body), the greedy screen, the top-k screen (k = 50).
+    The difference between the first and the others is the screen's share."""
+    import statistics
+
+    plan = model._decode_weights()
+    step = model._compiled_step(plan)
+    step.attach_screen(plan.exact_input_screen)
+    modes = {"body_only": {}, "greedy": {"greedy": True}, "top_k_50": {"top_k": 50}}
+    times: dict[str, list[float]] = {name: [] for name in modes}
+    ids = torch.tensor([[5]])
+    with torch.inference_mode():
+        for _ in range(rounds):
+            for name, kwargs in modes.items():
+                cache = model.backbone.new_cache(1, 16 + tokens)
+                model.backbone(torch.zeros(1, 16, dtype=torch.long), None, cache)
+                started = time.perf_counter()
+                for _ in range(tokens):
+                    step(ids, cache, torch.get_num_threads(), **kwargs)
+                times[name].append((time.perf_counter() - started) / tokens)
+    return {name: 1e3 * statistics.median(t) for name, t in times.items()}
 
 
 def main() -> int:
