@@ -129,6 +129,8 @@ def test_the_compiled_top_k_candidates_hold_the_k_largest_logits(threads, k):
             assert bool((ids[0, 1:] > ids[0, :-1]).all())
             assert torch.allclose(logits[0], full[ids[0]], rtol=1e-5, atol=1e-5)
             assert set(full.topk(k).indices.tolist()) <= set(ids[0].tolist())
+            # and exactly the torch screen's candidates (same y and bound: the int8f kernel), none more
+            assert torch.equal(ids, plan.exact_input_screen().top_k(out.hidden, k)[1])
     assert step.decided == 5
 
 
@@ -155,11 +157,13 @@ def test_a_top_k_the_step_does_not_take_goes_to_the_torch_screen():
     step.attach_screen(plan.exact_input_screen)
     ours, theirs = prefilled(model, [1, 2]), prefilled(model, [1, 2])
     with torch.no_grad():
-        for token, k in [(3, V), (4, V + 5), (5, decode.SCREEN_MAX_CANDIDATES + 1)]:
+        for token, k, limit in [(3, V, None), (4, V + 5, None), (5, 20, 10)]:
+            step.step.max_candidates = limit or decode.SCREEN_MAX_CANDIDATES
             ids = torch.tensor([[token]])
             out = step(ids, ours, 1, top_k=k)
             assert out.top is None and out.token is None
             assert torch.allclose(out.hidden, model.backbone.decode_step(ids, theirs, plan.weights), atol=1e-5)
+        step.step.max_candidates = decode.SCREEN_MAX_CANDIDATES
     cfg = GenerationConfig(max_new_tokens=12, stop_at_eos=False, do_sample=True, top_k=5, seed=1)
     with torch.no_grad():  # every output row equal: all V tokens are candidates, split between the threads
         model.lm_weight.copy_(model.lm_weight[7].expand_as(model.lm_weight))
@@ -168,9 +172,24 @@ def test_a_top_k_the_step_does_not_take_goes_to_the_torch_screen():
     step.attach_screen(plan.exact_input_screen)
     assert step(torch.tensor([[6]]), prefilled(model, [1, 2]), 2, top_k=5).top[1].shape == (1, V)
     step.step.max_candidates = V - 1
-    assert step(torch.tensor([[6]]), prefilled(model, [1, 2]), 2, top_k=5).top is None
+    for n in (1, 2):  # one thread: its own part overflows; two: only their sum does
+        assert step(torch.tensor([[6]]), prefilled(model, [1, 2]), n, top_k=5).top is None
     assert generate(model, [[1, 2]], cfg) == [full_logits_sampled(model, [1, 2], cfg)]
     assert step.decided == 1
+
+
+def test_a_hidden_state_with_nan_decides_nothing(threads):
+    model = tiny()
+    with torch.no_grad():
+        model.backbone.final_norm.weight[3] = float("nan")
+    plan = model._decode_weights()
+    step = model._compiled_step(plan)
+    step.attach_screen(plan.exact_input_screen)
+    cache = prefilled(model, [1, 2])
+    for kwargs in ({"greedy": True}, {"top_k": 5}):
+        out = step(torch.tensor([[3]]), cache, threads, **kwargs)
+        assert out.token is None and out.top is None and bool(out.hidden.isnan().any())
+    assert step.decided == 0
 
 
 def test_an_undecided_screen_leaves_the_token_to_the_full_logits():

@@ -98,14 +98,17 @@ def filter_logits(logits: torch.Tensor, cfg: GenerationConfig) -> torch.Tensor:
     return logits
 
 
-def choose(logits: torch.Tensor, cfg: GenerationConfig, generator: torch.Generator | None) -> torch.Tensor:
-    """The next token of each row: argmax, or a draw from the filtered distribution. ``(B,)``."""
+def choose(logits: torch.Tensor, cfg: GenerationConfig, generator: torch.Generator | None,
+           candidates: bool = False) -> torch.Tensor:
+    """The next token of each row: argmax, or a draw from the filtered distribution. ``(B,)``.
+    ``candidates``: ``logits (B, N)`` hold each row's ``cfg.top_k`` largest logits (a screen's
+    candidates, ``N >= k``), not the whole vocabulary: then even ``N == k`` draws in ``topk``'s
+    order, as from the full logits, so a seeded draw does not depend on how many candidates came."""
     if not cfg.do_sample:
         return greedy_argmax(logits)
     logits = logits.float()
-    # draw among the k kept tokens only (a (B, V) draw costs ~1 ms a row), in topk's order: the
-    # same draw from the full logits and from any set of candidates that holds the k (k <= N)
-    if 0 < cfg.top_k <= logits.shape[-1]:
+    # draw among the k kept tokens only (a (B, V) draw costs ~1 ms a row), in topk's order
+    if 0 < cfg.top_k < logits.shape[-1] or (candidates and cfg.top_k == logits.shape[-1]):
         logits = logits / cfg.temperature if cfg.temperature != 1.0 else logits  # as filter_logits scales
         top, index = logits.topk(cfg.top_k, dim=-1)  # (B, k), (B, k)
         if bool((logits >= top[:, -1:]).sum(-1).eq(cfg.top_k).all()):  # no tie at the k-th: what top-k keeps
@@ -190,7 +193,7 @@ def _sample(model, prompts, cfg: GenerationConfig, on_token: OnToken | None, sho
             return model.next_token_argmax(new_ids, new_mask, cache)
         if top_k_only:
             logits, token_ids = model.next_token_top_k(new_ids, new_mask, cache, cfg.top_k)  # (B, N), (B, N)
-            picked = choose(logits, cfg, generator)  # (B,) columns of logits
+            picked = choose(logits, cfg, generator, candidates=token_ids is not None)  # (B,) columns of logits
             return picked if token_ids is None else token_ids.gather(1, picked[:, None]).squeeze(1)
         logits = model.next_token_logits(new_ids, new_mask, cache)  # (B, V)
         logits = penalise_repetition(logits, seen, seen_mask, cfg.repetition_penalty)

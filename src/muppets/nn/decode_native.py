@@ -358,7 +358,7 @@ static void step_body(const gpt_step *s, call *c, int t, int nt) {
     share(s->V, t, nt, &r0, &r1);
     screen_rows(s, top, r0, r1, c->y, p);
     p->kept = 0;
-    if (k > 0)  /* NaN offers nothing; screen_rows has flagged it */
+    if (k > 0)  /* a NaN may enter the heap: screen_rows has flagged it, and the step decides nothing */
         for (int64_t r = r0; r < r1; r++) heap_offer(c->heaps + 2 * t * k, &p->kept, k, c->y[r]);
     barrier(nt);
     float high = -INFINITY, peak = 0.0f;
