@@ -133,7 +133,25 @@ def generate_b1() -> dict:
           f"{100 * spent[0] / wall:.1f}% of the wall time (unprofiled run); {1e3 * wall / 3 / 64:.3f} ms a token")
     result["compiled_step"]["ms_per_call_by_mode"] = modes = compiled_step_modes(model)
     print("  compiled step alone, ms a call: " + ", ".join(f"{k} {v:.3f}" for k, v in modes.items()))
+    result["compiled_step"]["weight_read_ms"] = reads = part_reads(model)
+    print("  reading their weights, ms (flushed / warm): " + ", ".join(
+        f"{k} {v['flushed']:.3f} / {v['warm']:.3f} ({v['mib']:.1f} MiB)" for k, v in reads.items()))
     return result
+
+
+def part_reads(model) -> dict:
+    """What reading each part's weights once takes (``gpt_speed.weight_read_seconds``: flushed
+    cache, and read after read): the body (every backbone weight but the token embedding, of which
+    a step reads one row) and the greedy screen's int8 copy and scales, to set against the step's
+    own times by mode."""
+    from gpt_speed import weight_read_seconds
+
+    screen = model._decode_weights().exact_input_screen()
+    parts = {"body": [p.detach() for n, p in model.backbone.named_parameters() if n != "embeddings.tokens.weight"],
+             "screen": [screen.q, screen.scale]}
+    return {name: {"mib": sum(t.numel() * t.element_size() for t in ts) / 2**20,
+                   "flushed": 1e3 * weight_read_seconds(ts), "warm": 1e3 * weight_read_seconds(ts, flush=False)}
+            for name, ts in parts.items()}
 
 
 def compiled_step_modes(model, tokens: int = 64, rounds: int = 5) -> dict:
