@@ -7,7 +7,8 @@ attention over a few dozen keys, GELU, residuals, the screen's bookkeeping), and
 Xeon they cost more than the weight reads themselves (BENCHMARKS.md, issue 54). Here the whole
 step is one C call: token + position embedding, each block (pre- or post-LN, causal attention
 over the :class:`~muppets.nn.kv_cache.KVCache`, the feed-forward with GELU / tanh-GELU / ReLU),
-the final LayerNorm, and, for greedy decoding, the argmax through the int8 screen.
+the final LayerNorm, and the int8 screen: for greedy decoding the argmax, for top-k sampling the
+tokens that may be among the k largest logits.
 
 * **Same arithmetic kind as the torch path.** Every product is a float32 dot product of a weight
   row (``nn.Linear``'s own ``(out, in)`` storage: the live parameters, no copy) with the input,
@@ -22,7 +23,10 @@ the final LayerNorm, and, for greedy decoding, the argmax through the int8 scree
   its error bound is tighter: ``E = |h| |w - w~| + 2 g |h| max|w| + 2^-22 max|y|`` (``g`` bounding
   float32 summation over ``H`` terms), with the same relative margin. Candidates (``y >= max y -
   2E``) are recomputed from the float32 output weight; the largest wins, the lowest id on equal
-  values. :meth:`GreedyScreen.build` checks this kernel against float64 products like the others.
+  values. For top-k, each thread keeps a min-heap of the k largest ``y`` of its rows, every thread
+  merges the heaps into the k-th largest ``t`` alike, and the candidates are ``y >= t - 2E``
+  (:meth:`~muppets.nn.decode.GreedyScreen.top_k`'s rule and proof), returned in id order.
+  :meth:`GreedyScreen.build` checks this kernel against float64 products like the others.
 * **Threads.** The library is compiled with OpenMP and joins torch's own intra-op pool
   (:mod:`muppets.native`): one parallel region per step, the caller's
   ``torch.get_num_threads()`` threads (at most 64), rows of each product split between them, the
