@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -320,3 +321,32 @@ def test_a_command_that_succeeded_leaves_the_process_group(tmp_path, monkeypatch
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
+
+
+WORKER = """
+import atexit, logging, sys
+import torch.distributed as dist
+import muppets.malloc
+from muppets import cli
+muppets.malloc.use_malloc = lambda: None  # no re-execution on another malloc
+dist.init_process_group("gloo", init_method="file://" + sys.argv[1], rank=0, world_size=1)
+cli.main = lambda argv=None: (logging.getLogger("muppets").warning("the command's last log line"),
+                              print("its last output", end=""), cli._leave_process_group(), int(sys.argv[2]))[-1]
+atexit.register(print, "an exit handler ran", file=sys.stderr)
+logging.basicConfig(level=logging.INFO)
+sys.exit(cli.run())
+"""
+
+
+@pytest.mark.parametrize("code", [0, 3])
+def test_a_torchrun_worker_that_succeeded_ends_without_finalisation(tmp_path, code):
+    """After a command that succeeded and left its process group, run() ends the process at once
+    (os._exit: no interpreter finalisation, where torch's runtime was seen to abort), with the
+    logs and output flushed; a failed command exits the usual way."""
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent / "src")}
+    proc = subprocess.run([sys.executable, "-c", WORKER, str(tmp_path / "store"), str(code)], env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == code, proc.stderr[-2000:]
+    assert proc.stdout == "its last output"
+    assert "the command's last log line" in proc.stderr
+    assert ("an exit handler ran" in proc.stderr) == (code != 0)  # 0: ended without finalisation

@@ -1180,7 +1180,10 @@ def run() -> int:
     except MuppetsError as err:
         print(f"muppets: error: {err}", file=sys.stderr)
         return 2
-    return main()
+    code = main()
+    if code == 0 and _LEFT_GROUP:
+        _end_torchrun_worker(code)
+    return code
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -1228,22 +1231,43 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
 
+_LEFT_GROUP = False  # this process left a torchrun process group after its command succeeded
+
+
 def _leave_process_group() -> None:
     """After a command that succeeded under torchrun, every rank waits for the others at a barrier,
-    then leaves the process group (:func:`muppets.train.distributed.shutdown_distributed`). A rank
-    that finished first and left on its own, while a peer still wrote the final model, was seen to
-    abort (SIGABRT) in its exit, failing a run that had succeeded. Without a process group (the
-    usual case; torch may not even be imported) nothing happens."""
+    then leaves the process group (:func:`muppets.train.distributed.shutdown_distributed`), so
+    that none tears down its connections while a peer's last collective is in flight. Without a
+    process group (the usual case; torch may not even be imported) nothing happens."""
+    global _LEFT_GROUP
     dist = sys.modules.get("torch.distributed")
     if dist is not None and dist.is_available() and dist.is_initialized():
         from muppets.train.distributed import shutdown_distributed
 
+        _LEFT_GROUP = True
         try:
             shutdown_distributed()
         except Exception as err:  # a peer gone or slower than the group's timeout: this rank's run still succeeded
             logging.getLogger(__name__).warning("leaving the process group without the other ranks: %s", err)
             if dist.is_initialized():
                 dist.destroy_process_group()
+
+
+def _end_torchrun_worker(code: int) -> None:
+    """End the program of a torchrun worker whose command succeeded and that has left its process
+    group, without the interpreter's finalisation. There, after every file was written and the
+    group destroyed, a destructor inside torch's runtime was seen to call ``std::terminate``
+    ("terminate called without an active exception", SIGABRT, no Python frame on the stack) in
+    repeated runs of the two-process tests; torchrun then reported the run failed and stopped the
+    other ranks. Nothing is left to finalise: trackers and run logs are closed by the trainer,
+    logging is shut down and the standard streams are flushed here first."""
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # closed or gone: nothing more can reach it
+            pass
+    os._exit(code)
 
 
 if __name__ == "__main__":
