@@ -90,7 +90,8 @@ def init_distributed(backend: str | None = None) -> DistInfo:
     # down during interpreter finalisation, which can abort (SIGABRT) after a run that succeeded;
     # leaving it while Python is still whole avoids that. No barrier here: on an error path the
     # other ranks may never arrive. (After a command that succeeded the CLI leaves first, with a
-    # barrier: shutdown_distributed.)
+    # barrier, shutdown_distributed, then ends without finalisation, where the abort was still
+    # seen after the group was gone: muppets.cli._end_torchrun_worker.)
     atexit.register(_leave_group)
     info = dist_info()
     warning = restart_warning(os.environ)
